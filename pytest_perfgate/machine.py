@@ -1,0 +1,331 @@
+"""Which machine produced a result, and whether two results may be compared at all.
+
+Everything is read from /proc and /sys under a ``root`` (so tests can build fake trees) and
+every probe degrades to ``None`` on an odd or missing file: metadata must never fail a run.
+The fingerprint hashes only what decides comparability (hardware seen by the process, its
+CPU budget, and the versions of the code doing the heavy lifting); volatile things such as
+the frequency governor or memory size are recorded but do not split the history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import socket
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+# Distributions whose version is recorded. "mujoco" 4.x is a meta-package over "mujoco-core",
+# which carries the physics (FIELD-NOTES 4): both are kept, the core decides the fingerprint.
+VERSIONED = ("numpy", "torch", "mujoco", "mujoco-core", "asv", "scipy", "psutil",
+             "pytest", "pytest-perfgate")
+FINGERPRINT_KEYS = ("machine", "cpu_model", "cpu_logical", "affinity", "cgroup_cpu_quota",
+                    "numa_nodes", "python", "mujoco", "numpy", "torch")
+MAX_CPU_ID = 1 << 16  # ids beyond this in a cpulist are garbage, not CPUs (FIELD-NOTES 5)
+
+
+def _read(root: Path, rel: str) -> str | None:
+    """Text of ``root/rel`` or None on any error (missing, permission, binary garbage)."""
+    try:
+        return (root / rel.lstrip("/")).read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def parse_cpulist(text: str | None) -> set[int] | None:
+    """Kernel cpulist ("0-3,7") to a set; None when malformed. Bounded: never enumerates
+    a huge range."""
+    if text is None:
+        return None
+    text = text.strip()
+    if not text:
+        return set()
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo_s, sep, hi_s = part.strip().partition("-")
+        try:
+            lo, hi = int(lo_s), int(hi_s) if sep else int(lo_s)
+        except ValueError:
+            return None
+        if lo < 0 or hi < lo or hi >= MAX_CPU_ID:
+            return None
+        cpus.update(range(lo, hi + 1))
+    return cpus
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """Set of CPU ids to the kernel's compact form: {0,1,2,5} -> "0-2,5"."""
+    ids = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _cpuinfo(root: Path) -> list[dict[str, str]]:
+    """/proc/cpuinfo as one dict per processor block."""
+    text = _read(root, "proc/cpuinfo") or ""
+    blocks: list[dict[str, str]] = [{}]
+    for line in text.splitlines():
+        if not line.strip():
+            if blocks[-1]:
+                blocks.append({})
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            blocks[-1][key.strip().lower()] = value.strip()
+    return [b for b in blocks if b]
+
+
+def _cpu_model(blocks: list[dict[str, str]]) -> str | None:
+    for key in ("model name", "cpu model", "hardware", "processor", "cpu"):
+        for b in blocks:
+            value = b.get(key)
+            if value and not value.isdigit():
+                return re.sub(r"\s+", " ", value)
+    return platform.processor() or None
+
+
+def _physical_cores(root: Path, blocks: list[dict[str, str]]) -> int | None:
+    """Distinct cores: sysfs sibling groups first, /proc/cpuinfo (package, core) pairs next."""
+    base = root / "sys/devices/system/cpu"
+    groups: set[str] = set()
+    try:
+        cpu_dirs = [p for p in base.iterdir() if re.fullmatch(r"cpu\d+", p.name)]
+    except OSError:
+        cpu_dirs = []
+    for d in cpu_dirs:
+        sib = _read(d, "topology/core_cpus_list") or _read(d, "topology/thread_siblings_list")
+        if sib and parse_cpulist(sib) is not None:
+            groups.add(sib.strip())
+    if groups:
+        return len(groups)
+    pairs = {(b.get("physical id"), b.get("core id")) for b in blocks if "core id" in b}
+    return len(pairs) or None
+
+
+def _affinity(root: Path, live: bool) -> set[int] | None:
+    """CPUs this process may run on: sched_getaffinity live, /proc/self/status otherwise."""
+    if live and hasattr(os, "sched_getaffinity"):
+        try:
+            return set(os.sched_getaffinity(0))
+        except OSError:
+            pass
+    for line in (_read(root, "proc/self/status") or "").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return parse_cpulist(line.split(":", 1)[1])
+    return None
+
+
+def _quota_from(text_max: str | None, text_quota: str | None, text_period: str | None
+                ) -> float | None:
+    """CPUs granted by one cgroup level (v2 cpu.max or v1 cfs files); None = unlimited."""
+    try:
+        if text_max is not None:
+            parts = text_max.split()
+            if len(parts) >= 2 and parts[0] != "max":
+                return int(parts[0]) / int(parts[1])
+            return None
+        if text_quota is not None and text_period is not None:
+            quota, period = int(text_quota), int(text_period)
+            return quota / period if quota > 0 and period > 0 else None
+    except (ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def cgroup_cpu_quota(root: Path) -> float | None:
+    """Effective cgroup CPU limit in CPUs (the tightest along the cgroup path), or None.
+
+    cpu.max never shows up in the affinity mask (FIELD-NOTES 5), so a 2-CPU quota on a
+    64-CPU box is only visible here.
+    """
+    limits: list[float] = []
+    for line in (_read(root, "proc/self/cgroup") or "0::/").splitlines():
+        fields = line.strip().split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        rel = Path(path.lstrip("/"))
+        if controllers == "":  # cgroup v2
+            bases = [root / "sys/fs/cgroup"]
+        elif "cpu" in controllers.split(","):
+            bases = [root / "sys/fs/cgroup" / name for name in
+                     (controllers, "cpu", "cpu,cpuacct", "cpuacct,cpu")]
+        else:
+            continue
+        for base in bases:
+            if not base.is_dir():
+                continue
+            levels = [rel, *rel.parents] if (base / rel).is_dir() else [Path(".")]
+            for level in levels:
+                d = base / level
+                q = _quota_from(_read(d, "cpu.max"), _read(d, "cpu.cfs_quota_us"),
+                                _read(d, "cpu.cfs_period_us"))
+                if q is not None:
+                    limits.append(q)
+            break
+    return round(min(limits), 3) if limits else None
+
+
+def _governor(root: Path) -> str | None:
+    base = root / "sys/devices/system/cpu"
+    found: set[str] = set()
+    try:
+        dirs = sorted(p for p in base.iterdir() if re.fullmatch(r"cpu\d+", p.name))
+    except OSError:
+        dirs = []
+    for d in dirs:
+        g = _read(d, "cpufreq/scaling_governor")
+        if g and g.strip():
+            found.add(g.strip())
+    return ",".join(sorted(found)) or None
+
+
+def _turbo(root: Path) -> bool | None:
+    no_turbo = _read(root, "sys/devices/system/cpu/intel_pstate/no_turbo")
+    if no_turbo is not None and no_turbo.strip() in ("0", "1"):
+        return no_turbo.strip() == "0"
+    boost = _read(root, "sys/devices/system/cpu/cpufreq/boost")
+    if boost is not None and boost.strip() in ("0", "1"):
+        return boost.strip() == "1"
+    return None
+
+
+def _numa_nodes(root: Path) -> int | None:
+    try:
+        n = sum(1 for p in (root / "sys/devices/system/node").iterdir()
+                if re.fullmatch(r"node\d+", p.name))
+    except OSError:
+        return None
+    return n or None
+
+
+def _mem_total(root: Path) -> int | None:
+    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", _read(root, "proc/meminfo") or "", re.M)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _os_name(root: Path) -> str:
+    text = _read(root, "etc/os-release") or _read(root, "usr/lib/os-release") or ""
+    m = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', text, re.M)
+    return m.group(1) if m else platform.system()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def package_versions(get: Callable[[str], str | None] = _version) -> dict[str, str | None]:
+    """Installed versions without importing anything (importing torch costs seconds)."""
+    return {name: get(name) for name in VERSIONED}
+
+
+def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike[str] = "/",
+                     versions: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """Everything recorded about the machine with each run.
+
+    ``machine_name`` wins over the hostname: ephemeral CI runners get a new hostname per
+    job, which would start a new, empty history every time. A non-default ``root`` reads a
+    fake tree and skips the live per-process calls.
+    """
+    base = Path(root)
+    live = base.resolve() == Path("/")
+    blocks = _cpuinfo(base)
+    logical = os.cpu_count() if live else None
+    if logical is None:
+        logical = parse_cpulist(_read(base, "sys/devices/system/cpu/online"))
+        logical = len(logical) if logical else (len(blocks) or None)
+    physical = _physical_cores(base, blocks)
+    affinity = _affinity(base, live)
+    smt_active = _read(base, "sys/devices/system/cpu/smt/active")
+    smt = (smt_active.strip() == "1" if smt_active and smt_active.strip() in ("0", "1")
+           else (logical > physical if logical and physical else None))
+    kernel = (_read(base, "proc/sys/kernel/osrelease") or "").strip() or platform.release()
+    vers = dict(versions) if versions is not None else package_versions()
+    return {
+        "machine": machine_name or socket.gethostname() or platform.node() or "unknown",
+        "cpu_model": _cpu_model(blocks),
+        "cpu_logical": logical,
+        "cpu_physical": physical,
+        "smt": smt,
+        "numa_nodes": _numa_nodes(base),
+        "affinity": format_cpulist(affinity) if affinity else None,
+        "affinity_count": len(affinity) if affinity else None,
+        "cgroup_cpu_quota": cgroup_cpu_quota(base),
+        "governor": _governor(base),
+        "turbo": _turbo(base),
+        "mem_total": _mem_total(base),
+        "system": platform.system(),
+        "os": _os_name(base),
+        "kernel": kernel,
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "versions": vers,
+    }
+
+
+def fingerprint_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields that decide whether two results are comparable, by display name."""
+    vers = meta.get("versions") or {}
+    py = str(meta.get("python") or "")
+    return {
+        "machine": meta.get("machine"),
+        "cpu_model": meta.get("cpu_model"),
+        "cpu_logical": meta.get("cpu_logical"),
+        "affinity": meta.get("affinity"),
+        "cgroup_cpu_quota": meta.get("cgroup_cpu_quota"),
+        "numa_nodes": meta.get("numa_nodes"),
+        "python": ".".join(py.split(".")[:2]) or None,
+        "mujoco": vers.get("mujoco-core") or vers.get("mujoco"),
+        "numpy": vers.get("numpy"),
+        "torch": vers.get("torch"),
+    }
+
+
+def fingerprint(meta: Mapping[str, Any]) -> str:
+    """Short stable hash of :func:`fingerprint_fields` (12 hex digits)."""
+    blob = json.dumps(fingerprint_fields(meta), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def describe_mismatch(a_fields: Mapping[str, Any], b_fields: Mapping[str, Any]) -> str:
+    """What differs between two fingerprints, e.g. "mujoco 4.0.0 -> 4.0.1, numa_nodes 1 -> 2"."""
+    keys = list(FINGERPRINT_KEYS) + sorted((set(a_fields) | set(b_fields)) - set(FINGERPRINT_KEYS))
+    diffs = [f"{k} {_show(a_fields.get(k))} -> {_show(b_fields.get(k))}"
+             for k in keys if a_fields.get(k) != b_fields.get(k)]
+    return ", ".join(diffs) if diffs else "nothing (same fields)"
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    text = str(value)
+    return repr(text) if (" " in text or not text) else text
+
+
+def asv_machine_json(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """machine.json as asv writes it (all values strings, "version": 1)."""
+    mem = meta.get("mem_total")
+    return {
+        "machine": str(meta.get("machine")),
+        "os": f"{meta.get('system') or platform.system()} {meta.get('kernel') or ''}".strip(),
+        "arch": str(meta.get("arch") or ""),
+        "cpu": str(meta.get("cpu_model") or ""),
+        "num_cpu": str(meta.get("cpu_logical") or ""),
+        "ram": str(mem) if mem else "",
+        "version": 1,
+    }

@@ -1,0 +1,238 @@
+"""Steady-state measurement: warm up until stable, then measure K windows of env-steps/s.
+
+Any workload plugs in as a :class:`WindowSource` (an in-process loop, a pool of pinned
+workers, a collector/learner pair): it runs for a requested duration and reports how many
+transitions completed, with per-phase timings. The :class:`Meter` owns warm-up, the
+stability rule, the outside-load guard and re-measurement, so every workload is measured
+the same way.
+
+Stability rule (documented in the README): warm-up windows of ``warmup_window_s`` run until
+the median rate of the last ``warmup_span`` windows is within ``stability_tol`` of the
+median of the ``warmup_span`` windows before them; if that never happens within
+``warmup_max_s`` the measurement is marked unstable.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence
+
+from .loadwatch import LoadProbe, LoadSample, ProcStatProbe
+from .timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
+
+
+@dataclass(frozen=True)
+class RawWindow:
+    """What a workload reports for one window."""
+
+    transitions: int
+    wall_s: float
+    cpu_s: float
+    phases: Mapping[str, PhaseStats] = field(default_factory=dict)
+    calls: int = 0
+
+
+@dataclass(frozen=True)
+class Window(RawWindow):
+    """A measured window plus what the machine was doing meanwhile."""
+
+    machine_busy: float | None = None  # busy cores, whole machine (/proc/stat)
+    other_load: float | None = None  # busy cores not accounted to the workload
+    polluted: bool = False
+
+    @classmethod
+    def of(cls, raw: RawWindow) -> Window:
+        return cls(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.transitions / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def s_per_msteps(self) -> float:
+        """The gated metric: seconds per million env-steps (lower is better, as asv wants)."""
+        return self.wall_s / self.transitions * 1e6 if self.transitions else float("inf")
+
+    @property
+    def cores(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class WindowSource(Protocol):
+    """A workload the Meter can drive: run for about ``duration_s`` and say what got done."""
+
+    def run_window(self, duration_s: float) -> RawWindow: ...
+
+
+class LoopSource:
+    """Calls ``step()`` (which advances ``transitions`` env-steps) until the window closes."""
+
+    def __init__(self, step: Callable[[], object], transitions: int,
+                 recorder: PhaseRecorder | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        if isinstance(transitions, bool) or not isinstance(transitions, int) or transitions < 1:
+            raise ValueError(f"transitions={transitions!r}: pass the number of env-steps one "
+                             "call of step() advances, a positive int (e.g. num_envs)")
+        if not callable(step):
+            raise TypeError(f"step={step!r} is not callable: pass a function that advances "
+                            "the environments once")
+        self.step = step
+        self.transitions = transitions
+        self.recorder = recorder or PhaseRecorder(clock)
+        self._clock = clock
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        wall, cpu, step = self._clock.wall_ns, self._clock.cpu_ns, self.step
+        limit = int(duration_s * 1e9)
+        self.recorder.take()
+        calls = 0
+        with activate(self.recorder):
+            c0 = cpu()
+            t0 = wall()
+            while True:
+                step()
+                calls += 1
+                if wall() - t0 >= limit:
+                    break
+            t1 = wall()
+            c1 = cpu()
+        return RawWindow(calls * self.transitions, (t1 - t0) / 1e9, (c1 - c0) / 1e9,
+                         self.recorder.take(), calls)
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How long and how carefully to measure. Defaults keep one benchmark under ~15 s."""
+
+    windows: int = 8
+    window_s: float = 1.0
+    warmup_window_s: float = 0.25
+    warmup_span: int = 2
+    warmup_max_s: float = 5.0
+    stability_tol: float = 0.10
+    load_limit: float = 0.5
+    max_remeasure: int = 3
+
+    @classmethod
+    def smoke(cls) -> MeasureConfig:
+        """Tiny windows, no real warm-up: proves a perf test runs, says nothing about speed."""
+        return cls(windows=2, window_s=0.01, warmup_window_s=0.005, warmup_span=1,
+                   warmup_max_s=0.02, stability_tol=float("inf"))
+
+    def __post_init__(self) -> None:
+        if self.windows < 1 or self.warmup_span < 1 or self.max_remeasure < 0:
+            raise ValueError(f"invalid measurement config {self!r}")
+        if self.window_s <= 0 or self.warmup_window_s <= 0 or self.warmup_max_s < 0:
+            raise ValueError(f"invalid measurement config {self!r}")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything one benchmark run produced."""
+
+    windows: tuple[Window, ...]
+    steady: bool
+    warmup_s: float
+    warmup_windows: int
+    remeasured: int = 0  # polluted windows measured again
+    polluted_kept: int = 0  # polluted windows kept because re-measurement ran out
+
+    @property
+    def samples(self) -> list[float]:
+        """Per-window seconds per million env-steps: the gate's input."""
+        return [w.s_per_msteps for w in self.windows]
+
+    @property
+    def value(self) -> float:
+        """The run's summary: the median of its windows."""
+        return statistics.median(self.samples)
+
+    @property
+    def steps_per_s(self) -> float:
+        return 1e6 / self.value
+
+    @property
+    def cores(self) -> float:
+        return statistics.median(w.cores for w in self.windows)
+
+    @property
+    def phases(self) -> dict[str, PhaseStats]:
+        total: dict[str, PhaseStats] = {}
+        for w in self.windows:
+            for name, st in w.phases.items():
+                total[name] = total[name] + st if name in total else st
+        return total
+
+    def phase_share(self) -> dict[str, float]:
+        """Each phase's share of the measured wall time."""
+        wall_ns = sum(w.wall_s for w in self.windows) * 1e9
+        return {n: st.wall_ns / wall_ns for n, st in self.phases.items()} if wall_ns else {}
+
+
+def is_steady(rates: Sequence[float], span: int, tol: float) -> bool:
+    """The stability rule over consecutive warm-up window rates (see module docstring)."""
+    if len(rates) < 2 * span:
+        return False
+    last = statistics.median(rates[-span:])
+    prev = statistics.median(rates[-2 * span:-span])
+    if prev <= 0:
+        return False
+    return abs(last / prev - 1.0) <= tol
+
+
+class Meter:
+    """Drives a WindowSource through warm-up and K measured windows."""
+
+    def __init__(self, config: MeasureConfig | None = None, clock: Clock = SYSTEM_CLOCK,
+                 load_probe: LoadProbe | None = None) -> None:
+        self.config = config or MeasureConfig()
+        self._clock = clock
+        self._probe = load_probe if load_probe is not None else ProcStatProbe()
+
+    def measure(self, source: WindowSource) -> Measurement:
+        cfg = self.config
+        steady, warmup_s, warmup_windows = self.warm_up(source)
+        windows: list[Window] = []
+        remeasured = polluted_kept = 0
+        while len(windows) < cfg.windows:
+            w = self._window(source, cfg.window_s)
+            if w.polluted:
+                if remeasured < cfg.max_remeasure:
+                    remeasured += 1
+                    continue
+                polluted_kept += 1
+            windows.append(w)
+        return Measurement(tuple(windows), steady, warmup_s, warmup_windows, remeasured,
+                           polluted_kept)
+
+    def warm_up(self, source: WindowSource) -> tuple[bool, float, int]:
+        """Run warm-up windows until the stability rule holds: (steady, seconds, windows)."""
+        cfg = self.config
+        t0 = self._clock.wall_ns()
+        rates: list[float] = []
+        while True:
+            raw = source.run_window(cfg.warmup_window_s)
+            rates.append(raw.transitions / raw.wall_s if raw.wall_s > 0 else 0.0)
+            elapsed = (self._clock.wall_ns() - t0) / 1e9
+            if is_steady(rates, cfg.warmup_span, cfg.stability_tol):
+                return True, elapsed, len(rates)
+            if elapsed >= cfg.warmup_max_s:
+                return False, elapsed, len(rates)
+
+    def _window(self, source: WindowSource, duration_s: float) -> Window:
+        before = self._probe.sample()
+        raw = source.run_window(duration_s)
+        after = self._probe.sample()
+        busy = other = None
+        polluted = False
+        if before is not None and after is not None:
+            busy = LoadSample.busy_cores(before, after)
+            if busy is not None:
+                other = max(0.0, busy - raw.cpu_s / raw.wall_s) if raw.wall_s > 0 else None
+                polluted = other is not None and other > self.config.load_limit
+        return Window(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls,
+                      busy, other, polluted)
+
+
+__all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig",
+           "Measurement", "Meter", "is_steady"]

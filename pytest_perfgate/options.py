@@ -1,0 +1,220 @@
+"""Every setting: one table of specs, one frozen :class:`Options` built once.
+
+Precedence: command-line flag > ini option > environment variable > default. Each value is
+parsed where it is read, by a ``parse_*`` converter that names the bad value and the fix;
+the same converter serves argparse (``type=``), the ini file and the environment.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+
+class OptionError(ValueError):
+    """A setting has a bad value; the message says which, where it came from, and the fix."""
+
+
+def parse_fraction(text: str) -> float:
+    """'5%', '0.05' -> 0.05."""
+    s = str(text).strip()
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise OptionError(f"{text!r} is not a fraction: use e.g. 0.05 or 5%") from None
+    if not (0 < v < 1) or math.isnan(v):
+        raise OptionError(f"{text!r} is out of range: use a fraction between 0 and 1 "
+                          "(exclusive), e.g. 0.05 or 5%")
+    return v
+
+
+def _parse_number(text: str, kind: type, lo: float, what: str, example: str) -> Any:
+    try:
+        v = kind(str(text).strip())
+    except ValueError:
+        raise OptionError(f"{text!r} is not {what}: use e.g. {example}") from None
+    if isinstance(v, float) and not math.isfinite(v):
+        raise OptionError(f"{text!r} is not a finite number: use e.g. {example}")
+    if not v >= lo:
+        raise OptionError(f"{text!r} is too small: use {what} >= {lo}, e.g. {example}")
+    return v
+
+
+def parse_positive_int(text: str) -> int:
+    return int(_parse_number(text, int, 1, "a whole number", "5"))
+
+
+def parse_count(text: str) -> int:
+    return int(_parse_number(text, int, 0, "a whole number", "3"))
+
+
+def parse_seconds(text: str) -> float:
+    v = float(_parse_number(text, float, 0, "a number of seconds", "1.5"))
+    if v == 0:
+        raise OptionError(f"{text!r} is too small: use a number of seconds > 0, e.g. 1.5")
+    return v
+
+
+def parse_cores(text: str) -> float:
+    return float(_parse_number(text, float, 0, "a number of cores", "0.5"))
+
+
+def parse_policy(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        s = str(text).strip().lower()
+        if s not in choices:
+            raise OptionError(f"{text!r} is not one of {', '.join(choices)}")
+        return s
+
+    parse.__name__ = f"parse_{'_or_'.join(choices)}"
+    return parse
+
+
+def parse_bool(text: str) -> bool:
+    s = str(text).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise OptionError(f"{text!r} is not a boolean: use true or false")
+
+
+def parse_machine(text: str) -> str:
+    """A machine name becomes a folder name: keep it to a safe alphabet."""
+    s = str(text).strip()
+    ok = s and s not in (".", "..") and all(c.isascii() and (c.isalnum() or c in "._-")
+                                            for c in s)
+    if not ok:
+        raise OptionError(f"{text!r} is not a usable machine name: use letters, digits, "
+                          "'.', '_' and '-' only, e.g. runner-gpu-03")
+    return s
+
+
+def parse_commit(text: str) -> str:
+    s = str(text).strip()
+    if not (4 <= len(s) <= 40 and all(c in "0123456789abcdefABCDEF" for c in s)):
+        raise OptionError(f"{text!r} is not a commit hash: give 4-40 hex digits, e.g. "
+                          "the output of `git rev-parse --short main`")
+    return s.lower()
+
+
+def parse_rev(text: str) -> str:
+    """A git revision name; resolved later, against the repository."""
+    s = str(text).strip()
+    if not s or s.startswith("-") or any(c.isspace() or ord(c) < 32 for c in s):
+        raise OptionError(f"{text!r} is not a git revision: give a branch, tag or commit, "
+                          "e.g. origin/main")
+    return s
+
+
+def parse_path(text: str) -> str:
+    s = str(text).strip()
+    if not s:
+        raise OptionError("an empty path: give a file or folder path")
+    return s
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str  # Options field; flag is --perfgate-<name with ->, ini perfgate_<name>
+    parse: Callable[[str], Any]
+    help: str
+    env: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--perfgate-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "perfgate_" + self.name
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("threshold", parse_fraction, "throughput drop that fails a test (default 5%)"),
+    Spec("alpha", parse_fraction, "significance level of the one-sided test (default 0.01)"),
+    Spec("baseline_runs", parse_positive_int,
+         "compare with the newest N runs of ancestor commits on this machine (default 5)"),
+    Spec("baseline", parse_commit, "compare only with runs of this commit", "PERFGATE_BASELINE"),
+    Spec("results_dir", parse_path, "where asv history is kept (default: asv.conf.json's "
+         "results_dir, else .perfgate/results)", "PERFGATE_RESULTS_DIR"),
+    Spec("machine", parse_machine, "machine name to record and compare under (default: "
+         "hostname; set it on ephemeral runners)", "PERFGATE_MACHINE"),
+    Spec("windows", parse_positive_int, "measured windows per benchmark (default 8)"),
+    Spec("window_time", parse_seconds, "seconds per measured window (default 1.0)"),
+    Spec("warmup_max", parse_seconds, "longest warm-up before UNSTABLE, seconds (default 5)"),
+    Spec("load_limit", parse_cores, "outside load, in busy cores, that marks a window "
+         "polluted and re-measures it (default 0.5)"),
+    Spec("unstable", parse_policy("fail", "warn"), "UNSTABLE verdicts: fail or warn "
+         "(default fail)"),
+    Spec("inconclusive", parse_policy("fail", "warn"), "INCONCLUSIVE verdicts: fail or warn "
+         "(default warn)"),
+    Spec("json", parse_path, "write the report as JSON to this path"),
+    Spec("markdown", parse_path, "append a markdown summary to this path (default: "
+         "$GITHUB_STEP_SUMMARY when set)", "GITHUB_STEP_SUMMARY"),
+    Spec("record", parse_bool, "record results into history (default true)"),
+    Spec("ab", parse_rev, "interleaved A/B mode: measure this base revision and the working "
+         "tree in alternating turns, gate on the paired ratio", "PERFGATE_AB"),
+    Spec("ab_turns", parse_positive_int, "A/B turns per side (default 60)"),
+    Spec("ab_turn_time", parse_seconds, "seconds per A/B turn (default 0.25)"),
+    Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
+         "(e.g. building extensions)"),
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    enabled: bool = False
+    threshold: float = 0.05
+    alpha: float = 0.01
+    baseline_runs: int = 5
+    baseline: str | None = None
+    results_dir: str | None = None
+    machine: str | None = None
+    windows: int = 8
+    window_time: float = 1.0
+    warmup_max: float = 5.0
+    load_limit: float = 0.5
+    unstable: str = "fail"
+    inconclusive: str = "warn"
+    json: str | None = None
+    markdown: str | None = None
+    record: bool = True
+    ab: str | None = None
+    ab_turns: int = 60
+    ab_turn_time: float = 0.25
+    ab_setup: str | None = None
+
+    @classmethod
+    def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],
+                env: Mapping[str, str] = os.environ) -> Options:
+        """Flag > ini > env > default. Flags arrive parsed (argparse ran the converter)."""
+        values: dict[str, Any] = {"enabled": bool(enabled)}
+        for spec in SPECS:
+            if flags.get(spec.name) is not None:
+                values[spec.name] = flags[spec.name]
+                continue
+            raw, where = ini.get(spec.name), f"ini option {spec.ini}"
+            if raw in (None, "") and spec.env:
+                raw, where = env.get(spec.env), f"environment variable {spec.env}"
+            if raw in (None, ""):
+                continue
+            try:
+                values[spec.name] = spec.parse(raw)
+            except OptionError as e:
+                raise OptionError(f"{where}: {e}") from None
+        return cls(**values)
+
+    def results_path(self, rootdir: Path) -> Path:
+        from .history import default_results_dir
+
+        if self.results_dir:
+            p = Path(self.results_dir)
+            return p if p.is_absolute() else rootdir / p
+        return Path(default_results_dir(rootdir))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,140 @@
+"""Rendering verdicts: the terminal table, a failure explanation, JSON and markdown.
+
+Pure functions over :class:`~pytest_perfgate.session.Judged`, so a CLI renders the same.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Sequence
+
+from .gate import Outcome
+from .session import Judged
+
+COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
+
+
+def _num(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def top_phase(j: Judged) -> str:
+    """The phase that grew most against the baseline, else the biggest phase."""
+    phases = j.result.phases
+    if not phases:
+        return "-"
+    grown = {n: p.ms_per_call - j.baseline_phases[n] for n, p in phases.items()
+             if n in j.baseline_phases}
+    if grown and max(grown.values()) > 0:
+        n = max(grown, key=lambda k: grown[k])
+        base = j.baseline_phases[n]
+        return f"{n} {base:.3g}->{phases[n].ms_per_call:.3g} ms"
+    n = max(phases, key=lambda k: phases[k].share)
+    return f"{n} {phases[n].share:.0%}"
+
+
+def row(j: Judged) -> tuple[str, ...]:
+    v = j.verdict
+    ratio = p = "-"
+    verdict = "SMOKE" if v is None else v.outcome.value
+    if v is not None and v.ratio is not None:
+        ratio = f"{v.ratio:.3f}"
+        if v.ci is not None:
+            ratio += f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}]"
+        p = f"{v.p_value:.2g}" if v.p_value is not None else "-"
+    return (j.result.name, _num(j.result.steps_per_s), _num(j.baseline_steps_per_s), ratio,
+            p, verdict, top_phase(j))
+
+
+def table(judged: Sequence[Judged]) -> list[str]:
+    rows = [COLUMNS, *(row(j) for j in judged)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def notes(judged: Sequence[Judged]) -> list[str]:
+    """One line per verdict that is not a plain OK, plus measurement caveats."""
+    out = []
+    for j in judged:
+        r, v = j.result, j.verdict
+        if v is not None and v.outcome is not Outcome.OK:
+            out.append(f"{r.name}: {v.outcome.value}: {v.message}")
+        if r.remeasured or r.polluted_kept:
+            out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
+                       + (f", {r.polluted_kept} polluted window(s) kept (re-measure budget "
+                          "spent)" if r.polluted_kept else ""))
+    return out
+
+
+def explain(j: Judged) -> str:
+    """The one-screen failure text shown instead of a traceback."""
+    v, r = j.verdict, j.result
+    assert v is not None
+    lines = [f"perfgate {v.outcome.value}: {r.name}", f"  {v.message}"]
+    if v.ratio is not None:
+        ci = f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}] ({1 - 2 * j.rule.alpha:.0%} CI)" if v.ci else ""
+        lines.append(f"  throughput ratio head/baseline: {v.ratio:.3f}{ci}, "
+                     f"p={v.p_value:.2g} (one-sided, alpha={j.rule.alpha:g})")
+        lines.append(f"  steps/s: {_num(r.steps_per_s)} now vs {_num(j.baseline_steps_per_s)} "
+                     "baseline (medians)")
+    if j.baseline_commits:
+        shown = ", ".join(c[:10] for c in j.baseline_commits)
+        lines.append(f"  baseline: {len(j.baseline_commits)} run(s) at {shown}")
+    if r.phases:
+        lines.append("  phases (ms per call now vs baseline, share, cores):")
+        for name, ph in sorted(r.phases.items(), key=lambda kv: -kv[1].share):
+            base = j.baseline_phases.get(name)
+            was = f"{base:.3g}" if base is not None else "-"
+            lines.append(f"    {name:<16} {ph.ms_per_call:9.3g} vs {was:>8}  "
+                         f"{ph.share:5.0%}  {ph.cores:.2f}")
+        lines.append(f"  grew most: {top_phase(j)}")
+    lines.append(f"  warm-up {r.warmup_s:.1f}s, {len(r.samples)} windows, "
+                 f"cores used {r.cores:.2f}")
+    return "\n".join(lines)
+
+
+def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = []
+    for j in judged:
+        v = j.verdict
+        out.append({
+            "benchmark": j.result.name, "test": j.test_id,
+            "steps_per_s": j.result.steps_per_s,
+            "baseline_steps_per_s": j.baseline_steps_per_s,
+            "verdict": None if v is None else v.outcome.value,
+            "message": None if v is None else v.message,
+            "ratio": None if v is None else v.ratio,
+            "ci": None if v is None or v.ci is None else list(v.ci),
+            "p_value": None if v is None else v.p_value,
+            "resolvable_drop": None if v is None else v.resolvable,
+            "threshold": j.rule.threshold, "fails": bool(v and v.fails(j.rule)),
+            "baseline_commits": j.baseline_commits, "top_phase": top_phase(j),
+            "result": j.result.to_json(),
+        })
+    return {"perfgate_report": 1, "benchmarks": out, "metadata": meta or {}}
+
+
+def write_json(path: str, judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> None:
+    from pathlib import Path
+
+    from .history import atomic_write
+
+    data = json.dumps(to_json(judged, meta), indent=2, default=str).encode()
+    atomic_write(Path(path), data)
+
+
+def markdown(judged: Sequence[Judged]) -> str:
+    head = "| " + " | ".join(COLUMNS) + " |"
+    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = ["| " + " | ".join(c.replace("|", "\\|") for c in row(j)) + " |" for j in judged]
+    extra = [f"- {n}" for n in notes(judged)]
+    return "\n".join(["### perfgate", "", head, sep, *body, "", *extra, ""])

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The two README commands. Each sets up .venv on first use (Python 3.11+), then:
+#   bash run.sh perf [pytest args]   the shipped perf suite under `pytest --perfgate`
+#   bash run.sh test [pytest args]   the test suite
+set -euo pipefail
+cd "$(dirname "$0")"
+what="${1:-}"; shift || true
+PY="${PERFGATE_PYTHON:-python3}"
+VENV="${PERFGATE_VENV:-.venv}"
+stamp="$VENV/.perfgate-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "pytest-perfgate needs Python >= 3.11"'
+  "$PY" -m venv "$VENV"
+  # torch==2.13.0 first: on this machine it resolves to the CPU wheel on disk (a bare
+  # `torch` would pull a multi-GB CUDA build).
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[mujoco,torch,dev]'
+  touch "$stamp"
+fi
+case "$what" in
+  perf) exec "$VENV/bin/python" -m pytest --perfgate perf "$@" ;;
+  test)
+    set +e
+    "$VENV/bin/python" -m pytest tests "$@"
+    rc=$?
+    # pytest exit 5 = "no tests collected": not a failure of the suite itself.
+    [ "$rc" -eq 5 ] && rc=0
+    exit "$rc" ;;
+  *) echo "usage: bash run.sh perf|test [pytest args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,106 @@
+"""The gate's decision rule, on synthetic samples (no clock, no machine)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pytest_perfgate.gate import (Outcome, Rule, decide, evaluate, history_evidence,
+                                  paired_evidence)
+
+
+def runs(medians: list[float], k: int = 8, jitter: float = 0.01, seed: int = 0
+         ) -> list[list[float]]:
+    rng = random.Random(seed)
+    return [[m * math.exp(rng.gauss(0, jitter)) for _ in range(k)] for m in medians]
+
+
+BASE = runs([100, 102, 99, 101, 100])  # 1-2% run-to-run spread
+
+
+def test_unchanged_speed_is_ok() -> None:
+    v = evaluate(runs([100.5], seed=9)[0], BASE, Rule())
+    assert v.outcome is Outcome.OK
+    assert v.ratio == pytest.approx(1.0, abs=0.02)
+    assert v.ci[0] < v.ratio < v.ci[1]
+
+
+def test_twice_as_slow_is_regression() -> None:
+    v = evaluate(runs([200], seed=3)[0], BASE, Rule())
+    assert v.outcome is Outcome.REGRESSION
+    assert v.ratio == pytest.approx(0.5, rel=0.03)
+    assert v.p_value < 0.01
+    assert v.fails(Rule())
+    assert "fell 50" in v.message
+
+
+def test_faster_is_improvement_and_passes() -> None:
+    v = evaluate(runs([70], seed=4)[0], BASE, Rule())
+    assert v.outcome is Outcome.IMPROVEMENT
+    assert not v.fails(Rule())
+    assert "baseline will move" in v.message
+
+
+def test_drifting_history_is_inconclusive_not_a_guess() -> None:
+    noisy = runs([100, 130, 90, 120, 95], seed=1)  # the 1.5x drift of FIELD-NOTES 7
+    v = evaluate(runs([108], seed=2)[0], noisy, Rule(threshold=0.05))
+    assert v.outcome is Outcome.INCONCLUSIVE
+    assert v.resolvable > 0.05
+    assert "can only resolve drops of" in v.message and "--perfgate-ab" in v.message
+    assert not v.fails(Rule())
+    assert v.fails(Rule(inconclusive="fail"))
+
+
+def test_slowdown_at_threshold_is_never_a_silent_pass() -> None:
+    for seed in range(20):
+        noisy = runs([100, 100 * (1 + seed / 40), 100, 97, 103], seed=seed)
+        v = evaluate(runs([125], seed=seed + 50)[0], noisy, Rule())
+        assert v.outcome in (Outcome.REGRESSION, Outcome.INCONCLUSIVE), v
+
+
+def test_significant_but_small_drop_is_ok() -> None:
+    tight = runs([100] * 5, jitter=0.001)
+    v = evaluate(runs([102], jitter=0.001, seed=7)[0], tight, Rule(threshold=0.05))
+    assert v.outcome is Outcome.OK and v.p_value < 0.01
+
+
+def test_within_run_spread_is_a_floor() -> None:
+    # baseline medians agree by luck, but windows scatter 10%: no false confidence
+    base = [[90, 110, 100, 95, 105, 100], [110, 90, 100, 105, 95, 100]]
+    ev = history_evidence([100, 104, 96, 100, 110, 90], base)
+    assert ev.between is not None and ev.between < 1e-9
+    assert ev.within is not None and ev.within > 0.05
+    assert ev.se >= ev.within
+
+
+def test_single_baseline_run_uses_window_spread() -> None:
+    v = evaluate(runs([200])[0], runs([100]), Rule())
+    assert v.outcome is Outcome.REGRESSION and v.evidence.n_base == 1
+
+
+def test_no_baseline_and_unstable() -> None:
+    assert evaluate([1.0, 1.0], [], Rule()).outcome is Outcome.NO_BASELINE
+    v = evaluate([1.0, 1.0], BASE, Rule(), steady=False)
+    assert v.outcome is Outcome.UNSTABLE and v.fails(Rule())
+    assert not v.fails(Rule(unstable="warn"))
+
+
+def test_paired_evidence_cancels_common_drift() -> None:
+    rng = random.Random(5)
+    drift = [math.exp(rng.uniform(-0.3, 0.3)) for _ in range(40)]  # +-35% machine speed
+    base = [100 * d * math.exp(rng.gauss(0, 0.005)) for d in drift]
+    head = [105 * d * math.exp(rng.gauss(0, 0.005)) for d in drift]
+    v = decide(paired_evidence(base, head), Rule(threshold=0.03))
+    assert v.outcome is Outcome.REGRESSION
+    assert 1 / v.ci[1] < 1.05 < 1 / v.ci[0]
+
+
+def test_rule_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="threshold=1.5 must be a fraction"):
+        Rule(threshold=1.5)
+    with pytest.raises(ValueError, match="unstable='maybe'"):
+        Rule(unstable="maybe")
+    with pytest.raises(ValueError, match="equal, >= 2 turns"):
+        paired_evidence([1.0], [1.0, 2.0])

@@ -1,0 +1,149 @@
+"""Machine metadata from fake /proc and /sys trees; fingerprints and their explanations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate import machine
+from pytest_perfgate.machine import (asv_machine_json, cgroup_cpu_quota, collect_metadata,
+                                     describe_mismatch, fingerprint, fingerprint_fields,
+                                     format_cpulist, parse_cpulist)
+
+VERSIONS = {"numpy": "2.0.1", "torch": None, "mujoco": "4.0.0", "mujoco-core": "4.0.1",
+            "asv": "0.6.6", "scipy": "1.14", "psutil": "6", "pytest": "8", "pytest-perfgate": "0"}
+CPUINFO = "".join(
+    f"processor\t: {i}\nmodel name\t: AMD EPYC  7K62 48-Core Processor\nphysical id\t: {i // 4}\n"
+    f"core id\t\t: {(i % 4) // 2}\n\n" for i in range(8))
+
+
+def put(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    """8 logical CPUs, 4 cores with SMT, 2 NUMA nodes, cgroup v2 quota of 2.5 CPUs."""
+    put(tmp_path, "proc/cpuinfo", CPUINFO)
+    for cpu in range(8):
+        put(tmp_path, f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list",
+            f"{cpu - cpu % 2}-{cpu - cpu % 2 + 1}\n")
+        put(tmp_path, f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "performance\n")
+    put(tmp_path, "sys/devices/system/cpu/online", "0-7\n")
+    put(tmp_path, "sys/devices/system/cpu/smt/active", "1\n")
+    put(tmp_path, "sys/devices/system/cpu/cpufreq/boost", "1\n")
+    for node in (0, 1):
+        put(tmp_path, f"sys/devices/system/node/node{node}/cpulist", f"{node * 4}-{node * 4 + 3}")
+    put(tmp_path, "sys/devices/system/node/online", "0-1\n")
+    put(tmp_path, "proc/self/status", "Name:\tpython\nCpus_allowed_list:\t0-3,6\n")
+    put(tmp_path, "proc/self/cgroup", "0::/ci/job1\n")
+    put(tmp_path, "sys/fs/cgroup/cpu.max", "max 100000\n")
+    put(tmp_path, "sys/fs/cgroup/ci/cpu.max", "400000 100000\n")
+    put(tmp_path, "sys/fs/cgroup/ci/job1/cpu.max", "250000 100000\n")
+    put(tmp_path, "proc/meminfo", "MemTotal:       16384000 kB\nMemFree: 1 kB\n")
+    put(tmp_path, "proc/sys/kernel/osrelease", "6.1.0-test\n")
+    put(tmp_path, "etc/os-release", 'NAME="Debian"\nPRETTY_NAME="Debian GNU/Linux 12"\n')
+    return tmp_path
+
+
+def test_reads_every_field_from_a_fake_tree(box: Path) -> None:
+    meta = collect_metadata("ci-4core", root=box, versions=VERSIONS)
+    assert meta["machine"] == "ci-4core"
+    assert meta["cpu_model"] == "AMD EPYC 7K62 48-Core Processor"
+    assert (meta["cpu_logical"], meta["cpu_physical"], meta["smt"]) == (8, 4, True)
+    assert meta["numa_nodes"] == 2
+    assert (meta["affinity"], meta["affinity_count"]) == ("0-3,6", 5)
+    assert meta["cgroup_cpu_quota"] == 2.5  # the tightest level along the cgroup path
+    assert (meta["governor"], meta["turbo"]) == ("performance", True)
+    assert meta["mem_total"] == 16384000 * 1024
+    assert (meta["os"], meta["kernel"]) == ("Debian GNU/Linux 12", "6.1.0-test")
+    assert meta["versions"]["mujoco-core"] == "4.0.1"
+
+
+def test_cgroup_v1_quota_and_unlimited(tmp_path: Path) -> None:
+    put(tmp_path, "proc/self/cgroup", "4:memory:/x\n1:cpu,cpuacct:/docker/abc\n")
+    put(tmp_path, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "150000\n")
+    put(tmp_path, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n")
+    put(tmp_path, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n")
+    put(tmp_path, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_quota(tmp_path) == 1.5
+    (tmp_path / "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpu_quota(tmp_path) is None
+
+
+def test_odd_or_missing_files_never_raise(tmp_path: Path) -> None:
+    put(tmp_path, "proc/cpuinfo", "\x00\xff garbage without colons\n")
+    put(tmp_path, "proc/self/status", "Cpus_allowed_list:\t0-99999999999\n")  # not enumerated
+    put(tmp_path, "proc/self/cgroup", "0::/a\nnonsense\n")
+    put(tmp_path, "sys/fs/cgroup/cpu.max", "banana\n")
+    put(tmp_path, "proc/meminfo", "MemTotal: lots\n")
+    put(tmp_path, "sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "x-y")
+    (tmp_path / "sys/devices/system/cpu/intel_pstate").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/intel_pstate/no_turbo").mkdir()  # a dir, not a file
+    meta = collect_metadata(None, root=tmp_path, versions={})
+    assert meta["machine"]  # hostname fallback
+    for key in ("cpu_physical", "numa_nodes", "affinity", "cgroup_cpu_quota", "governor",
+                "turbo", "mem_total"):
+        assert meta[key] is None, key
+    fingerprint(meta)  # still hashable
+
+
+def test_live_machine_collects_quickly_without_importing_heavy_modules() -> None:
+    import sys
+    before = {"torch", "mujoco"} & set(sys.modules)
+    meta = collect_metadata(None)
+    assert ({"torch", "mujoco"} & set(sys.modules)) == before
+    assert meta["cpu_logical"] >= 1 and meta["affinity_count"] >= 1
+    assert meta["python"].count(".") == 2
+
+
+def test_cpulist_round_trip_and_bounds() -> None:
+    assert parse_cpulist("0-2,5,7-8\n") == {0, 1, 2, 5, 7, 8}
+    assert format_cpulist({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert parse_cpulist("") == set()
+    assert parse_cpulist("3-1") is None
+    assert parse_cpulist(f"0-{machine.MAX_CPU_ID}") is None
+    assert parse_cpulist(None) is None
+
+
+def test_fingerprint_keys_on_comparability_only(box: Path) -> None:
+    meta = collect_metadata("ci-4core", root=box, versions=VERSIONS)
+    fp = fingerprint(meta)
+    assert len(fp) == 12 and fp == fingerprint(dict(meta))
+    volatile = {**meta, "governor": "powersave", "turbo": False, "kernel": "6.2",
+                "python": "3.11.9", "versions": {**VERSIONS, "asv": "0.7"}}
+    assert fingerprint(volatile) == fp
+    for change in ({"machine": "other"}, {"affinity": "0-1"}, {"cgroup_cpu_quota": 2.0},
+                   {"numa_nodes": 1}, {"python": "3.12.1"},
+                   {"versions": {**VERSIONS, "mujoco-core": "4.0.2"}}):
+        assert fingerprint({**meta, **change}) != fp, change
+    assert fingerprint_fields(meta)["mujoco"] == "4.0.1"  # the core, not the meta-package
+
+
+def test_describe_mismatch_renders_what_changed(box: Path) -> None:
+    a = fingerprint_fields(collect_metadata("ci", root=box, versions=VERSIONS))
+    b = dict(a, mujoco="4.0.2", numa_nodes=1, torch="2.4.0")
+    assert describe_mismatch(a, b) == ("numa_nodes 2 -> 1, mujoco 4.0.1 -> 4.0.2, "
+                                       "torch none -> 2.4.0")
+    c = dict(a, cpu_model="Intel Xeon")
+    assert describe_mismatch(a, c) == ("cpu_model 'AMD EPYC 7K62 48-Core Processor' -> "
+                                       "'Intel Xeon'")
+    assert describe_mismatch(a, a) == "nothing (same fields)"
+
+
+def test_asv_machine_json(box: Path) -> None:
+    meta = collect_metadata("ci-4core", root=box, versions=VERSIONS)
+    assert asv_machine_json(meta) == {
+        "machine": "ci-4core", "os": "Linux 6.1.0-test", "arch": meta["arch"],
+        "cpu": "AMD EPYC 7K62 48-Core Processor", "num_cpu": "8",
+        "ram": str(16384000 * 1024), "version": 1}
+
+
+def test_package_versions_never_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    got = machine.package_versions(lambda name: seen.append(name) or None)
+    assert set(got) == set(machine.VERSIONED) and all(v is None for v in got.values())
+    assert "torch" in seen and "mujoco-core" in seen

@@ -1,0 +1,71 @@
+"""Every option: precedence, parsing, and the exact message a bad value produces."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_perfgate.options import (SPECS, OptionError, Options, parse_bool, parse_commit,
+                                     parse_fraction, parse_machine, parse_positive_int,
+                                     parse_seconds)
+
+
+def resolve(flags=None, ini=None, env=None) -> Options:
+    return Options.resolve(True, flags or {}, ini or {}, env or {})
+
+
+def test_defaults() -> None:
+    o = resolve()
+    assert (o.threshold, o.alpha, o.baseline_runs, o.windows) == (0.05, 0.01, 5, 8)
+    assert (o.unstable, o.inconclusive, o.record) == ("fail", "warn", True)
+
+
+def test_flag_beats_ini_beats_env() -> None:
+    env = {"PERFGATE_MACHINE": "from-env"}
+    assert resolve(env=env).machine == "from-env"
+    assert resolve(ini={"machine": "from-ini"}, env=env).machine == "from-ini"
+    assert resolve(flags={"machine": "from-flag"}, ini={"machine": "x"}, env=env).machine \
+        == "from-flag"
+
+
+@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.1", 0.1), (" 2.5% ", 0.025)])
+def test_parse_fraction(text: str, value: float) -> None:
+    assert parse_fraction(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("parse,text,message", [
+    (parse_fraction, "abc", "'abc' is not a fraction: use e.g. 0.05 or 5%"),
+    (parse_fraction, "150%", "'150%' is out of range: use a fraction between 0 and 1 "
+     "(exclusive), e.g. 0.05 or 5%"),
+    (parse_positive_int, "0", "'0' is too small: use a whole number >= 1, e.g. 5"),
+    (parse_positive_int, "2.5", "'2.5' is not a whole number: use e.g. 5"),
+    (parse_seconds, "0", "'0' is too small: use a number of seconds > 0, e.g. 1.5"),
+    (parse_seconds, "inf", "'inf' is not a finite number: use e.g. 1.5"),
+    (parse_bool, "maybe", "'maybe' is not a boolean: use true or false"),
+    (parse_machine, "../etc", "'../etc' is not a usable machine name: use letters, digits, "
+     "'.', '_' and '-' only, e.g. runner-gpu-03"),
+    (parse_commit, "main", "'main' is not a commit hash: give 4-40 hex digits, e.g. the "
+     "output of `git rev-parse --short main`"),
+])
+def test_bad_values_render(parse, text: str, message: str) -> None:
+    with pytest.raises(OptionError) as e:
+        parse(text)
+    assert str(e.value) == message
+
+
+def test_ini_and_env_errors_name_their_source() -> None:
+    with pytest.raises(OptionError, match="^ini option perfgate_windows: 'x' is not a whole"):
+        resolve(ini={"windows": "x"})
+    with pytest.raises(OptionError, match="^environment variable PERFGATE_MACHINE: 'a b'"):
+        resolve(env={"PERFGATE_MACHINE": "a b"})
+
+
+def test_every_spec_has_flag_and_ini() -> None:
+    names = {f for f in Options.__dataclass_fields__} - {"enabled"}
+    assert {s.name for s in SPECS} == names
+    assert all(s.flag.startswith("--perfgate-") and s.ini.startswith("perfgate_") for s in SPECS)
+
+
+def test_policy_choice() -> None:
+    with pytest.raises(OptionError, match="^ini option perfgate_unstable: 'never' is not one "
+                                          "of fail, warn$"):
+        resolve(ini={"unstable": "never"})

@@ -1,0 +1,178 @@
+"""The plugin end to end, in pytester sandboxes, on a fake clock (exact, no real timing).
+
+The sandbox's conftest swaps the session's clock for a FakeClock that the perf test's step
+advances, so "twice as slow" is exactly twice as slow, whatever the machine does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+CONFTEST = """
+import pytest
+from pytest_perfgate.loadwatch import NullProbe
+from pytest_perfgate.plugin import session_key
+from pytest_perfgate.timing import FakeClock
+
+CLOCK = FakeClock()
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    s = config.stash[session_key]
+    s.clock = CLOCK
+    s.load_probe = NullProbe()
+"""
+
+PERF_TEST = """
+import os, random
+from conftest import CLOCK
+
+def test_walk(perfgate):
+    slow = float(os.environ.get("SLOW", "1"))
+    run = random.Random().gauss(0, 0.01)   # run-to-run drift
+    rng = random.Random()
+    def step():
+        with perfgate.phase("physics"):
+            CLOCK.advance(0.001 * slow * (1 + run + rng.gauss(0, 0.01)))
+        with perfgate.phase("observe"):
+            CLOCK.advance(0.0002)
+    perfgate.measure(step, transitions=16)
+"""
+
+ARGS = ["--perfgate", "--perfgate-machine=testbox", "--perfgate-windows=6",
+        "--perfgate-window-time=0.05", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def sandbox(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_perf=PERF_TEST)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    return pytester
+
+
+def run(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, slow: float = 1.0,
+        *extra: str) -> pytest.RunResult:
+    monkeypatch.setenv("SLOW", str(slow))
+    return p.runpytest_inprocess(*ARGS, *extra)
+
+
+def test_history_then_regression(sandbox: pytest.Pytester,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    first = run(sandbox, monkeypatch)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*perfgate*", "*test_perf.test_walk*NO BASELINE*",
+                                "*NO BASELINE: no earlier run*", "recorded run *"])
+    for _ in range(3):
+        run(sandbox, monkeypatch).assert_outcomes(passed=1)
+    same = run(sandbox, monkeypatch, 1.0, "--perfgate-json=report.json")
+    same.assert_outcomes(passed=1)
+    rep = json.loads((sandbox.path / "report.json").read_text())
+    assert rep["benchmarks"][0]["verdict"] in ("OK", "IMPROVEMENT")
+    assert rep["benchmarks"][0]["baseline_commits"] and len(
+        rep["benchmarks"][0]["baseline_commits"]) == 4
+
+    slow = run(sandbox, monkeypatch, 2.0)
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines([
+        "*perfgate REGRESSION: test_perf.test_walk",
+        "*throughput fell *% (threshold 5%), p=*",
+        "*throughput ratio head/baseline: 0.5* [[]0.*-0.*[]] (98% CI), p=*",
+        "*baseline: 5 run(s) at*",
+        "*grew most: physics*",
+    ])
+    assert "Traceback" not in slow.stdout.str()
+    assert "def test_walk" not in slow.stdout.str()
+
+    files = sorted(p.name for p in (sandbox.path / "results" / "testbox").iterdir())
+    assert files == ["machine.json", "perfgate"]  # outside git: no asv result file
+    assert len(list((sandbox.path / "results" / "testbox" / "perfgate").glob("*.pgrun"))) == 6
+
+
+def test_marker_threshold_and_warn_policy(sandbox: pytest.Pytester,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox.makepyfile(test_perf=PERF_TEST.replace(
+        "def test_walk", "import pytest\n@pytest.mark.perfgate(threshold=0.6)\ndef test_walk"))
+    for _ in range(3):
+        run(sandbox, monkeypatch).assert_outcomes(passed=1)
+    res = run(sandbox, monkeypatch, 2.0)  # a 50% drop is inside a 60% threshold
+    res.assert_outcomes(passed=1)
+
+
+def test_smoke_mode_records_nothing(sandbox: pytest.Pytester) -> None:
+    res = sandbox.runpytest_inprocess("-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*perfgate (smoke mode: not measured, not recorded)*",
+                              "*test_perf.test_walk*SMOKE*"])
+    assert not (sandbox.path / "results").exists()
+
+
+def test_workload_exception_is_an_error_not_a_regression(
+        sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox.makepyfile(test_boom="""
+        def test_boom(perfgate):
+            def step():
+                raise RuntimeError("env exploded")
+            perfgate.measure(step, transitions=1)
+    """)
+    res = run(sandbox, monkeypatch, 1.0, "test_boom.py")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*RuntimeError: env exploded*"])
+    assert "REGRESSION" not in res.stdout.str()
+
+
+def test_bad_flag_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    res = pytester.runpytest_subprocess("--perfgate-threshold=abc")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*argument --perfgate-threshold: 'abc' is not a fraction: "
+                              "use e.g. 0.05 or 5%"])
+
+
+def test_bad_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nperfgate_windows = many\n")
+    res = pytester.runpytest_subprocess()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*perfgate: ini option perfgate_windows: 'many' is not a whole "
+                              "number: use e.g. 5"])
+
+
+def test_bad_marker_and_name_render(sandbox: pytest.Pytester,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox.makepyfile(test_bad="""
+        import pytest
+        @pytest.mark.perfgate(threshold="lots")
+        def test_marker(perfgate):
+            pass
+        def test_name(perfgate):
+            perfgate.measure(lambda: None, transitions=1, name="../../etc/x")
+    """)
+    res = run(sandbox, monkeypatch, 1.0, "test_bad.py")
+    res.stdout.fnmatch_lines([
+        "*@pytest.mark.perfgate(threshold='lots') on test_bad.py::test_marker: 'lots' is not "
+        "a fraction*",
+        "*name='../../etc/x' is not a usable benchmark name*"])
+
+
+def test_xdist_is_refused(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    res = pytester.runpytest_subprocess("--perfgate", "-n", "2")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--perfgate cannot run under pytest-xdist*-n0*"])
+
+
+def test_pytest_benchmark_results_are_gated(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_benchmark")
+    pytester.makepyfile(test_pb="""
+        def test_sum(benchmark):
+            benchmark.pedantic(sum, args=(range(100),), rounds=12, iterations=5)
+    """)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    res = pytester.runpytest_inprocess("--perfgate", "--perfgate-machine=pb",
+                                       "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*test_pb.test_sum*NO BASELINE*"])
+    runs = list((pytester.path / "results" / "pb" / "perfgate").glob("*.pgrun"))
+    rec = json.loads(runs[0].read_text())
+    assert rec["benchmarks"]["test_pb.test_sum"]["source"] == "pytest-benchmark"

@@ -1,0 +1,150 @@
+"""Phase recording and the measurement loop, driven by a fake clock (exact, instant)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_perfgate.loadwatch import LoadSample, NullProbe, ProcStatProbe
+from pytest_perfgate.measure import LoopSource, MeasureConfig, Meter, RawWindow, is_steady
+from pytest_perfgate.timing import FakeClock, PhaseRecorder, activate, phase
+
+
+def test_phase_accumulates_wall_and_cpu() -> None:
+    clock = FakeClock()
+    rec = PhaseRecorder(clock)
+    for _ in range(3):
+        with rec.phase("physics"):
+            clock.advance(0.002, cpu_s=0.004)  # two cores busy
+        with rec.phase("observe"):
+            clock.advance(0.001)
+    got = rec.take()
+    assert got["physics"].calls == 3
+    assert got["physics"].ms_per_call == pytest.approx(2.0)
+    assert got["physics"].cores == pytest.approx(2.0)
+    assert got["observe"].cores == pytest.approx(1.0)
+    assert rec.take() == {}
+
+
+def test_module_phase_reports_to_active_recorder_only() -> None:
+    clock = FakeClock()
+    rec = PhaseRecorder(clock)
+    with phase("x"):  # no recorder active: a no-op
+        clock.advance(1)
+    with activate(rec):
+        with phase("x"):
+            clock.advance(0.5)
+    assert rec.take()["x"].wall_ns == 500_000_000
+
+
+def test_bad_phase_name() -> None:
+    with pytest.raises(ValueError, match="non-empty string"):
+        PhaseRecorder().phase("")
+
+
+def make_source(clock: FakeClock, step_s: list[float], transitions: int = 10) -> LoopSource:
+    it = iter(step_s)
+    last = [step_s[-1]]
+
+    def step() -> None:
+        dt = next(it, last[0])
+        with phase("physics"):
+            clock.advance(dt * 0.8)
+        clock.advance(dt * 0.2)
+
+    return LoopSource(step, transitions, clock=clock)
+
+
+def test_loop_window_counts_calls_and_phases() -> None:
+    clock = FakeClock()
+    src = make_source(clock, [0.01])
+    w = src.run_window(0.1)
+    assert w.calls == 10 and w.transitions == 100
+    assert w.wall_s == pytest.approx(0.1)
+    assert w.phases["physics"].calls == 10
+    assert w.phases["physics"].wall_ns == pytest.approx(0.08e9)
+
+
+def test_warmup_waits_for_steady_state() -> None:
+    clock = FakeClock()
+    # slow at first (JIT, caches), speeding up 10% a call, then steady at 10 ms/step
+    costs = [max(0.01, 0.05 * 0.9 ** i) for i in range(40)]
+    src = make_source(clock, costs)
+    cfg = MeasureConfig(windows=6, window_s=0.2, warmup_window_s=0.1, warmup_span=2,
+                        warmup_max_s=5.0, stability_tol=0.1)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
+    assert m.steady
+    assert m.warmup_windows > 4
+    assert m.warmup_s >= 0.5
+    assert len(m.windows) == 6
+    assert m.steps_per_s == pytest.approx(1000)
+    assert m.samples == pytest.approx([1000.0] * 6)  # s per million steps
+
+
+def test_never_steady_is_reported() -> None:
+    clock = FakeClock()
+    src = make_source(clock, [0.001 * (1.3 ** i) for i in range(60)])
+    cfg = MeasureConfig(windows=2, window_s=0.1, warmup_window_s=0.05, warmup_max_s=1.0)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
+    assert not m.steady and m.warmup_s >= 1.0
+
+
+def test_is_steady_rule() -> None:
+    assert not is_steady([1, 1, 1], span=2, tol=0.1)
+    assert is_steady([5, 1, 1.05, 1.0, 1.04], span=2, tol=0.1)
+    assert not is_steady([1, 1, 2, 2], span=2, tol=0.1)
+
+
+class ScriptedProbe:
+    """Outside load scripted per window: busy cores beyond our own."""
+
+    def __init__(self, other: list[float], ncpu: int = 2) -> None:
+        self.other = other
+        self.ticks = 0
+        self.busy = 0
+        self.i = 0
+        self.ncpu = ncpu
+        self.half = False
+
+    def sample(self) -> LoadSample:
+        if self.half:  # end of a window: 1 s of 100 ticks/cpu elapsed, ours is 1 core
+            self.ticks += 100 * self.ncpu
+            load = 1.0 + (self.other[self.i] if self.i < len(self.other) else 0.0)
+            self.busy += int(100 * load)
+            self.i += 1
+        self.half = not self.half
+        return LoadSample(self.busy, self.ticks, self.ncpu)
+
+
+class ConstSource:
+    def run_window(self, duration_s: float) -> RawWindow:
+        return RawWindow(1000, duration_s, duration_s)
+
+
+def test_polluted_windows_are_remeasured_then_kept() -> None:
+    cfg = MeasureConfig(windows=3, window_s=1.0, warmup_window_s=0.1, warmup_span=1,
+                        load_limit=0.5, max_remeasure=2)
+    # warm-up windows are not probed; measured windows: 1.0 (polluted) x3, then clean
+    m = Meter(cfg, clock=FakeClock(), load_probe=ScriptedProbe([1.0, 1.0, 1.0, 0.0, 0.0]))
+    # FakeClock does not move for ConstSource, so warm-up ends on its first check
+    res = m.measure(ConstSource())
+    assert res.remeasured == 2
+    assert res.polluted_kept == 1
+    assert [w.polluted for w in res.windows] == [True, False, False]
+    assert res.windows[1].other_load == pytest.approx(0.0)
+
+
+def test_proc_stat_probe(tmp_path) -> None:
+    f = tmp_path / "stat"
+    f.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")
+    s = ProcStatProbe(str(f)).sample()
+    assert s is not None and s.busy == 150 and s.total == 1000
+    f.write_text("garbage\n")
+    assert ProcStatProbe(str(f)).sample() is None
+    assert ProcStatProbe(str(tmp_path / "missing")).sample() is None
+
+
+def test_loop_source_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"transitions=0: pass the number of env-steps"):
+        LoopSource(lambda: None, 0)
+    with pytest.raises(TypeError, match="is not callable"):
+        LoopSource(42, 1)  # type: ignore[arg-type]
