@@ -86,7 +86,11 @@ def explain(j: Judged) -> str:
                      f"p={v.p_value:.2g} (one-sided, alpha={j.rule.alpha:g})")
         lines.append(f"  steps/s: {_num(r.steps_per_s)} now vs {_num(j.baseline_steps_per_s)} "
                      "baseline (medians)")
-    if j.baseline_commits:
+    ab_base = r.extra.get("ab_base")
+    if ab_base is not None:
+        lines.append(f"  baseline: base revision {ab_base} ({str(r.extra.get('ab_base_commit'))[:10]}),"
+                     " measured in alternating turns with head")
+    elif j.baseline_commits:
         shown = ", ".join(c[:10] for c in j.baseline_commits)
         lines.append(f"  baseline: {len(j.baseline_commits)} run(s) at {shown}")
     if r.phases:

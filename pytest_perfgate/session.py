@@ -204,11 +204,14 @@ class _HistoryContext:
         if self.options.baseline:
             return (f"no run of commit {self.options.baseline} on machine {self.machine!r} "
                     f"has {name}; recorded, nothing to compare with")
-        other = history.describe_other_fingerprints(self.runs, self.fingerprint, name)
-        msg = (f"no earlier run of {name} on this machine ({self.machine}, fingerprint "
-               f"{self.fingerprint}) at an ancestor commit; this result was recorded and "
-               "becomes the baseline")
-        return f"{msg}. {other}" if other else msg
+        other = history.describe_other_fingerprints(self.runs, self.fingerprint, name,
+                                                    current_meta=self.meta)
+        where = f"machine {self.machine!r}, fingerprint {self.fingerprint}"
+        if other:
+            return f"{other}; recorded as the first result of {where}"
+        git = "" if self.git.available else f" (outside git: {self.git.reason})"
+        return (f"no earlier run of {name} on {where} at an ancestor commit{git}; this "
+                "result was recorded and becomes the baseline")
 
     def record(self, run_id: str, started_at: float,
                benches: Mapping[str, BenchResult]) -> tuple[RunRecord, Path]:

@@ -11,7 +11,9 @@ import json
 import pytest
 
 CONFTEST = """
+import os
 import pytest
+from pytest_perfgate import machine
 from pytest_perfgate.loadwatch import NullProbe
 from pytest_perfgate.plugin import session_key
 from pytest_perfgate.timing import FakeClock
@@ -23,6 +25,14 @@ def pytest_configure(config):
     s = config.stash[session_key]
     s.clock = CLOCK
     s.load_probe = NullProbe()
+    if os.environ.get("FAKE_MUJOCO"):
+        real = machine.collect_metadata
+        def fake(*a, **k):
+            meta = real(*a, **k)
+            meta["versions"] = {**meta["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}
+            return meta
+        machine.collect_metadata = fake
+        config.add_cleanup(lambda: setattr(machine, "collect_metadata", real))
 """
 
 PERF_TEST = """
@@ -176,3 +186,16 @@ def test_pytest_benchmark_results_are_gated(pytester: pytest.Pytester) -> None:
     runs = list((pytester.path / "results" / "pb" / "perfgate").glob("*.pgrun"))
     rec = json.loads(runs[0].read_text())
     assert rec["benchmarks"]["test_pb.test_sum"]["source"] == "pytest-benchmark"
+
+
+def test_other_fingerprint_is_no_baseline_and_says_why(
+        sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_MUJOCO", "4.0.0")
+    run(sandbox, monkeypatch).assert_outcomes(passed=1)
+    monkeypatch.setenv("FAKE_MUJOCO", "4.0.1")
+    res = run(sandbox, monkeypatch, 2.0)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines([
+        "*NO BASELINE: no results for test_perf.test_walk on this machine fingerprint (*); "
+        "1 run exists on fingerprint * which differs in: mujoco 4.0.0 -> 4.0.1; recorded as "
+        "the first result of machine 'testbox'*"])

@@ -1,0 +1,94 @@
+"""Interleaved A/B mode with real side processes (sleep-based steps, 2x margins)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+import pytest
+
+PERF = """
+import time
+SLOW = {slow}
+def test_walk(perfgate):
+    def step():
+        with perfgate.phase("physics"):
+            {body}
+    perfgate.measure(step, transitions=8)
+"""
+
+ARGS = ["--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1",
+        "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05", "--perfgate-warmup-max=1",
+        "-p", "no:cacheprovider"]
+
+
+def git(p: pytest.Pytester, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=p.path, check=True, capture_output=True)
+
+
+def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
+         base_body: str = "time.sleep(0.002 * SLOW)") -> None:
+    git(p, "init", "-q")
+    git(p, "config", "user.email", "t@example.com")
+    git(p, "config", "user.name", "t")
+    p.makeini("[pytest]\nperfgate_results_dir = results\n")
+    p.makepyfile(test_perf=PERF.format(slow=1.0, body=base_body))
+    git(p, "add", "-A")
+    git(p, "commit", "-qm", "base")
+    p.makepyfile(test_perf=PERF.format(slow=head_slow, body=head_body))
+    git(p, "commit", "--allow-empty", "-qam", "head")
+
+
+def no_leftovers(p: pytest.Pytester) -> None:
+    kids = [c for c in psutil.Process().children(recursive=True)
+            if "pytest_perfgate.plugin" in " ".join(c.cmdline())]
+    assert kids == []
+    out = subprocess.run(["git", "worktree", "list"], cwd=p.path, capture_output=True,
+                         text=True).stdout
+    assert len(out.strip().splitlines()) == 1, out
+
+
+def test_twice_as_slow_head_is_a_regression(pytester: pytest.Pytester) -> None:
+    repo(pytester, "time.sleep(0.002 * SLOW)", head_slow=2.0)
+    res = pytester.runpytest_subprocess(*ARGS, timeout=300)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*perfgate REGRESSION: test_perf.test_walk",
+                              "*over 6 interleaved turns*",
+                              "*throughput ratio head/baseline: 0.[45]*",
+                              "*baseline: base revision HEAD~1 (*), measured in alternating turns*"])
+    no_leftovers(pytester)
+
+
+def test_same_code_is_not_a_regression(pytester: pytest.Pytester) -> None:
+    repo(pytester, "time.sleep(0.002 * SLOW)")
+    res = pytester.runpytest_subprocess(*ARGS, timeout=300)
+    res.assert_outcomes(passed=1)
+    assert "REGRESSION" not in res.stdout.str()
+    no_leftovers(pytester)
+
+
+def test_head_exception_is_an_error_not_a_regression(pytester: pytest.Pytester) -> None:
+    repo(pytester, "raise RuntimeError('env exploded')")
+    res = pytester.runpytest_subprocess(*ARGS, timeout=300)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*SideError: head side: the workload raised:*",
+                              "*RuntimeError: env exploded*"])
+    assert "REGRESSION" not in res.stdout.str()
+    no_leftovers(pytester)
+
+
+def test_head_crash_is_reported_with_its_signal(pytester: pytest.Pytester) -> None:
+    repo(pytester, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    res = pytester.runpytest_subprocess(*ARGS, timeout=300)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*head side (*) closed its connection*killed by SIGKILL*"])
+    no_leftovers(pytester)
+
+
+def test_unknown_base_revision_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    repo(pytester, "time.sleep(0.001)")
+    res = pytester.runpytest_subprocess(*ARGS[:-4], "--perfgate-ab=nosuchbranch",
+                                        timeout=120)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--perfgate-ab 'nosuchbranch': not a commit of the "
+                              "repository at*"])
