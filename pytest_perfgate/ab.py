@@ -32,7 +32,6 @@ from .timing import PhaseStats
 
 ENV_FD = "PERFGATE_SIDE_FD"
 ENV_ROLE = "PERFGATE_SIDE_ROLE"
-ENV_SLOWDOWN = "PERFGATE_SIDE_SLOWDOWN"
 START_TIMEOUT_S = 180.0  # a side imports the workload (torch, mujoco) before it says hello
 WINDOW_GRACE_S = 60.0  # beyond the window itself: one step may be slow
 EXIT_TIMEOUT_S = 30.0
@@ -144,6 +143,11 @@ class RemoteSource:
     def __init__(self, side: Side) -> None:
         self.side = side
 
+    def inject_slowdown(self, fraction: float) -> None:
+        """Calibration only: make every step of this side ``fraction`` slower (0 = off)."""
+        self.side.conn.send(("slowdown", fraction))
+        self.side.recv(WINDOW_GRACE_S, "the slowdown to be calibrated")
+
     def run_window(self, duration_s: float) -> RawWindow:
         self.side.conn.send(("window", duration_s))
         msg = self.side.recv(duration_s + WINDOW_GRACE_S, "a window's result")
@@ -239,8 +243,8 @@ def side_connection() -> Connection | None:
     return Connection(int(fd)) if fd else None
 
 
-def serve(conn: Connection, source: WindowSource, name: str, transitions: int
-          ) -> list[RawWindow]:
+def serve(conn: Connection, source: WindowSource, name: str, transitions: int,
+          slowed: Slowed | None = None) -> list[RawWindow]:
     """Run windows on the controller's command until it says done (the side's measure())."""
     conn.send(("bench", name, transitions))
     served: list[RawWindow] = []
@@ -248,6 +252,14 @@ def serve(conn: Connection, source: WindowSource, name: str, transitions: int
         msg = conn.recv()
         if msg[0] == "done":
             return served
+        if msg[0] == "slowdown":
+            if slowed is None:
+                conn.send(("error", "this workload cannot take an injected slowdown: only "
+                           "perfgate.measure(step, ...) steps can"))
+                continue
+            slowed.set(float(msg[1]))
+            conn.send(("ok", slowed.fraction))
+            continue
         if msg[0] != "window":
             raise SideError(f"unexpected message {msg[0]!r} from the A/B controller")
         try:
@@ -266,10 +278,11 @@ class Slowed:
     it is real extra work that the machine's speed affects like any other.
     """
 
-    def __init__(self, source: Any, fraction: float) -> None:
+    def __init__(self, source: Any) -> None:
         self.source = source
-        self.fraction = fraction
+        self.fraction = 0.0
         self._spins = 0
+        self._spin_s: float | None = None  # seconds per spin iteration
         inner = source.step
 
         def step() -> object:
@@ -281,19 +294,25 @@ class Slowed:
 
         source.step = step
 
-    def calibrate(self, seconds: float = 0.5) -> None:
-        w = self.source.run_window(seconds)
-        per_call = w.wall_s / max(1, w.calls)
-        n, t = 100_000, 0.0
+    def _spin_cost(self) -> float:
+        n, t = 50_000, 0.0
         while t < 0.05:
+            n *= 2
             t0 = time.perf_counter()
             k = n
             while k:
                 k -= 1
             t = time.perf_counter() - t0
-            n *= 2
-        self._spins = int(self.fraction * per_call / (t / (n // 2)))
+        return t / n
 
-    def run_window(self, duration_s: float) -> RawWindow:
-        w: RawWindow = self.source.run_window(duration_s)
-        return w
+    def set(self, fraction: float, seconds: float = 0.3) -> None:
+        """Calibrate the spin to ``fraction`` of one step's current cost (0 turns it off)."""
+        self._spins = 0
+        self.fraction = fraction
+        if fraction <= 0:
+            return
+        if self._spin_s is None:
+            self._spin_s = self._spin_cost()
+        w = self.source.run_window(seconds)
+        per_call = w.wall_s / max(1, w.calls)
+        self._spins = max(1, int(fraction * per_call / self._spin_s))

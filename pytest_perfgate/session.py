@@ -279,13 +279,10 @@ class PerfGate:
         return j
 
     def _serve_as_side(self, source: WindowSource, bench: str, transitions: int) -> Judged:
-        from .ab import ENV_SLOWDOWN, Slowed, serve
+        from .ab import Slowed, serve
 
-        slowdown = float(os.environ.get(ENV_SLOWDOWN) or 0)
-        if slowdown and isinstance(source, LoopSource):
-            slowed = Slowed(source, slowdown)
-            slowed.calibrate()
-        windows = serve(self.session.side_conn, source, bench, transitions)
+        slowed = Slowed(source) if isinstance(source, LoopSource) else None
+        windows = serve(self.session.side_conn, source, bench, transitions, slowed)
         m = Measurement(tuple(Window.of(w) for w in windows), True, 0.0, 0)
         j = Judged(summarize(bench, m, transitions), None, self.session.rule(), self.test_id)
         return j
