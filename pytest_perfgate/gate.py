@@ -9,11 +9,9 @@ Two kinds of evidence feed the same decision:
 * history: the current run against the newest runs of the same machine. The unit of
   replication is the run: each run is summarised by the median of its windows, and the
   spread between runs (which includes the machine's drift, FIELD-NOTES 7) sets the
-  uncertainty. Windows of one run are not independent samples of the machine's speed, so a
-  run's median is taken to be no more precise than one window: the pooled within-run spread
-  is a floor under the run-to-run spread, and counts as PRIOR_RUNS runs of evidence about
-  it (so two or three baseline runs can already catch a gross slowdown, while a drifting
-  history widens the interval and ends INCONCLUSIVE).
+  uncertainty. Windows of one run are not independent samples of the machine's speed, so
+  a run's own precision is estimated from how its two halves disagree, not from the
+  window count (see ``history_evidence``).
 * paired: base and head measured in alternating short turns in the same time span; the
   per-turn log ratios are the replicates, so drift common to both cancels.
 
@@ -31,7 +29,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-PRIOR_RUNS = 3  # how many runs' worth of evidence the within-run spread counts for
 
 
 class Outcome(enum.Enum):
@@ -74,7 +71,7 @@ class Evidence:
     n_base: int  # baseline runs (history) or turns (paired)
     method: str  # "history" or "paired"
     between: float | None = None  # run-to-run spread of log medians (history)
-    within: float | None = None  # pooled spread of log windows inside runs
+    within: float | None = None  # noise of one run's median, seen from inside runs
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,19 @@ def _t_ppf(q: float, df: float) -> float:
     return float(stats.t.ppf(q, df))
 
 
-def _pooled_within(runs: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+def _run_noise(runs: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+    """How precise one run's median is, from inside the runs: (variance in log units, df).
+
+    Split each run's windows into halves: if the half medians m1, m2 scatter independently,
+    var(log m1 - log m2) / 4 estimates the variance of the whole run's median. Windows next
+    to each other share the machine's drift, so this is more honest than stdev/sqrt(K).
+    Runs of fewer than 4 windows fall back to the windows' own variance (conservative).
+    """
+    split = [(math.log(statistics.median(r[:len(r) // 2]))
+              - math.log(statistics.median(r[len(r) // 2:]))) ** 2 / 4
+             for r in runs if len(r) >= 4]
+    if split:
+        return statistics.fmean(split), len(split)
     ss, df = 0.0, 0
     for r in runs:
         if len(r) >= 2:
@@ -117,11 +126,19 @@ def _pooled_within(runs: Sequence[Sequence[float]]) -> tuple[float | None, int]:
             m = statistics.fmean(logs)
             ss += sum((v - m) ** 2 for v in logs)
             df += len(logs) - 1
-    return (math.sqrt(ss / df), df) if df else (None, 0)
+    return (ss / df, df) if df else (None, 0)
 
 
-def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float]]) -> Evidence:
-    """Compare one run's window samples with earlier runs' (all in time per env-step)."""
+def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float]],
+                     spread: Sequence[Sequence[float]] | None = None) -> Evidence:
+    """Compare one run's window samples with earlier runs' (all in time per env-step).
+
+    ``baseline`` (the newest runs) sets the level; ``spread`` (a longer stretch of history,
+    default the baseline itself) sets the run-to-run variance of run medians, which is
+    pooled with the run-noise estimate from inside every run (one df per run): two or three
+    runs can already catch a gross slowdown, and a drifting history widens the interval
+    into INCONCLUSIVE.
+    """
     if not current:
         raise ValueError("the current run has no samples")
     base = [r for r in baseline if r]
@@ -131,16 +148,17 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
     x = math.log(statistics.median(current))
     n = len(y)
     d = x - statistics.fmean(y)
-    between = statistics.stdev(y) if n >= 2 else None
-    within, df_w = _pooled_within([*base, current])
-    if within is None:  # single-window runs: only the runs themselves tell the spread
-        s, df = (between or 0.0), float(max(n - 1, 1))
-    else:
-        # The within-run spread acts as a prior worth PRIOR_RUNS runs for the run-to-run
-        # spread, and as a floor under it: a run's median is no more precise than a window.
-        pooled = ((n - 1) * (between or 0.0) ** 2 + PRIOR_RUNS * within ** 2) / (n - 1 + PRIOR_RUNS)
-        s, df = math.sqrt(max(within ** 2, pooled)), float(n - 1 + PRIOR_RUNS)
-    return Evidence(d, s * math.sqrt(1 + 1 / n), df, n, "history", between, within)
+    wide = [r for r in spread if r] if spread else base
+    ys = [math.log(statistics.median(r)) for r in wide]
+    k = len(ys)
+    between = statistics.stdev(ys) if k >= 2 else None
+    noise, m = _run_noise([*wide, current])
+    ss = (k - 1) * (between or 0.0) ** 2 + m * (noise or 0.0)
+    df = (k - 1) + m
+    s = math.sqrt(ss / df) if df else 0.0
+    within = math.sqrt(noise) if noise is not None else None
+    return Evidence(d, s * math.sqrt(1 + 1 / n), float(max(df, 1)), n, "history", between,
+                    within)
 
 
 def paired_evidence(base: Sequence[float], head: Sequence[float]) -> Evidence:
@@ -216,7 +234,8 @@ def unstable(message: str) -> Verdict:
 
 
 def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule: Rule,
-             *, steady: bool = True) -> Verdict:
+             *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None
+             ) -> Verdict:
     """The history gate: current run's window samples vs baseline runs' window samples."""
     if not steady:
         return unstable("steady state was never reached during warm-up: the workload's "
@@ -225,4 +244,4 @@ def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule
     if not any(baseline):
         return no_baseline("no earlier run on this machine to compare with; this result "
                            "was recorded and becomes the baseline")
-    return decide(history_evidence(current, baseline), rule)
+    return decide(history_evidence(current, baseline, spread), rule)

@@ -22,6 +22,7 @@ from .options import Options
 from .results import BenchResult, PhaseSummary, RunRecord
 from .timing import SYSTEM_CLOCK, Clock, PhaseRecorder
 
+SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
@@ -178,14 +179,17 @@ class _HistoryContext:
     def judge(self, result: BenchResult, rule: Rule, test_id: str) -> Judged:
         from . import history
 
-        base = history.select_baseline(
+        n = self.options.baseline_runs
+        wide = history.select_baseline(
             self.runs, result.name, fingerprint=self.fingerprint, head_commit=self.git.commit,
-            is_ancestor=self.is_ancestor, n=self.options.baseline_runs,
+            is_ancestor=self.is_ancestor, n=max(n, SPREAD_RUNS),
             explicit_commit=self.options.baseline)
+        wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
+        base = wide[:n]
         commits = [run.commit for run, _ in base]
         if not result.steady or base:
             verdict = evaluate(result.samples, [b.samples for _, b in base], rule,
-                               steady=result.steady)
+                               steady=result.steady, spread=[b.samples for _, b in wide])
         else:
             verdict = no_baseline(self._why_no_baseline(result.name))
         base_sps, base_phases = None, {}

@@ -66,13 +66,13 @@ def test_significant_but_small_drop_is_ok() -> None:
     assert v.outcome is Outcome.OK and v.p_value < 0.01
 
 
-def test_within_run_spread_is_a_floor() -> None:
-    # baseline medians agree by luck, but windows scatter 10%: no false confidence
-    base = [[90, 110, 100, 95, 105, 100], [110, 90, 100, 105, 95, 100]]
-    ev = history_evidence([100, 104, 96, 100, 110, 90], base)
-    assert ev.between is not None and ev.between < 1e-9
-    assert ev.within is not None and ev.within > 0.05
-    assert ev.se >= ev.within
+def test_drift_inside_runs_is_not_averaged_away() -> None:
+    # baseline medians agree by luck, but each run drifts 10% between its halves
+    base = [[90, 92, 91, 90, 110, 108, 109, 110], [110, 109, 111, 110, 90, 91, 90, 92]]
+    ev = history_evidence([100, 101, 99, 100, 100, 99, 101, 100], base)
+    assert ev.between is not None and ev.between < 0.01
+    assert ev.within is not None and ev.within > 0.04  # the split halves disagree
+    assert ev.se > 0.04  # not stdev/sqrt(8) of the windows
 
 
 def test_single_baseline_run_uses_window_spread() -> None:
@@ -104,3 +104,14 @@ def test_rule_rejects_bad_values() -> None:
         Rule(unstable="maybe")
     with pytest.raises(ValueError, match="equal, >= 2 turns"):
         paired_evidence([1.0], [1.0, 2.0])
+
+
+def test_longer_history_sets_the_spread() -> None:
+    recent = runs([100, 100.5, 99.5], jitter=0.002, seed=11)
+    older = runs([100, 120, 85, 110, 92], jitter=0.002, seed=12)
+    cur = runs([109], jitter=0.002, seed=13)[0]
+    narrow = evaluate(cur, recent, Rule())
+    wide = evaluate(cur, recent, Rule(), spread=[*recent, *older])
+    assert narrow.outcome is Outcome.REGRESSION
+    assert wide.outcome is Outcome.INCONCLUSIVE
+    assert wide.ratio == pytest.approx(narrow.ratio)

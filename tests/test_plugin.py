@@ -199,3 +199,16 @@ def test_other_fingerprint_is_no_baseline_and_says_why(
         "*NO BASELINE: no results for test_perf.test_walk on this machine fingerprint (*); "
         "1 run exists on fingerprint * which differs in: mujoco 4.0.0 -> 4.0.1; recorded as "
         "the first result of machine 'testbox'*"])
+
+
+def test_markdown_summary_and_no_record(sandbox: pytest.Pytester,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = sandbox.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    res = run(sandbox, monkeypatch, 1.0, "--perfgate-record=false")
+    res.assert_outcomes(passed=1)
+    text = summary.read_text()
+    assert text.startswith("### perfgate\n\n| benchmark | steps/s | baseline | ratio [CI] |")
+    assert "| test_perf.test_walk |" in text and "NO BASELINE" in text
+    assert not (sandbox.path / "results").exists()
+    assert "recorded run" not in res.stdout.str()
