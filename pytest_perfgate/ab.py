@@ -109,7 +109,10 @@ class Side:
                                     f"{waiting_for}")
 
     def _failure(self, what: str) -> SideError:
-        code = self.proc.poll()
+        try:  # a closed pipe can be seen before the exit status is: wait a little for it
+            code: int | None = self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            code = None
         how = ("still running" if code is None else f"exit code {code}" if code >= 0
                else f"killed by {signal.Signals(-code).name}")
         return SideError(f"{self.spec.role} side ({self.command} in {self.spec.cwd}) {what} "

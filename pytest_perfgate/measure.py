@@ -31,6 +31,7 @@ class RawWindow:
     cpu_s: float
     phases: Mapping[str, PhaseStats] = field(default_factory=dict)
     calls: int = 0
+    streams: int = 1  # stepping loops that ran in parallel (workers); phases sum over them
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Window(RawWindow):
 
     @classmethod
     def of(cls, raw: RawWindow) -> Window:
-        return cls(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls)
+        return cls(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls, raw.streams)
 
     @property
     def steps_per_s(self) -> float:
@@ -164,8 +165,8 @@ class Measurement:
         return total
 
     def phase_share(self) -> dict[str, float]:
-        """Each phase's share of the measured wall time."""
-        wall_ns = sum(w.wall_s for w in self.windows) * 1e9
+        """Each phase's share of the measured wall time (of each stepping loop's, for workers)."""
+        wall_ns = sum(w.wall_s * w.streams for w in self.windows) * 1e9
         return {n: st.wall_ns / wall_ns for n, st in self.phases.items()} if wall_ns else {}
 
 
@@ -231,7 +232,7 @@ class Meter:
                 other = max(0.0, busy - raw.cpu_s / raw.wall_s) if raw.wall_s > 0 else None
                 polluted = other is not None and other > self.config.load_limit
         return Window(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls,
-                      busy, other, polluted)
+                      raw.streams, busy, other, polluted)
 
 
 __all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig",

@@ -11,6 +11,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from .fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
+from .fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from .options import SPECS, OptionError, Options
 from .session import ABSetup, GateSession, Judged, PerfGate, PerfgateUsageError, derive_name, failing
 

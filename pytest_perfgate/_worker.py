@@ -1,0 +1,227 @@
+"""Placing a spawn worker: what the parent lends it at exec, and the child's main loop.
+
+The group itself (supervision, windows) is :mod:`pytest_perfgate.workers`.
+
+Order matters: die with the parent, place this process (affinity, memory policy, thread-cap
+env) and only then unpickle the spec and import the workload, so OpenMP/BLAS pools size
+themselves from the placed mask and first-touch pages land on the bound node.
+The protocol is ``(tag, body)`` tuples of plain data over one duplex Pipe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+import warnings
+from typing import Any, Callable
+
+from . import cpus as _cpus
+from . import numa as _numa
+from .timing import PhaseRecorder, activate
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this worker when the parent thread that spawned it exits (Linux only)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _place(cpus: tuple[int, ...] | None, node: int | None, mempolicy: str,
+           threads: int | None) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the parent reports placement; keep stderr quiet
+        pinned = _cpus.set_affinity(cpus) if cpus is not None else False
+        membound = _numa.bind_memory([node], mempolicy) if node is not None else None
+        pol = _numa.get_mempolicy()
+    if threads:
+        os.environ.update(_cpus.cap_threads_env(threads))  # applies even if pinning failed
+    return {"pid": os.getpid(), "requested_cpus": cpus, "actual_cpus": _cpus.usable_cpus(),
+            "pinned": pinned, "node": node, "mempolicy": None if pol is None else str(pol),
+            "membound": membound, "threads": threads}
+
+
+def _resolve(factory: Any) -> Callable[..., Any]:
+    if not isinstance(factory, str):
+        return factory
+    mod, _, attr = factory.partition(":")
+    obj: Any = importlib.import_module(mod)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _Stopped(Exception):
+    """The parent asked to stop in the middle of a window (it is shutting the group down)."""
+
+
+def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
+            conn: Any) -> dict[str, Any]:
+    """Count calls completed in [t0, t0 + d); CPU and phases cover exactly those calls.
+
+    The pipe is polled every ~0.1 s (not every call): the parent sends nothing mid-window
+    except "stop", which must not wait for a long window to end.
+    """
+    now, cpu = time.monotonic_ns, time.process_time_ns
+    check = now() + 100_000_000
+
+    def stop_requested(t: int) -> bool:
+        nonlocal check
+        if t < check:
+            return False
+        check = t + 100_000_000
+        return bool(conn.poll(0))
+
+    start, end = int(t0 * 1e9), int((t0 + d) * 1e9)
+    late = max(0, now() - start) / 1e9
+    count = 0
+    ca = cb = 0
+    with activate(rec):
+        # Step right away (pre-roll): calls straddle both edges, so the count is unbiased.
+        while True:
+            step()
+            t = now()
+            if t >= start:
+                break
+            if stop_requested(t):
+                raise _Stopped
+        ca = cpu()
+        rec.take()
+        if t < end:
+            count = 1
+            while True:
+                step()
+                t = now()
+                if t >= end:
+                    break
+                count += 1
+                if stop_requested(t):
+                    raise _Stopped
+        cb = cpu()
+    phases = rec.take() if count else {}
+    return {"calls": count, "cpu_s": (cb - ca) / 1e9 if count else 0.0, "late_s": late,
+            "phases": {n: (s.calls, s.wall_ns, s.cpu_ns) for n, s in phases.items()}}
+
+
+def _latency(step: Callable[[], object], rec: PhaseRecorder, n: int) -> dict[str, Any]:
+    clock = time.perf_counter_ns
+    out = []
+    with activate(rec):
+        for _ in range(n):
+            t = clock()
+            step()
+            out.append((clock() - t) / 1e9)
+    rec.take()
+    return {"latencies": out}
+
+
+def _send(conn: Any, tag: str, body: dict[str, Any]) -> None:
+    try:
+        conn.send((tag, body))
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        conn.send(("error", {"error": f"cannot send the {tag!r} reply: {exc}",
+                             "traceback": traceback.format_exc()}))
+
+
+class placed_like:
+    """Give the calling (parent) thread a worker's affinity, mempolicy and thread env; restore after.
+
+    Affinity and memory policy are per thread and inherited through fork+exec, so the spawn
+    child starts placed before its interpreter imports anything.
+    """
+
+    def __init__(self, cpus: tuple[int, ...] | None, node: int | None, mempolicy: str,
+                 threads: int | None) -> None:
+        self.cpus, self.node, self.mempolicy, self.threads = cpus, node, mempolicy, threads
+
+    def __enter__(self) -> None:
+        self._aff = _cpus.usable_cpus() if self.cpus is not None else None
+        self._pol = _numa.get_mempolicy() if self.node is not None else None
+        cap = self.threads
+        self._env = {k: os.environ.get(k) for k in _cpus.THREAD_ENV_VARS} if cap else None
+        if cap:
+            os.environ.update(_cpus.cap_threads_env(cap))
+        if self.cpus is not None:
+            _cpus.set_affinity(self.cpus)
+        if self._pol is not None and self.node is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the child reports the real outcome
+                _numa.bind_memory([self.node], self.mempolicy)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pol is not None:
+            _numa.set_mempolicy(self._pol)
+        if self._aff is not None:
+            _cpus.set_affinity(self._aff)
+        if self._env is not None:
+            for k, v in self._env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: int,
+                parent_pid: int) -> None:
+    """Entry point of a spawn worker: place, build, then serve window/steps/proof/stop."""
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    stage = "start"
+    try:
+        info = _place(*placement)
+        info["index"] = index
+        stage = "start (loading the WorkerSpec)"
+        spec = pickle.loads(payload)
+        stage = f"start (importing factory {spec.factory!r})"
+        factory = _resolve(spec.factory)
+        stage = f"start (calling factory {spec.factory!r})"
+        step = factory(**dict(spec.kwargs))
+        if not callable(step):
+            raise TypeError(f"factory {spec.factory!r} returned {step!r}; it must return "
+                            "a step() callable")
+        torch = sys.modules.get("torch")
+        if torch is not None and spec.thread_cap:
+            torch.set_num_threads(spec.thread_cap)  # the env cap is read only at load time
+        conn.send(("ready", info))
+        rec = PhaseRecorder()
+        while True:
+            if not conn.poll(1.0):
+                if os.getppid() != parent_pid:
+                    return
+                continue
+            msg = conn.recv()
+            stage = msg[0]
+            if msg[0] == "stop":
+                return
+            if msg[0] == "window":
+                body = _window(step, rec, msg[1], msg[2], conn)
+                body["transitions"] = body["calls"] * spec.transitions
+            elif msg[0] == "steps":
+                body = _latency(step, rec, msg[1])
+            elif msg[0] == "proof":
+                proof = _numa.read_numa_maps()
+                body = {"proof": None if proof is None else proof.as_dict()}
+            else:
+                raise ValueError(f"unknown command {msg[0]!r}")
+            _send(conn, msg[0], body)
+    except (EOFError, BrokenPipeError, _Stopped):
+        return  # the parent went away or is closing the group: nothing to report
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        try:
+            conn.send(("error", {"error": f"{type(exc).__name__}: {exc} (in {stage})",
+                                 "traceback": traceback.format_exc()}))
+        except Exception:
+            pass
+        os._exit(1)

@@ -1,0 +1,283 @@
+"""CPU sets: the core-spec grammar, usable CPUs, physical cores, pinning and thread caps.
+
+Pure parsing plus thin OS probes (after pyperf's ``_cpu_utils``). Probes return booleans or
+None instead of raising for "unsupported"; the caller decides severity (an explicit request
+that cannot be honoured is an error, an automatic placement only warns).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+CpuSpec = Union[str, int, Sequence[int], None]
+
+GRAMMAR = ('core spec grammar: ITEM[,ITEM...] where ITEM is N, N-M or N:M (inclusive, N <= M, '
+           'ASCII digits, whitespace allowed), e.g. "0:5,7"; or an int, or a list of ints; '
+           'None disables pinning')
+
+# Env vars read by OpenMP, MKL, OpenBLAS, BLIS, numexpr and Accelerate when they *load*; so
+# they must be set before the worker imports numpy/torch.
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                   "BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+_ITEM = re.compile(r"([0-9]+)(?:\s*([-:])\s*([0-9]+))?", re.ASCII)
+
+
+class CpuSpecError(ValueError):
+    """A malformed or unsatisfiable core spec; the message names the bad token."""
+
+
+class PlacementWarning(UserWarning):
+    """Placement was degraded (cores dropped, pinning or memory binding not applied)."""
+
+
+def _bad(spec: object, token: object, why: str) -> CpuSpecError:
+    return CpuSpecError(f"invalid core spec {spec!r}: {why} (bad token {token!r}); {GRAMMAR}")
+
+
+def _intervals(spec: CpuSpec) -> list[tuple[int, int]]:
+    """The spec as inclusive (lo, hi) intervals, validated but never enumerated."""
+    if isinstance(spec, bool):
+        raise _bad(spec, spec, "a bool is not a core number")
+    if isinstance(spec, int):
+        if spec < 0:
+            raise _bad(spec, spec, "core numbers are >= 0")
+        return [(spec, spec)]
+    if isinstance(spec, str):
+        if not spec.strip():
+            raise _bad(spec, spec, "empty spec; use None to disable pinning")
+        out = []
+        for raw in spec.split(","):
+            token = raw.strip()
+            m = _ITEM.fullmatch(token)
+            if m is None:
+                why = "empty item" if not token else "not N, N-M or N:M"
+                raise _bad(spec, token, why)
+            lo = int(m.group(1))
+            hi = int(m.group(3)) if m.group(3) is not None else lo
+            if hi < lo:
+                raise _bad(spec, token, f"range end {hi} is below its start {lo}")
+            out.append((lo, hi))
+        return out
+    if isinstance(spec, (list, tuple, set, frozenset, range)):
+        if not spec:
+            raise _bad(spec, spec, "empty list; use None to disable pinning")
+        out = []
+        for item in spec:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                raise _bad(spec, item, "list items must be ints >= 0")
+            out.append((item, item))
+        return out
+    raise _bad(spec, spec, f"unsupported type {type(spec).__name__}")
+
+
+def format_cpus(cpus: Iterable[int]) -> str:
+    """Compact form for messages and reports: (0, 1, 2, 5) -> "0-2,5"."""
+    return _format_intervals([(c, c) for c in sorted(set(cpus))])
+
+
+def _format_intervals(ivs: list[tuple[int, int]]) -> str:
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ivs):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in merged) or "(none)"
+
+
+def _subtract(ivs: list[tuple[int, int]], points: Iterable[int]) -> list[tuple[int, int]]:
+    """Intervals minus a finite set of points, without enumerating the intervals."""
+    pts = sorted(set(points))
+    out: list[tuple[int, int]] = []
+    for lo, hi in ivs:
+        cur = lo
+        for p in pts:
+            if p < cur or p > hi:
+                continue
+            if p > cur:
+                out.append((cur, p - 1))
+            cur = p + 1
+        if cur <= hi:
+            out.append((cur, hi))
+    return out
+
+
+def parse_cpus(spec: CpuSpec, usable: Iterable[int] | None = None) -> tuple[int, ...] | None:
+    """Resolve a core spec against the usable CPUs; None means "do not pin".
+
+    Cores outside ``usable`` are dropped with a :class:`PlacementWarning` naming them; a spec
+    with no usable core at all is an error (the request cannot be honoured).
+    """
+    if spec is None:
+        return None
+    ivs = _intervals(spec)
+    pool = sorted(set(usable_cpus() if usable is None else usable))
+    # Cost is O(len(usable) x len(items)): a range is compared, never expanded.
+    chosen = tuple(c for c in pool if any(lo <= c <= hi for lo, hi in ivs))
+    dropped = _subtract(ivs, chosen)
+    if not chosen:
+        raise CpuSpecError(f"core spec {spec!r} selects no usable CPU (usable: "
+                           f"{format_cpus(pool)}); pick cores from that set or pass None "
+                           "to disable pinning")
+    if dropped:
+        warnings.warn(PlacementWarning(
+            f"core spec {spec!r}: dropped CPUs {_format_intervals(dropped)} outside the usable "
+            f"set {format_cpus(pool)}; pinning to {format_cpus(chosen)}"), stacklevel=2)
+    return chosen
+
+
+def usable_cpus() -> tuple[int, ...]:
+    """CPUs this process may run on: its affinity mask (honours taskset and cpusets).
+
+    Falls back to range(os.cpu_count()) where sched_getaffinity does not exist (macOS).
+    """
+    getaff = getattr(os, "sched_getaffinity", None)
+    if getaff is not None:
+        try:
+            return tuple(sorted(getaff(0)))
+        except OSError:
+            pass
+    return tuple(range(os.cpu_count() or 1))
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def physical_cpus(cpus: Iterable[int], sysfs_root: str | os.PathLike[str] = "/sys"
+                  ) -> tuple[int, ...]:
+    """One logical CPU (the lowest) per unique (package, core) pair among ``cpus``.
+
+    A CPU whose topology files are missing counts as its own core, so the answer degrades
+    to "all logical CPUs" rather than to an undercount.
+    """
+    base = Path(sysfs_root) / "devices/system/cpu"
+    seen: dict[tuple[object, ...], int] = {}
+    for c in sorted(set(cpus)):
+        topo = base / f"cpu{c}" / "topology"
+        pkg, core = _read_int(topo / "physical_package_id"), _read_int(topo / "core_id")
+        key: tuple[object, ...] = (pkg, core) if pkg is not None and core is not None else ("cpu", c)
+        seen.setdefault(key, c)
+    return tuple(sorted(seen.values()))
+
+
+def resolve_threads(policy: int | str | None, cpus: Sequence[int],
+                    sysfs_root: str | os.PathLike[str] = "/sys") -> int:
+    """Thread count for a CPU slice: None/"logical" -> len(cpus), "physical" -> cores, int."""
+    if policy is None or policy == "logical":
+        return max(1, len(cpus))
+    if policy == "physical":
+        return max(1, len(physical_cpus(cpus, sysfs_root)))
+    if isinstance(policy, int) and not isinstance(policy, bool) and policy >= 1:
+        return policy
+    raise ValueError(f"threads={policy!r}: use a positive int, 'logical' or 'physical'")
+
+
+def set_affinity(cpus: Iterable[int], pid: int = 0) -> bool:
+    """Pin ``pid`` (0 = calling thread) to exactly ``cpus``; True only if read back equal.
+
+    Never raises for "unsupported" (no sched_setaffinity, cpuset refusal): returns False.
+    """
+    want = set(cpus)
+    setaff = getattr(os, "sched_setaffinity", None)
+    getaff = getattr(os, "sched_getaffinity", None)
+    if setaff is None or getaff is None or not want:
+        return False
+    # An id near 2**30 makes CPython allocate a 128 MB mask: refuse absurd ids up front.
+    limit = max(os.cpu_count() or 1, 1) * 4 + 1024
+    if any(c < 0 or c >= limit for c in want):
+        return False
+    try:
+        setaff(pid, want)
+        return set(getaff(pid)) == want
+    except OSError:
+        return False
+
+
+def cap_threads_env(n: int) -> dict[str, str]:
+    """Env vars that cap BLAS/OpenMP pools at ``n`` threads; apply before importing them."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"thread cap {n!r}: pass a positive int (the slice size)")
+    return {k: str(n) for k in THREAD_ENV_VARS}
+
+
+def _quota_v2(path: Path) -> float | None:
+    try:
+        quota, period = path.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return int(quota) / int(period) if int(period) > 0 else None
+    except ValueError:
+        return None
+
+
+def _quota_v1(dirpath: Path) -> float | None:
+    q, p = _read_int(dirpath / "cpu.cfs_quota_us"), _read_int(dirpath / "cpu.cfs_period_us")
+    if q is None or p is None or q <= 0 or p <= 0:
+        return None  # -1 means unlimited
+    return q / p
+
+
+def _own_cgroup(proc_cgroup: Path) -> tuple[str | None, str | None]:
+    """(v2 path, v1 cpu-controller path) from /proc/self/cgroup."""
+    v2 = v1 = None
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "cpu" in parts[1].split(","):
+            v1 = parts[2]
+    return v2, v1
+
+
+def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
+                     proc_cgroup: str | os.PathLike[str] = "/proc/self/cgroup") -> float | None:
+    """The tightest cgroup CPU quota in cores along our cgroup's ancestry, or None.
+
+    The quota (cpu.max, or cpu.cfs_quota_us on v1) is invisible in the affinity mask, so it
+    is read only to warn that fewer cores than CPUs are really available.
+    """
+    root = Path(root)
+    v2, v1 = _own_cgroup(Path(proc_cgroup))
+    found: list[float] = []
+    candidates: list[tuple[Path, bool]] = []
+    if v2 is not None:
+        candidates.append((root, True))
+    for sub in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        if (root / sub).is_dir():
+            candidates.append((root / sub, False))
+    for base, is_v2 in candidates:
+        rel = (v2 if is_v2 else v1) or "/"
+        d = base / rel.lstrip("/")
+        # Walk up to the hierarchy root: a parent's limit binds its children too. Inside a
+        # container the namespace root is the container's own cgroup.
+        while True:
+            q = _quota_v2(d / "cpu.max") if is_v2 else _quota_v1(d)
+            if q is not None:
+                found.append(q)
+            if d == base or base not in d.parents:
+                break
+            d = d.parent
+    return min(found) if found else None
+
+
+__all__ = ["CpuSpec", "CpuSpecError", "PlacementWarning", "GRAMMAR", "THREAD_ENV_VARS",
+           "parse_cpus", "format_cpus", "usable_cpus", "physical_cpus", "resolve_threads",
+           "set_affinity", "cap_threads_env", "cgroup_cpu_quota"]

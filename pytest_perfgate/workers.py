@@ -1,0 +1,402 @@
+"""Spawn workers placed on CPUs and NUMA nodes, measured in synchronised windows.
+
+A :class:`WorkerGroup` is a :class:`~pytest_perfgate.measure.WindowSource`: the Meter drives
+its warm-up and windows exactly like an in-process loop. Supervision follows pyperf and
+xdist: every wait is bounded, a dead worker is seen through its sentinel (not a timeout),
+and cleanup escalates stop -> SIGTERM -> SIGKILL -> join, so nothing outlives the group.
+
+Placement happens twice: the parent sets its own thread's affinity, memory policy and
+thread-cap env around ``Process.start()`` (so the child's interpreter, and whatever spawn
+re-imports as ``__mp_main__``, already start placed), then restores them exactly; the child
+re-applies and reads everything back, so the report says what really happened.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Mapping, NoReturn, Sequence
+
+from . import cpus as _cpus
+from . import numa as _numa
+from ._worker import placed_like, worker_main
+from .measure import RawWindow
+from .numa import numa_split
+from .timing import PhaseStats
+
+class WorkerError(RuntimeError):
+    """A worker failed; ``worker_traceback`` holds its traceback when it raised."""
+
+    def __init__(self, message: str, worker_traceback: str | None = None) -> None:
+        super().__init__(message + (f"\n--- worker traceback ---\n{worker_traceback}"
+                                    if worker_traceback else ""))
+        self.worker_traceback = worker_traceback
+
+
+class WorkerCrashed(WorkerError):
+    """A worker died without reporting (os._exit, SIGKILL, segfault)."""
+
+
+class WorkerTimeout(WorkerError):
+    """A worker did not answer in time (a hang); it was terminated, then killed."""
+
+
+class PlacementError(WorkerError):
+    """An explicit placement request could not be honoured."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker: what to run and where. Picklable; it travels to a spawn child.
+
+    ``factory`` is "module:callable" (imported in the child, after placement) or a picklable
+    callable; ``factory(**kwargs)`` returns ``step()``, each call advancing ``transitions``
+    env-steps. ``strict`` makes a placement that cannot be honoured an error, not a warning.
+    """
+
+    factory: str | Callable[..., Callable[[], object]]
+    cpus: tuple[int, ...] | None = None
+    node: int | None = None
+    mempolicy: str = "bind"
+    threads: int | None = None  # thread cap; default: len(cpus), else unset
+    transitions: int = 1
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    strict: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.factory, str):
+            mod, _, attr = self.factory.partition(":")
+            if not mod or not attr:
+                raise ValueError(f"factory={self.factory!r}: use 'package.module:callable'")
+        elif not callable(self.factory):
+            raise TypeError(f"factory={self.factory!r} is neither 'module:callable' nor "
+                            "callable")
+        if isinstance(self.transitions, bool) or not isinstance(self.transitions, int) \
+                or self.transitions < 1:
+            raise ValueError(f"transitions={self.transitions!r}: pass the env-steps one "
+                             "step() call advances, a positive int (e.g. num_envs)")
+        if self.cpus is not None:
+            object.__setattr__(self, "cpus", tuple(self.cpus))
+        if self.mempolicy not in ("bind", "preferred", "interleave"):
+            raise ValueError(f"mempolicy={self.mempolicy!r}: use 'bind', 'preferred' or "
+                             "'interleave'")
+
+    @property
+    def thread_cap(self) -> int | None:
+        return self.threads or (len(self.cpus) if self.cpus else None)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Requested vs actual placement of one worker, as the worker read it back."""
+
+    index: int
+    pid: int
+    requested_cpus: tuple[int, ...] | None
+    actual_cpus: tuple[int, ...]
+    pinned: bool  # affinity read back equal to the request
+    node: int | None
+    mempolicy: str | None  # the policy read back, e.g. "bind:1"
+    membound: bool | None  # None: no node requested
+    threads: int | None
+    proof: Mapping[str, Any] | None = None  # /proc/self/numa_maps summary
+
+    @property
+    def verified(self) -> bool:
+        return (self.requested_cpus is None or self.pinned) and self.membound is not False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"worker": self.index, "pid": self.pid,
+                "requested_cpus": None if self.requested_cpus is None
+                else _cpus.format_cpus(self.requested_cpus),
+                "actual_cpus": _cpus.format_cpus(self.actual_cpus), "pinned": self.pinned,
+                "node": self.node, "mempolicy": self.mempolicy, "membound": self.membound,
+                "threads": self.threads, "verified": self.verified,
+                "numa_maps": dict(self.proof) if self.proof else None}
+
+
+def render_placement(placements: Sequence[Placement], notes: Sequence[str] = ()) -> list[str]:
+    """Terminal lines: one per worker, then the placement warnings."""
+    lines = []
+    for p in placements:
+        req = "unpinned" if p.requested_cpus is None else _cpus.format_cpus(p.requested_cpus)
+        node = "-" if p.node is None else str(p.node)
+        lines.append(f"worker {p.index} pid {p.pid}: cpus {req} -> "
+                     f"{_cpus.format_cpus(p.actual_cpus)}, node {node}, mempolicy "
+                     f"{p.mempolicy or '-'}, threads {p.threads or '-'}: "
+                     + ("verified" if p.verified else "NOT verified"))
+    return lines + [f"warning: {n}" for n in notes]
+
+
+def placement_notes(specs: Sequence[WorkerSpec], usable: Sequence[int],
+                    quota: float | None) -> list[str]:
+    """Warnings about a plan: unpinned workers, oversubscription, a cgroup CPU quota."""
+    notes = []
+    unpinned = [i for i, s in enumerate(specs) if s.cpus is None]
+    if unpinned:
+        notes.append(f"worker(s) {_cpus.format_cpus(unpinned)} unpinned: the scheduler may "
+                     "move them between cores mid-window; pass cpus= to pin")
+    want = sum(s.thread_cap or 1 for s in specs)
+    if want > len(usable):
+        notes.append(f"{len(specs)} worker(s) want {want} threads but only {len(usable)} CPUs "
+                     f"({_cpus.format_cpus(usable)}) are usable: oversubscribed; use fewer "
+                     "workers or threads")
+    if quota is not None and quota < len(usable):
+        notes.append(f"cgroup CPU quota is {quota:g} cores but {len(usable)} CPUs are "
+                     "usable: throughput is capped by the quota, not the CPU count")
+    return notes
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Bounds on every wait, in seconds. Spawn + a torch import can take ~10 s on CI."""
+
+    start: float = 120.0  # spawn, placement, import and build of the workload
+    step: float = 30.0  # longest single step() call tolerated past a window's end
+    lead: float = 0.05  # windows start this long after the broadcast
+    stop: float = 3.0  # polite stop before SIGTERM
+    term: float = 2.0  # SIGTERM before SIGKILL
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class WorkerGroup:
+    """N spawn workers driven in lockstep; a WindowSource. Use as a context manager.
+
+    Start it from a long-lived thread (normally the main one): PR_SET_PDEATHSIG fires when
+    the *thread* that spawned a worker exits, not only when the process does.
+    """
+
+    def __init__(self, specs: Sequence[WorkerSpec], timeouts: Timeouts = Timeouts()) -> None:
+        if not specs:
+            raise ValueError("WorkerGroup needs at least one WorkerSpec")
+        self.specs = tuple(specs)
+        self.timeouts = timeouts
+        self.placements: list[Placement] = []
+        self.notes: list[str] = []
+        self.late_windows = 0  # windows a worker joined after their start time
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+        self._ctx = mp.get_context("spawn")
+        self._closed = False
+        self._pids: list[int] = []
+        self.exitcodes: list[int | None] = []  # filled by close(): negative = signal
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> WorkerGroup:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Spawn every worker and wait (bounded) until each has built its workload."""
+        if self._procs or self._closed:
+            raise WorkerError("this WorkerGroup was already started; create a new one")
+        usable = _cpus.usable_cpus()
+        self.notes = placement_notes(self.specs, usable, _cpus.cgroup_cpu_quota())
+        for i, spec in enumerate(self.specs):
+            try:
+                payload = pickle.dumps(spec)
+            except Exception as exc:
+                self.close()
+                raise WorkerError(f"worker {i}: its WorkerSpec cannot be pickled for a spawn "
+                                  f"worker ({type(exc).__name__}: {exc}); pass the factory "
+                                  "as 'module:callable' and picklable kwargs") from None
+            parent, child = self._ctx.Pipe(duplex=True)
+            proc = self._ctx.Process(target=worker_main, name=f"perfgate-worker-{i}",
+                                     args=(child, (spec.cpus, spec.node, spec.mempolicy,
+                                                  spec.thread_cap), payload, i,
+                                           os.getpid()), daemon=True)
+            with placed_like(spec.cpus, spec.node, spec.mempolicy, spec.thread_cap):
+                proc.start()
+            child.close()
+            self._procs.append(proc)
+            self._pids.append(proc.pid)
+            self._conns.append(parent)
+        replies = self._gather("ready", time.monotonic() + self.timeouts.start, "start")
+        self.placements = [Placement(**r) for r in replies]
+        for p, spec in zip(self.placements, self.specs):
+            bad = _placement_failure(p)
+            if bad and spec.strict:
+                self.close()
+                raise PlacementError(f"worker {p.index}: {bad}; pass cpus=None / node=None "
+                                     "to run unplaced, or fix the request")
+            if bad:
+                self.notes.append(f"worker {p.index}: {bad}")
+                warnings.warn(_cpus.PlacementWarning(f"worker {p.index}: {bad}"), stacklevel=2)
+
+    def close(self) -> None:
+        """Stop every worker: ask, then SIGTERM, then SIGKILL; join all. Never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            try:
+                conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        self._reap(self.timeouts.stop)
+        for p in self._procs:
+            if p.is_alive():
+                p.terminate()
+        self._reap(self.timeouts.term)
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+        self._reap(5.0)
+        for conn in self._conns:
+            conn.close()
+        self.exitcodes = [p.exitcode for p in self._procs]
+        for p in self._procs:
+            if p.exitcode is not None:
+                p.close()
+
+    def _reap(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        alive = [p for p in self._procs if p.exitcode is None]
+        while alive and time.monotonic() < deadline:
+            wait([p.sentinel for p in alive], timeout=max(0.0, deadline - time.monotonic()))
+            # join() with a timeout: right after the sentinel fires exitcode may be None.
+            for p in alive:
+                p.join(timeout=0.05)
+            alive = [p for p in alive if p.exitcode is None]
+
+    @property
+    def pids(self) -> list[int]:
+        return list(self._pids)
+
+    # ---- measurement -----------------------------------------------------------------
+    def run_window(self, duration_s: float) -> RawWindow:
+        """One synchronised window: every worker counts steps completed in [t0, t0+d)."""
+        if not duration_s > 0:
+            raise ValueError(f"window duration {duration_s!r}: must be > 0 seconds")
+        t0 = time.monotonic() + self.timeouts.lead  # CLOCK_MONOTONIC: shared by processes
+        self._broadcast(("window", t0, duration_s))
+        replies = self._gather("window", t0 + duration_s + self.timeouts.step, "window")
+        phases: dict[str, PhaseStats] = {}
+        for r in replies:
+            for name, st in r["phases"].items():
+                st = PhaseStats(*st)
+                phases[name] = phases[name] + st if name in phases else st
+        if any(r["late_s"] > 0.01 * duration_s for r in replies):
+            self.late_windows += 1
+        return RawWindow(sum(r["transitions"] for r in replies), duration_s,
+                         sum(r["cpu_s"] for r in replies), phases,
+                         sum(r["calls"] for r in replies), streams=len(replies))
+
+    def latency(self, steps: int) -> list[list[float]]:
+        """Fixed-step mode: each worker runs ``steps`` calls; per-call seconds per worker."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps={steps!r}: pass a positive int")
+        self._broadcast(("steps", steps))
+        deadline = time.monotonic() + self.timeouts.step * steps
+        return [r["latencies"] for r in self._gather("steps", deadline, "latency run")]
+
+    def collect_proof(self) -> list[Placement]:
+        """Ask each worker where its pages landed (/proc/self/numa_maps) into placements."""
+        self._broadcast(("proof",))
+        replies = self._gather("proof", time.monotonic() + self.timeouts.step, "proof")
+        self.placements = [replace(p, proof=r["proof"])
+                           for p, r in zip(self.placements, replies)]
+        return self.placements
+
+    def report_lines(self) -> list[str]:
+        return render_placement(self.placements, self.notes)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"workers": [p.as_dict() for p in self.placements],
+                "placement_warnings": list(self.notes), "late_windows": self.late_windows}
+
+    # ---- plumbing --------------------------------------------------------------------
+    def _broadcast(self, msg: tuple[Any, ...]) -> None:
+        if self._closed:
+            raise WorkerError("the worker group is closed; start a new one")
+        for i, conn in enumerate(self._conns):
+            try:
+                conn.send(msg)
+            except (OSError, ValueError):
+                pass  # a dead worker: _gather reports it with its exit status
+
+    def _gather(self, tag: str, deadline: float, what: str) -> list[dict[str, Any]]:
+        """One reply per worker, or fail fast: dead worker, worker error, or deadline."""
+        replies: dict[int, dict[str, Any]] = {}
+        by_obj: dict[Any, int] = {}
+        for i, (c, p) in enumerate(zip(self._conns, self._procs)):
+            by_obj[c] = by_obj[p.sentinel] = i
+        while len(replies) < len(self._procs):
+            pending = [o for o, i in by_obj.items() if i not in replies]
+            remaining = deadline - time.monotonic()
+            ready = wait(pending, timeout=max(0.0, remaining)) if remaining > 0 else []
+            if not ready:
+                late = sorted(set(by_obj[o] for o in pending))
+                self.close()
+                raise WorkerTimeout(
+                    f"worker(s) {_cpus.format_cpus(late)} did not finish the {what} in time "
+                    f"(hang?); they were terminated, then killed. Raise Timeouts("
+                    f"{'start' if tag == 'ready' else 'step'}=...) if the workload is slow")
+            # Messages first: a worker that reported and then exited is not a crash.
+            for obj in sorted(ready, key=lambda o: not isinstance(o, Connection)):
+                i = by_obj[obj]
+                if i in replies:
+                    continue
+                conn = self._conns[i]
+                if isinstance(obj, Connection) or conn.poll(0):
+                    replies[i] = self._receive(i, tag, what)
+                else:
+                    self._crashed(i, what)
+        return [replies[i] for i in range(len(self._procs))]
+
+    def _receive(self, i: int, tag: str, what: str) -> dict[str, Any]:
+        try:
+            kind, body = self._conns[i].recv()
+        except (EOFError, OSError):
+            self._crashed(i, what)
+        if kind == "error":
+            self.close()
+            raise WorkerError(f"worker {i} failed during the {what}: {body['error']}",
+                              body["traceback"])
+        if kind != tag:
+            self.close()
+            raise WorkerError(f"worker {i} answered {kind!r} to a {tag!r} request: protocol "
+                              "error (a workload writing to the worker's pipe?)")
+        return body
+
+    def _crashed(self, i: int, what: str) -> NoReturn:
+        proc = self._procs[i]
+        proc.join(timeout=1.0)
+        pid, status = proc.pid, _describe_exit(proc.exitcode)
+        self.close()
+        raise WorkerCrashed(f"worker {i} (pid {pid}) died during the {what}: {status}; "
+                            "the workload crashed or was killed (OOM killer?)")
+
+
+def _placement_failure(p: Placement) -> str | None:
+    if p.requested_cpus is not None and not p.pinned:
+        return (f"requested CPUs {_cpus.format_cpus(p.requested_cpus)} but runs on "
+                f"{_cpus.format_cpus(p.actual_cpus)}")
+    if p.membound is False:
+        return (f"requested memory policy on node {p.node} but the policy is "
+                f"{p.mempolicy or 'unknown'}")
+    return None
+
+
+__all__ = ["WorkerSpec", "WorkerGroup", "Timeouts", "Placement", "WorkerError",
+           "WorkerCrashed", "WorkerTimeout", "PlacementError", "numa_split",
+           "render_placement", "placement_notes"]
