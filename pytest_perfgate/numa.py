@@ -300,9 +300,12 @@ def parse_numa_maps(text: str) -> NumaMapsProof:
             continue
         try:
             page_kb = int(kv.get("kernelpagesize_kB", "4"))
-            for key, val in kv.items():
-                if key[:1] == "N" and key[1:].isdigit():
-                    anon[int(key[1:])] = anon.get(int(key[1:]), 0) + int(val) * page_kb
+            per_node = {int(k[1:]): int(v) for k, v in kv.items()
+                        if k[:1] == "N" and k[1:].isdigit()}
+            if "file" in kv and int(kv["anon"]) < sum(per_node.values()):
+                continue  # N<node> also counts the file's page cache: not our anonymous pages
+            for node, pages in per_node.items():
+                anon[node] = anon.get(node, 0) + pages * page_kb
         except ValueError:
             continue
     return NumaMapsProof(tuple(policies), anon)

@@ -190,13 +190,21 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(line, yellow=True)
     if session.record_path is not None:
         tr.write_line(f"recorded run {session.run_id} in {session.record_path}")
+    if session.record_error:
+        tr.write_line(f"perfgate: ERROR: {session.record_error} (the verdicts above stand; "
+                      "fix the path or permissions, or pass --perfgate-record=false)", red=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs = session.config.stash.get(session_key, None)
     if gs is None:
         return
-    gs.finish()
+    try:
+        gs.finish()
+    except (OSError, ValueError) as e:
+        # An infrastructure error: say so loudly and fail the run, never as a regression.
+        gs.record_error = f"could not record history in {gs.options.results_dir or 'the results dir'}: {e}"
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     if gs.smoke or not gs.judged:
         return
     from . import report

@@ -68,6 +68,15 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         r, v = j.result, j.verdict
         if v is not None and v.outcome is not Outcome.OK:
             out.append(f"{r.name}: {v.outcome.value}: {v.message}")
+        for w in r.extra.get("workers") or []:
+            req = w.get("requested_cpus") or "unpinned"
+            node = "-" if w.get("node") is None else w["node"]
+            out.append(f"{r.name}: worker {w.get('worker')} pid {w.get('pid')}: cpus {req} -> "
+                       f"{w.get('actual_cpus')}, node {node}, mempolicy "
+                       f"{w.get('mempolicy') or '-'}: "
+                       f"{'verified' if w.get('verified') else 'NOT verified'}")
+        for warn in r.extra.get("placement_warnings") or []:
+            out.append(f"{r.name}: placement warning: {warn}")
         if r.remeasured or r.polluted_kept:
             out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
                        + (f", {r.polluted_kept} polluted window(s) kept (re-measure budget "

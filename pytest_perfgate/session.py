@@ -86,6 +86,7 @@ class GateSession:
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         self._ctx: _HistoryContext | None = None
         self.record_path: Path | None = None
+        self.record_error: str | None = None
         self.ab: ABSetup | None = None  # controller of an interleaved A/B run
         self.side_conn: Any = None  # this process is one side of an A/B run
         if os.environ.get("PERFGATE_SIDE_FD"):
@@ -275,6 +276,9 @@ class PerfGate:
             j = self._measure_ab(bench, transitions, threshold, extra)
         else:
             m = self.session.meter(windows=windows, window_time=window_time).measure(source)
+            meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
+            if callable(meta):
+                extra = {**meta(), **dict(extra or {})}
             result = summarize(bench, m, transitions, extra=extra)
             j = self.session.judge(result, self.test_id, threshold)
         self.results.append(j)

@@ -215,3 +215,12 @@ def test_numa_maps_of_this_process_is_readable() -> None:
     if proof is None:
         pytest.skip("no /proc/self/numa_maps (kernel without NUMA)")
     assert sum(proof.anon_kb.values()) > 0
+
+
+def test_numa_maps_ignores_shared_library_page_cache() -> None:
+    from pytest_perfgate.numa import parse_numa_maps
+
+    text = ("7f00 bind:0 file=/usr/lib/libpython3.11.so.1.0 anon=21 dirty=21 N1=21 N4=15 "
+            "kernelpagesize_kB=4\n"
+            "7f10 bind:0 anon=4099 dirty=4099 N0=4099 kernelpagesize_kB=4\n")
+    assert parse_numa_maps(text).anon_kb == {0: 4099 * 4}

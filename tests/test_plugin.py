@@ -212,3 +212,36 @@ def test_markdown_summary_and_no_record(sandbox: pytest.Pytester,
     assert "| test_perf.test_walk |" in text and "NO BASELINE" in text
     assert not (sandbox.path / "results").exists()
     assert "recorded run" not in res.stdout.str()
+
+
+def test_worker_group_placement_is_reported(sandbox: pytest.Pytester) -> None:
+    sandbox.makepyfile(test_workers_perf="""
+        import time
+
+        def make(**kw):
+            def step():
+                time.sleep(0.001)
+            return step
+
+        def test_pinned(perfgate, pinned_workers):
+            group = pinned_workers.start(make, n=1, cpus=None, transitions=4)
+            perfgate.measure_source(group, transitions=4, name="pinned_sleep")
+    """)
+    res = sandbox.runpytest_subprocess("--perfgate", "--perfgate-machine=w",
+                                       "--perfgate-windows=2", "--perfgate-window-time=0.1",
+                                       "--perfgate-warmup-max=0.3", "--perfgate-unstable=warn",
+                                       "test_workers_perf.py", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines([
+        "*pinned_sleep: worker 0 pid *: cpus unpinned -> *, node -, mempolicy *",
+        "*pinned_sleep: placement warning: worker(s) 0 unpinned*"])
+
+
+def test_unwritable_history_is_an_infrastructure_error(sandbox: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (sandbox.path / "blocker").write_text("a file where a folder should be")
+    res = run(sandbox, monkeypatch, 1.0, "--perfgate-results-dir=blocker/results")
+    assert res.ret == pytest.ExitCode.INTERNAL_ERROR
+    res.stdout.fnmatch_lines(["*perfgate: ERROR: could not record history in blocker/results: *"
+                              "pass --perfgate-record=false)"])
+    assert "REGRESSION" not in res.stdout.str()

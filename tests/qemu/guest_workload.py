@@ -1,0 +1,23 @@
+"""The workload of the emulated-NUMA test: allocate and touch memory (first touch places it).
+
+Imported by each spawn worker inside the QEMU guest as ``guest_workload:make``.
+"""
+
+from __future__ import annotations
+
+PAGE = 4096
+
+
+def make(num_envs: int = 1, mib: int = 32):
+    """Allocate ``mib`` MiB and write every page, so the pages exist (on the bound node)."""
+    size = mib << 20
+    buf = bytearray(size)
+    buf[::PAGE] = b"\x01" * (size // PAGE)  # one write per page: every page is faulted in
+    state = {"i": 0}
+
+    def step() -> None:
+        i = state["i"] = (state["i"] + PAGE) % size
+        buf[i] = (buf[i] + num_envs) & 0xFF
+
+    step.buffer = buf  # keep it alive with the step callable
+    return step

@@ -1,0 +1,216 @@
+"""NUMA placement on an emulated multi-node machine (QEMU, software emulation).
+
+The guest has 4 CPUs over 5 NUMA nodes:
+
+    node 0: CPU 0, 384 MiB      node 3: CPU 3, no memory  (memoryless: not usable)
+    node 1: CPU 1, 256 MiB      node 4: no CPU, 128 MiB   (CPU-less: not usable)
+    node 2: CPU 2, 256 MiB
+
+It boots the Debian cloud kernel with an initramfs (tests/qemu/build_initramfs.py) carrying
+busybox, this Python and the code under test; tests/qemu/guest_numa.py discovers the
+topology, starts one NumaWorkers worker per usable node (each touching 32 MiB after
+placement), reads every worker's /proc/<pid>/numa_maps and prints one JSON line that this
+test asserts on. KVM is not used (guests hang under KVM on these machines): TCG only.
+
+Needs the Debian packages qemu-system-x86, linux-image-cloud-amd64 and busybox-static;
+without them the test is skipped, naming what is missing (a failure instead when
+PERFGATE_REQUIRE_QEMU=1, for a CI that installed them). Takes about 25 s here.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.numa import NumaMapsProof
+
+HERE = Path(__file__).resolve().parent
+APT = "apt-get install -y qemu-system-x86 linux-image-cloud-amd64 busybox-static"
+MARKER = "PERFGATE_NUMA_RESULT "
+QEMU_TIMEOUT_S = 160.0  # the whole test must stay under 3 minutes
+# (node id, CPUs, memory in MiB or None for a memoryless node)
+NODES = [(0, [0], 384), (1, [1], 256), (2, [2], 256), (3, [3], None), (4, [], 128)]
+USABLE, MEMORYLESS, CPULESS = [0, 1, 2], 3, 4
+WORKER_MIB = 32  # what guest_workload.make touches in each worker (set in guest_numa.py)
+
+pytestmark = pytest.mark.slow
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("perfgate_qemu_builder",
+                                                  HERE / "qemu" / "build_initramfs.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _skip(what: str) -> None:
+    msg = f"emulated NUMA machine unavailable: {what} is missing; install it with `{APT}` (Debian)"
+    if os.environ.get("PERFGATE_REQUIRE_QEMU") == "1":  # CI that installed them: no skipping
+        pytest.fail(msg + " (PERFGATE_REQUIRE_QEMU=1)")
+    pytest.skip(msg)
+
+
+def _find_kernel() -> str:
+    env = os.environ.get("PERFGATE_QEMU_KERNEL")
+    cands = [env] if env else sorted(
+        glob.glob("/boot/vmlinuz-*-cloud-amd64"),
+        key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p)])
+    for k in reversed(cands):
+        if k and os.path.isfile(k) and os.access(k, os.R_OK):
+            return k
+    _skip("a readable cloud kernel /boot/vmlinuz-*-cloud-amd64 (linux-image-cloud-amd64)")
+    raise AssertionError("unreachable")
+
+
+def qemu_command(qemu: str, kernel: str, initrd: str) -> list[str]:
+    total = sum(m for _, _, m in NODES if m)
+    cmd = [qemu, "-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
+           "-m", f"{total}M", "-smp", f"{sum(len(c) for _, c, _ in NODES)},"
+           f"sockets={sum(len(c) for _, c, _ in NODES)},cores=1,threads=1"]
+    for nid, cpus, mib in NODES:
+        if mib:
+            cmd += ["-object", f"memory-backend-ram,id=mem{nid},size={mib}M",
+                    "-numa", f"node,nodeid={nid},memdev=mem{nid}"]
+        else:
+            cmd += ["-numa", f"node,nodeid={nid}"]
+    for nid, cpus, _ in NODES:
+        for cpu in cpus:  # one CPU per socket: socket-id == CPU index
+            cmd += ["-numa", f"cpu,node-id={nid},socket-id={cpu}"]
+    return cmd + ["-kernel", kernel, "-initrd", initrd,
+                  "-append", "console=ttyS0 quiet panic=-1",
+                  "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"]
+
+
+def _run_qemu(cmd: list[str]) -> tuple[str, float]:
+    t = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=QEMU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        tail = out.decode(errors="replace")[-4000:]
+        pytest.fail(f"the QEMU guest did not finish within {QEMU_TIMEOUT_S:.0f} s "
+                    f"(killed). Command: {' '.join(cmd)}\n--- serial console tail ---\n{tail}")
+    finally:
+        if proc.poll() is None:  # pragma: no cover - belt and braces
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return out.decode(errors="replace"), time.monotonic() - t
+
+
+def _result(console: str, cmd: list[str], rc: int | None = None) -> dict:
+    for line in console.splitlines():
+        i = line.find(MARKER)
+        if i >= 0:
+            return json.loads(line[i + len(MARKER):].strip())
+    pytest.fail(f"the guest printed no {MARKER.strip()} line (qemu exit {rc}). "
+                f"Command: {' '.join(cmd)}\n--- serial console tail ---\n{console[-4000:]}")
+    raise AssertionError("unreachable")
+
+
+def test_numa_workers_on_emulated_multinode_machine() -> None:
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        _skip(f"a Linux x86_64 host (this is {sys.platform}/{platform.machine()}; the guest "
+              "runs this interpreter)")
+    qemu = shutil.which("qemu-system-x86_64")
+    if qemu is None:
+        _skip("qemu-system-x86_64 (package qemu-system-x86)")
+    kernel = _find_kernel()
+    builder = _load_builder()
+    t = time.monotonic()
+    try:
+        initrd, built = builder.build()
+    except builder.Missing as exc:
+        _skip(str(exc))
+    build_s = time.monotonic() - t
+
+    cmd = qemu_command(qemu, kernel, str(initrd))
+    console, qemu_s = _run_qemu(cmd)
+    res = _result(console, cmd)
+    timings = res.get("timings", {})
+    print(f"initramfs {initrd.name} ({'built' if built else 'cached'} in {build_s:.1f} s); "
+          f"qemu ran {qemu_s:.1f} s; guest timings {timings}")
+    print("\n".join(res.get("describe", []) + res.get("report", [])))
+
+    assert res["error"] is None, f"the guest failed: {res['error']}\n{res.get('traceback')}"
+    assert "PERFGATE_GUEST_EXIT=0" in console
+
+    # Topology as emulated, and the usable-node rule.
+    topo = {n["id"]: n for n in res["topology"]}
+    assert sorted(topo) == [n for n, _, _ in NODES], res["describe"]
+    for nid, cpus, mib in NODES:
+        assert topo[nid]["cpus"] == cpus, res["describe"]
+        assert topo[nid]["has_memory"] is bool(mib), res["describe"]
+    assert res["usable_cpus"] == [0, 1, 2, 3]
+    assert res["usable_nodes"] == USABLE, res["describe"]
+    for nid in (MEMORYLESS, CPULESS):
+        msg = res["explicit_unusable"][str(nid)]
+        assert msg and "not usable" in msg and f"[{nid}]" in msg, msg
+    assert res["plan"] == [[n, [n], 2] for n in USABLE]
+
+    # Direct binding: a CPU-less node with memory can be bound; a memoryless one cannot.
+    mem_only = res["direct"]["memory_only"]
+    assert mem_only["node"] == CPULESS and mem_only["bound"] is True
+    assert mem_only["policy"] == f"bind:{CPULESS}" and mem_only["restored"] is True
+    kb = {int(k): v for k, v in mem_only["kb"].items()}
+    assert kb.get(CPULESS, 0) >= 16 * 1024 and sum(kb.values()) == kb[CPULESS], mem_only
+    memless = res["direct"]["memoryless"]
+    assert memless["node"] == MEMORYLESS and memless["bound"] is False, memless
+    assert memless["policy_after"] == "default"
+    assert len(memless["warnings"]) == 1, memless
+
+    # One worker per usable node, pinned and bound, its pages on its node.
+    placements = res["placements"]
+    assert [p["node"] for p in placements] == USABLE
+    for p in placements:
+        node = p["node"]
+        assert p["requested_cpus"] == str(node) and p["actual_cpus"] == str(node), p
+        assert p["pinned"] is True and p["membound"] is True and p["verified"] is True, p
+        assert p["mempolicy"] == f"bind:{node}", p
+        maps = p["numa_maps"]
+        assert maps is not None, f"worker {p['worker']}: no numa_maps proof"
+        assert maps["policies"] == [f"bind:{node}"], maps
+        proof = NumaMapsProof(tuple(maps["policies"]),
+                              {int(k): v for k, v in maps["anon_kb"].items()})
+        share = proof.share_on([node])
+        assert share is not None and share > 0.9, (
+            f"worker {p['worker']} bound to node {node}: only {share:.1%} of its anonymous "
+            f"pages are there: {maps['anon_kb']}; off-node mappings: "
+            f"{res['offnode_maps'][str(p['worker'])]}")
+        assert proof.anon_kb[node] >= WORKER_MIB * 1024, maps  # the touched buffer is there
+        assert not set(proof.anon_kb) & {MEMORYLESS}, maps
+    assert res["warnings"] == []
+
+    # A worker on CPU 3 (memoryless node 3) bound to node 4 (no CPUs): its pages are on
+    # node 4, which no CPU is local to, so binding (not first-touch locality) put them there.
+    cross = res["cross"]
+    assert cross["requested_cpus"] == str(MEMORYLESS) and cross["pinned"] is True, cross
+    assert cross["node"] == CPULESS and cross["membound"] is True, cross
+    assert cross["mempolicy"] == f"bind:{CPULESS}", cross
+    kb = {int(k): v for k, v in cross["numa_maps"]["anon_kb"].items()}
+    share = NumaMapsProof(tuple(cross["numa_maps"]["policies"]), kb).share_on([CPULESS])
+    assert share is not None and share > 0.9 and kb[CPULESS] >= WORKER_MIB * 1024, kb
+    assert cross["exitcode"] == 0
+
+    # The parent is restored exactly, the window ran, and the workers are gone.
+    assert res["parent_policy_before"] == res["parent_policy_after_start"] == "default"
+    assert res["parent_affinity_after_start"] == [0, 1, 2, 3]
+    assert res["window"]["streams"] == 3 and res["window"]["transitions"] > 0
+    assert res["exitcodes"] == [0, 0, 0]
+    assert res["leftover_children"] == []
