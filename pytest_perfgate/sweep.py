@@ -1,0 +1,278 @@
+"""Thread-scaling sweep: nthread x pinned/unpinned, measured interleaved, sizing rule marked.
+
+Why interleaved: this machine class drifts up to 1.5x over seconds (FIELD-NOTES 7), so
+configurations measured back to back compare the machine's moods, not the configurations.
+Here every configuration runs a short turn in rotation and we keep the medians of many
+turns; every pool steps the same held state, so each call does identical physics.
+
+    python -m pytest_perfgate.sweep --model humanoid --envs 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from .timing import SYSTEM_CLOCK, Clock
+
+
+def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: int = 1,
+               warmup: int = 1, clock: Clock = SYSTEM_CLOCK) -> dict[str, list[tuple[float, float]]]:
+    """Run each callable ``per_turn`` times per turn, rotating the order every turn.
+
+    Returns, per name, one (wall seconds per call, cores used) sample per turn. Rotating the
+    start removes the bias of always following the same neighbour.
+    """
+    if turns < 1 or per_turn < 1:
+        raise ValueError(f"turns={turns}, per_turn={per_turn}: both must be >= 1")
+    names = list(calls)
+    for name in names:
+        for _ in range(warmup):
+            calls[name]()
+    out: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for t in range(turns):
+        k = t % len(names)
+        for name in names[k:] + names[:k]:
+            fn = calls[name]
+            c0, w0 = clock.cpu_ns(), clock.wall_ns()
+            for _ in range(per_turn):
+                fn()
+            w1, c1 = clock.wall_ns(), clock.cpu_ns()
+            wall = (w1 - w0) / 1e9
+            out[name].append((wall / per_turn, (c1 - c0) / 1e9 / wall if wall > 0 else 0.0))
+    return out
+
+
+def median_ratio(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Median over turns of time(a)/time(b): paired, so the machine's drift cancels."""
+    return statistics.median(x[0] / y[0] for x, y in zip(a, b))
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    threads: int
+    pinned: bool
+    ms_per_step: float
+    cores: float
+    steps_per_s: float
+    time_vs_rule: float  # median paired ratio of this config's time to the rule's
+    rule: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.threads} {'pinned' if self.pinned else 'unpinned'}"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    rows: tuple[SweepRow, ...]
+    num_envs: int
+    frame_skip: int
+    turns: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> str:
+        """The report, in the shape of the field notes' pool table."""
+        meta = self.metadata
+        lines = [f"MuJoCo pool thread sweep: {meta.get('source', '?')}, {self.num_envs} envs x "
+                 f"{self.frame_skip} substeps, usable CPUs {meta.get('usable_cpus', '?')}, "
+                 f"{self.turns} turns interleaved, medians (time vs rule: of paired "
+                 "per-turn ratios)",
+                 "| threads | pinned | ms/step (cores used) | k env-steps/s | time vs rule |",
+                 "|---|---|---|---|---|"]
+        for r in self.rows:
+            mark = "  <- sizing rule" if r.rule else ""
+            lines.append(f"| {r.threads} | {'yes' if r.pinned else 'no'} | "
+                         f"{r.ms_per_step:.2f} ({r.cores:.2f}) | {r.steps_per_s / 1e3:.1f} | "
+                         f"{r.time_vs_rule:.3f} |{mark}")
+        rule = next((r for r in self.rows if r.rule), None)
+        if rule is not None:
+            best = min(self.rows, key=lambda r: r.time_vs_rule)
+            lines.append(f"sizing rule: {rule.label} ({meta.get('thread_rule', '')}); fastest: "
+                         f"{best.label} at {best.time_vs_rule:.3f}x the rule's time")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": 1, "num_envs": self.num_envs, "frame_skip": self.frame_skip,
+                "turns": self.turns, "metadata": self.metadata,
+                "rows": [asdict(r) for r in self.rows]}
+
+
+def default_thread_counts(num_usable: int, num_envs: int) -> list[int]:
+    """Powers of two up to 4x the usable CPUs (oversubscription shows), plus the CPU count."""
+    counts = {num_usable}
+    n = 1
+    while n <= 4 * num_usable:
+        counts.add(n)
+        n *= 2
+    return sorted(c for c in counts if c <= num_envs)
+
+
+def settled_state(model: Any, num_envs: int, substeps: int = 300, distinct: int = 64,
+                  seed: int = 0, keyframe: int = -1) -> Any:
+    """A representative held state: ``distinct`` envs under random actions for ``substeps``,
+    tiled to num_envs rows. Humanoids are on the ground, in contact, by 300 substeps (0.9 s);
+    settling 64 and tiling costs 1/16 of settling 1024, at the same per-env step cost."""
+    import numpy as np
+    from mujoco.batch import Batch
+
+    from .pool import plan_threads
+
+    k = min(distinct, num_envs)
+    b = Batch(model, k, plan_threads(k).nthread)
+    b.reset(keyframe=keyframe)
+    if model.nu:
+        lo, hi = model.actuator_ctrlrange.T
+        b.bind("ctrl")[...] = np.random.default_rng(seed).uniform(lo, hi, (k, model.nu))
+    if substeps > 0:
+        b.step(nstep=substeps)
+    return np.tile(b.state, (-(-num_envs // k), 1))[:num_envs].copy()
+
+
+def _pin_order(usable: tuple[int, ...]) -> list[int]:
+    """One CPU per physical core first, then the SMT siblings: 'n pinned' spreads over cores."""
+    from .cpus import physical_cpus
+
+    phys = list(physical_cpus(usable))
+    return phys + [c for c in usable if c not in phys]
+
+
+def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
+              thread_counts: Sequence[int] | None = None, pinned: bool = True,
+              turns: int = 20, per_turn: int = 1, settle_substeps: int = 300, seed: int = 0,
+              clock: Clock = SYSTEM_CLOCK, **pool_kw: Any) -> SweepResult:
+    """Build one pool per configuration, hold them all on one settled state, interleave.
+
+    ``pool_kw`` go to every MujocoPool (keyframe, obs, reward_fn...)."""
+    import warnings
+
+    import numpy as np
+
+    from .pool import MujocoPool, OversubscriptionWarning, plan_threads
+
+    rule = plan_threads(num_envs)
+    counts = sorted(set(thread_counts or default_thread_counts(len(rule.usable), num_envs))
+                    | {rule.nthread})
+    order = _pin_order(rule.usable)
+    configs = [(n, False) for n in counts]
+    if pinned:
+        configs += [(n, True) for n in counts]
+    pools: dict[tuple[int, bool], MujocoPool] = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OversubscriptionWarning)
+            for n, pin in configs:
+                cpus = order[:min(n, len(order))] if pin else None
+                pools[(n, pin)] = MujocoPool(model, num_envs, threads=n, cpu_ids=cpus,
+                                             frame_skip=frame_skip, seed=seed, **pool_kw)
+        first = pools[(rule.nthread, False)]
+        rng = np.random.default_rng(seed)
+        lo, hi = (first.model.actuator_ctrlrange.T if first.model.nu else (0.0, 0.0))
+        actions = rng.uniform(lo, hi, (num_envs, first.model.nu))
+        held = settled_state(first.model, num_envs, settle_substeps, seed=seed,
+                             keyframe=first.keyframe_id)
+        for p in pools.values():
+            p.hold(held)
+        calls = {f"{n}/{pin}": (lambda p=p: p.step(actions)) for (n, pin), p in pools.items()}
+        samples = interleave(calls, turns, per_turn, clock=clock)
+        ref = samples[f"{rule.nthread}/False"]
+        rows = []
+        for n, pin in configs:
+            s = samples[f"{n}/{pin}"]
+            ms = statistics.median(x[0] for x in s) * 1e3
+            rows.append(SweepRow(n, pin, ms, statistics.median(x[1] for x in s),
+                                 num_envs / ms * 1e3, median_ratio(s, ref),
+                                 rule=(n == rule.nthread and not pin)))
+        meta = first.metadata()
+        meta["thread_rule"] = rule.reason
+        return SweepResult(tuple(rows), num_envs, frame_skip, turns, meta)
+    finally:
+        for p in pools.values():
+            p.close()
+
+
+def resolve_model(name: str) -> str:
+    """CLI model names: humanoid, g1, tiny, or a path to a model file."""
+    from . import models
+
+    if name == "humanoid":
+        return models.humanoid_xml_path()
+    if name == "tiny":
+        return models.tiny_xml()
+    if name == "g1":
+        path = models.g1_scene_path()
+        if path is None:
+            raise SystemExit(models.G1_MISSING)
+        return path
+    return name
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Atomic write (temp file + fsync + replace): a killed run never leaves half a file."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".sweep-", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads {text!r}: pass comma-separated positive "
+                                         "ints, e.g. 1,2,4") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"--threads {text!r}: pass comma-separated positive "
+                                         "ints, e.g. 1,2,4")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pytest_perfgate.sweep",
+                                 description="MuJoCo pool thread-scaling sweep (interleaved).")
+    ap.add_argument("--model", default="humanoid", help="humanoid, g1, tiny or a model path")
+    ap.add_argument("--envs", type=int, default=1024, help="number of simulations")
+    ap.add_argument("--frame-skip", type=int, default=1, help="substeps per env step")
+    ap.add_argument("--threads", type=_int_list, default=None,
+                    help="thread counts, e.g. 1,2,4 (default: powers of two to 4x CPUs)")
+    ap.add_argument("--no-pinned", action="store_true", help="skip the pinned variants")
+    ap.add_argument("--turns", type=int, default=20, help="interleaved turns (medians)")
+    ap.add_argument("--per-turn", type=int, default=1, help="steps per config per turn")
+    ap.add_argument("--settle", type=int, default=300,
+                    help="substeps of random actions before the state is held")
+    ap.add_argument("--keyframe", default=None,
+                    help="reset keyframe name (e.g. 'stand' for g1; default: model defaults)")
+    ap.add_argument("--json", default=None, help="also write the result to this file")
+    args = ap.parse_args(argv)
+    from .models import MujocoUnavailable
+
+    try:
+        result = run_sweep(resolve_model(args.model), args.envs, frame_skip=args.frame_skip,
+                           thread_counts=args.threads, pinned=not args.no_pinned,
+                           turns=args.turns, per_turn=args.per_turn,
+                           settle_substeps=args.settle, keyframe=args.keyframe)
+    except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(result.table())
+    if args.json:
+        write_json(args.json, result.to_dict())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The thread sweep: interleaving logic on a fake clock (exact), the table, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pytest_perfgate import sweep
+from pytest_perfgate.timing import FakeClock
+
+
+def test_interleave_rotates_order_and_reports_per_call_medians():
+    clock = FakeClock()
+    order: list[str] = []
+
+    def work(name: str, wall: float, cpu: float):
+        def fn():
+            order.append(name)
+            clock.advance(wall, cpu)
+        return fn
+
+    calls = {"a": work("a", 0.010, 0.020), "b": work("b", 0.030, 0.030),
+             "c": work("c", 0.001, 0.0005)}
+    out = sweep.interleave(calls, turns=3, per_turn=2, warmup=1, clock=clock)
+    assert order[:3] == ["a", "b", "c"]  # warm-up, once each
+    turns = order[3:]
+    assert turns[0:6] == ["a", "a", "b", "b", "c", "c"]
+    assert turns[6:12] == ["b", "b", "c", "c", "a", "a"]
+    assert turns[12:18] == ["c", "c", "a", "a", "b", "b"]
+    assert out["a"] == [pytest.approx((0.010, 2.0))] * 3
+    assert out["c"] == [pytest.approx((0.001, 0.5))] * 3
+    assert sweep.median_ratio(out["b"], out["a"]) == pytest.approx(3.0)
+
+
+def test_interleave_rejects_zero_turns():
+    with pytest.raises(ValueError, match=r"turns=0, per_turn=1: both must be >= 1"):
+        sweep.interleave({"a": lambda: None}, turns=0)
+
+
+def test_median_ratio_is_paired():
+    a = [(1.0, 1), (2.0, 1), (10.0, 1)]  # the machine slowed down 10x in the last turn
+    b = [(2.0, 1), (4.0, 1), (20.0, 1)]
+    assert sweep.median_ratio(b, a) == 2.0
+
+
+def test_default_thread_counts():
+    assert sweep.default_thread_counts(2, 1024) == [1, 2, 4, 8]
+    assert sweep.default_thread_counts(6, 1024) == [1, 2, 4, 6, 8, 16]
+    assert sweep.default_thread_counts(8, 3) == [1, 2]
+
+
+def _row(threads, pinned, ms, ratio, rule=False):
+    return sweep.SweepRow(threads, pinned, ms, 1.9, 1000 / ms * 1e3, ratio, rule)
+
+
+def test_table_marks_the_rule_and_names_the_fastest():
+    res = sweep.SweepResult(
+        (_row(1, False, 20.0, 1.9), _row(2, False, 10.5, 1.0, rule=True),
+         _row(2, True, 10.0, 0.95)), num_envs=1000, frame_skip=3, turns=7,
+        metadata={"source": "g1.xml", "usable_cpus": "0-1",
+                  "thread_rule": "min(num_envs=1000, 2 usable CPUs)"})
+    assert res.table().splitlines() == [
+        "MuJoCo pool thread sweep: g1.xml, 1000 envs x 3 substeps, usable CPUs 0-1, 7 turns "
+        "interleaved, medians (time vs rule: of paired per-turn ratios)",
+        "| threads | pinned | ms/step (cores used) | k env-steps/s | time vs rule |",
+        "|---|---|---|---|---|",
+        "| 1 | no | 20.00 (1.90) | 50.0 | 1.900 |",
+        "| 2 | no | 10.50 (1.90) | 95.2 | 1.000 |  <- sizing rule",
+        "| 2 | yes | 10.00 (1.90) | 100.0 | 0.950 |",
+        "sizing rule: 2 unpinned (min(num_envs=1000, 2 usable CPUs)); fastest: 2 pinned at "
+        "0.950x the rule's time",
+    ]
+
+
+pytest.importorskip("mujoco.batch")
+
+
+def test_settled_state_tiles_distinct_trajectories():
+    from pytest_perfgate.models import load_model
+
+    m = load_model(sweep.resolve_model("tiny"))
+    held = sweep.settled_state(m, 10, substeps=20, distinct=4)
+    assert held.shape[0] == 10 and np.array_equal(held[4:8], held[:4])
+    assert np.array_equal(held[8:], held[:2]) and not np.array_equal(held[0], held[1])
+
+
+def test_run_sweep_on_the_tiny_model():
+    res = sweep.run_sweep(sweep.resolve_model("tiny"), 8, thread_counts=[1, 2], turns=2,
+                          settle_substeps=3)
+    labels = [r.label for r in res.rows]
+    assert labels[:2] == ["1 unpinned", "2 unpinned"] and "1 pinned" in labels
+    rule = [r for r in res.rows if r.rule]
+    assert len(rule) == 1 and rule[0].time_vs_rule == 1.0
+    assert "<- sizing rule" in res.table()
+    json.dumps(res.to_dict())
+
+
+def test_cli_writes_json(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    rc = sweep.main(["--model", "tiny", "--envs", "4", "--threads", "1,2", "--turns", "2",
+                     "--no-pinned", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "| 2 | no |" in text and "<- sizing rule" in text
+    data = json.loads(out.read_text())
+    assert data["format"] == 1 and [r["threads"] for r in data["rows"]] == [1, 2]
+    assert not list(tmp_path.glob(".sweep-*"))
+
+
+def test_cli_bad_threads(capsys):
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--threads", "1,x"])
+    assert e.value.code == 2
+    assert ("argument --threads: --threads '1,x': pass comma-separated positive ints, e.g. "
+            "1,2,4") in capsys.readouterr().err
+
+
+def test_cli_bad_envs(capsys):
+    assert sweep.main(["--model", "tiny", "--envs", "0"]) == 2
+    assert capsys.readouterr().err == ("error: num_envs=0: pass the number of simulations, a "
+                                       "positive int (e.g. 1024)\n")
+
+
+def test_cli_g1_missing(monkeypatch):
+    from pytest_perfgate import models
+
+    monkeypatch.setattr(models, "g1_scene_path", lambda: None)
+    with pytest.raises(SystemExit) as e:
+        sweep.resolve_model("g1")
+    assert str(e.value) == models.G1_MISSING
