@@ -217,7 +217,8 @@ class Meter:
             elapsed = (self._clock.wall_ns() - t0) / 1e9
             if is_steady(rates, cfg.warmup_span, cfg.stability_tol):
                 return True, elapsed, len(rates)
-            if elapsed >= cfg.warmup_max_s:
+            # a step slower than a warm-up window still gets 2*span windows to show stability
+            if elapsed >= cfg.warmup_max_s and len(rates) >= 2 * cfg.warmup_span:
                 return False, elapsed, len(rates)
 
     def _window(self, source: WindowSource, duration_s: float) -> Window:

@@ -148,3 +148,12 @@ def test_loop_source_rejects_bad_input() -> None:
         LoopSource(lambda: None, 0)
     with pytest.raises(TypeError, match="is not callable"):
         LoopSource(42, 1)  # type: ignore[arg-type]
+
+
+def test_step_slower_than_warmup_budget_still_gets_a_stability_check() -> None:
+    clock = FakeClock()
+    src = make_source(clock, [2.0])  # 2 s per call, warm-up budget 1 s
+    cfg = MeasureConfig(windows=2, window_s=0.1, warmup_window_s=0.1, warmup_span=2,
+                        warmup_max_s=1.0)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
+    assert m.steady and m.warmup_windows == 4
