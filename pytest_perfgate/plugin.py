@@ -40,7 +40,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for spec in SPECS:
         env = f" [env: {spec.env}]" if spec.env else ""
         group.addoption(spec.flag, dest=f"perfgate_{spec.name}", default=None,
-                        type=_argparse_type(spec.parse), help=spec.help + env)
+                        type=_argparse_type(spec.parse),
+                        help=(spec.help + env).replace("%", "%%"))  # argparse formats help
         parser.addini(spec.ini, spec.help + env, default=None)
 
 

@@ -245,3 +245,15 @@ def test_unwritable_history_is_an_infrastructure_error(sandbox: pytest.Pytester,
     res.stdout.fnmatch_lines(["*perfgate: ERROR: could not record history in blocker/results: *"
                               "pass --perfgate-record=false)"])
     assert "REGRESSION" not in res.stdout.str()
+
+
+def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
+    from pytest_perfgate.options import SPECS
+
+    res = pytester.runpytest_subprocess("--help")
+    assert res.ret == 0
+    out = res.stdout.str()
+    for spec in SPECS:
+        assert spec.flag in out and spec.ini in out, spec.flag
+    res.stdout.fnmatch_lines(["*--perfgate-threshold=PERFGATE_THRESHOLD*",
+                              "*throughput drop that fails a test (default 5%)*"])
