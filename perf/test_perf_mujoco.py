@@ -29,7 +29,7 @@ def _settled(pool, substeps: int, seed: int = 0):
 def test_humanoid_batch_256(perfgate, mujoco_pool, humanoid_xml):
     """gymnasium Humanoid-v5 physics (frame_skip 5), 256 envs, sized pool, held state."""
     pool = mujoco_pool(humanoid_xml, 256, frame_skip=5)
-    actions = _settled(pool, 5 if perfgate.smoke else SETTLE_SUBSTEPS)
+    actions = _settled(pool, SETTLE_SUBSTEPS if perfgate.runs_step and not perfgate.smoke else 5)
     perfgate.measure(lambda: pool.step(actions), transitions=pool.num_envs,
                      name="humanoid_batch_256", extra=pool.metadata())
 
@@ -41,6 +41,6 @@ def test_g1_batch_256(perfgate, mujoco_pool, g1_scene):
     not installed.
     """
     pool = mujoco_pool(g1_scene, 256, frame_skip=4, keyframe="stand")
-    actions = _settled(pool, 5 if perfgate.smoke else 400)  # 2 ms substeps: 0.8 s
+    actions = _settled(pool, 400 if perfgate.runs_step and not perfgate.smoke else 5)  # 0.8 s
     perfgate.measure(lambda: pool.step(actions), transitions=pool.num_envs,
                      name="g1_batch_256", extra=pool.metadata())

@@ -285,7 +285,6 @@ class Slowed:
         self.source = source
         self.fraction = 0.0
         self._spins = 0
-        self._spin_s: float | None = None  # seconds per spin iteration
         inner = source.step
 
         def step() -> object:
@@ -297,9 +296,9 @@ class Slowed:
 
         source.step = step
 
-    def _spin_cost(self) -> float:
-        n, t = 50_000, 0.0
-        while t < 0.05:
+    def _spin_cost(self, min_s: float = 0.05) -> float:
+        n, t = 10_000, 0.0
+        while t < min_s:
             n *= 2
             t0 = time.perf_counter()
             k = n
@@ -308,14 +307,19 @@ class Slowed:
             t = time.perf_counter() - t0
         return t / n
 
-    def set(self, fraction: float, seconds: float = 0.3) -> None:
-        """Calibrate the spin to ``fraction`` of one step's current cost (0 turns it off)."""
+    def set(self, fraction: float, seconds: float = 0.5, rounds: int = 5) -> None:
+        """Calibrate the spin to ``fraction`` of one step's current cost (0 turns it off).
+
+        Step cost and spin cost are measured alternately and the median of their ratios is
+        used: the machine's speed drifts (FIELD-NOTES 7), so a spin cost measured once, at
+        another moment than the step's, biased the injected slowdown (10% measured as 7%).
+        """
         self._spins = 0
         self.fraction = fraction
         if fraction <= 0:
             return
-        if self._spin_s is None:
-            self._spin_s = self._spin_cost()
-        w = self.source.run_window(seconds)
-        per_call = w.wall_s / max(1, w.calls)
-        self._spins = max(1, int(fraction * per_call / self._spin_s))
+        ratios = []
+        for _ in range(rounds):
+            w = self.source.run_window(seconds / rounds)
+            ratios.append(w.wall_s / max(1, w.calls) / self._spin_cost(0.01))
+        self._spins = max(1, int(fraction * sorted(ratios)[rounds // 2]))

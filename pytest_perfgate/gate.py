@@ -13,7 +13,8 @@ Two kinds of evidence feed the same decision:
   a run's own precision is estimated from how its two halves disagree, not from the
   window count (see ``history_evidence``).
 * paired: base and head measured in alternating short turns in the same time span; the
-  per-turn log ratios are the replicates, so drift common to both cancels.
+  per-turn log ratios are the replicates, so drift common to both cancels. They are
+  summarised by a 20% trimmed mean (Yuen's t), robust to the odd turn a neighbour spoils.
 
 Decision rule (one-sided t test at level ``alpha`` on the log time ratio):
 REGRESSION when the slowdown is significant and the throughput drop exceeds ``threshold``;
@@ -29,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-
+PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (ISSUE 5 study)
 
 class Outcome(enum.Enum):
     OK = "OK"
@@ -161,15 +162,28 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
                     within)
 
 
-def paired_evidence(base: Sequence[float], head: Sequence[float]) -> Evidence:
-    """Alternating turns: turn i measured base[i] then head[i] (or the reverse)."""
+def paired_evidence(base: Sequence[float], head: Sequence[float],
+                    trim: float = PAIRED_TRIM) -> Evidence:
+    """Alternating turns: turn i measured base[i] then head[i] (or the reverse).
+
+    The per-turn log ratios are summarised by their ``trim``-trimmed mean with the
+    Tukey-McLaughlin (Yuen) standard error: a neighbour taking the core for one turn makes
+    that turn's ratio wild, and on a shared 2-vCPU runner (ISSUE 5 study, 90 trials) the
+    20% trimmed mean cut A/A false alarms from 2/50 to 0/50 while catching +5% in 8/10
+    trials instead of 5/10. ``trim=0`` is the plain mean and t.
+    """
     if len(base) != len(head) or len(base) < 2:
         raise ValueError(f"paired evidence needs equal, >= 2 turns per side; got "
                          f"{len(base)} base and {len(head)} head")
-    diffs = [math.log(h / b) for b, h in zip(base, head)]
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim={trim!r} must be in [0, 0.5), e.g. 0.2")
+    diffs = sorted(math.log(h / b) for b, h in zip(base, head))
     n = len(diffs)
-    return Evidence(statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(n),
-                    float(n - 1), n, "paired")
+    g = int(trim * n)
+    core = diffs[g:n - g]
+    winsorized = [diffs[g]] * g + core + [diffs[n - g - 1]] * g
+    se = statistics.stdev(winsorized) / ((1 - 2 * g / n) * math.sqrt(n))
+    return Evidence(statistics.fmean(core), se, float(len(core) - 1), n, "paired")
 
 
 def decide(ev: Evidence, rule: Rule) -> Verdict:

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 
+HISTORY_THRESHOLD = 0.05
+AB_THRESHOLD = 0.02  # what docs/verdict-quality.md measured the A/B mode at
+
+
 class OptionError(ValueError):
     """A setting has a bad value; the message says which, where it came from, and the fix."""
 
@@ -134,7 +138,8 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("threshold", parse_fraction, "throughput drop that fails a test (default 5%)"),
+    Spec("threshold", parse_fraction, "throughput drop that fails a test (default 5%; 2% in "
+         "the A/B mode)"),
     Spec("alpha", parse_fraction, "significance level of the one-sided test (default 0.01)"),
     Spec("baseline_runs", parse_positive_int,
          "compare with the newest N runs of ancestor commits on this machine (default 5)"),
@@ -158,8 +163,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("record", parse_bool, "record results into history (default true)"),
     Spec("ab", parse_rev, "interleaved A/B mode: measure this base revision and the working "
          "tree in alternating turns, gate on the paired ratio", "PERFGATE_AB"),
-    Spec("ab_turns", parse_positive_int, "A/B turns per side (default 60)"),
-    Spec("ab_turn_time", parse_seconds, "seconds per A/B turn (default 0.25)"),
+    Spec("ab_turns", parse_positive_int, "A/B turns per side (default 96)"),
+    Spec("ab_turn_time", parse_seconds, "seconds per A/B turn (default 0.1)"),
     Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
 )
@@ -168,7 +173,7 @@ SPECS: tuple[Spec, ...] = (
 @dataclass(frozen=True)
 class Options:
     enabled: bool = False
-    threshold: float = 0.05
+    threshold: float | None = None  # None: 5% in history mode, 2% in the A/B mode
     alpha: float = 0.01
     baseline_runs: int = 5
     baseline: str | None = None
@@ -184,8 +189,8 @@ class Options:
     markdown: str | None = None
     record: bool = True
     ab: str | None = None
-    ab_turns: int = 60
-    ab_turn_time: float = 0.25
+    ab_turns: int = 96
+    ab_turn_time: float = 0.1
     ab_setup: str | None = None
 
     @classmethod
@@ -207,6 +212,12 @@ class Options:
             except OptionError as e:
                 raise OptionError(f"{where}: {e}") from None
         return cls(**values)
+
+    def default_threshold(self) -> float:
+        """The user's threshold, else the mode's: the A/B mode resolves 2% drops (docs)."""
+        if self.threshold is not None:
+            return self.threshold
+        return AB_THRESHOLD if self.ab else HISTORY_THRESHOLD
 
     def results_path(self, rootdir: Path) -> Path:
         from .history import default_results_dir

@@ -93,7 +93,7 @@ class GateSession:
             from .ab import side_connection
 
             self.side_conn = side_connection()
-            self.smoke = True
+            self.smoke = False  # a side measures for real; the controller judges and records
 
     def meter_config(self, windows: int | None = None,
                      window_time: float | None = None) -> MeasureConfig:
@@ -111,7 +111,7 @@ class GateSession:
 
     def rule(self, threshold: float | None = None) -> Rule:
         o = self.options
-        return Rule(threshold=threshold if threshold is not None else o.threshold,
+        return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
                     alpha=o.alpha, unstable=o.unstable, inconclusive=o.inconclusive)
 
     @property
@@ -247,6 +247,12 @@ class PerfGate:
     def smoke(self) -> bool:
         """True when perf tests run without --perfgate: tiny windows, no record, no gate."""
         return self.session.smoke
+
+    @property
+    def runs_step(self) -> bool:
+        """False in the A/B controller, whose step is never called (the two sides run it):
+        a test may skip expensive set-up then."""
+        return self.session.ab is None
 
     def phase(self, name: str) -> Any:
         """``with perfgate.phase("physics"):`` attributes the block's time to a phase."""

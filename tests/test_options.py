@@ -15,7 +15,10 @@ def resolve(flags=None, ini=None, env=None) -> Options:
 
 def test_defaults() -> None:
     o = resolve()
-    assert (o.threshold, o.alpha, o.baseline_runs, o.windows) == (0.05, 0.01, 5, 8)
+    assert (o.threshold, o.alpha, o.baseline_runs, o.windows) == (None, 0.01, 5, 8)
+    assert o.default_threshold() == 0.05
+    assert resolve(ini={"ab": "origin/main"}).default_threshold() == 0.02
+    assert resolve(flags={"threshold": 0.1}, ini={"ab": "main"}).default_threshold() == 0.1
     assert (o.unstable, o.inconclusive, o.record) == ("fail", "warn", True)
 
 

@@ -256,4 +256,4 @@ def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
     for spec in SPECS:
         assert spec.flag in out and spec.ini in out, spec.flag
     res.stdout.fnmatch_lines(["*--perfgate-threshold=PERFGATE_THRESHOLD*",
-                              "*throughput drop that fails a test (default 5%)*"])
+                              "*throughput drop that fails a test (default 5%; 2% in*"])

@@ -1,0 +1,679 @@
+"""Verdict quality: how often the gate cries wolf, and how small a slowdown it catches.
+
+The gate is only worth what its verdicts are worth, and on a shared runner the machine's
+speed drifts by up to 1.5x within seconds (FIELD-NOTES 7), so the answer is a property of
+the runner, not of the code. This module measures it on the runner itself, through the real
+gate: one base and one head side process of the *same* checkout, trials in random order,
+A/A (nothing injected) and with a calibrated extra spin inside the head's step
+(``RemoteSource.inject_slowdown``). Each trial keeps its raw per-turn samples, so levers that
+do not need new measurements (the estimator, fewer turns, another threshold) are judged
+offline on the same data (:func:`analyse`), and the study can be saved and re-analysed.
+
+History mode is emulated from the same sides: each trial also measures a non-interleaved
+"run" of K consecutive windows of each side; the head's run is judged by
+``history_evidence`` against the base runs of the previous trials, as a team without a base
+build would be.
+
+Pure logic over :class:`Injectable` sources: the CLI drives real side processes, the tests
+drive scripted fakes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from .gate import PAIRED_TRIM, Outcome, Rule, decide, history_evidence, paired_evidence
+from .measure import MeasureConfig, Meter, RawWindow, WindowSource
+from .timing import SYSTEM_CLOCK, Clock
+
+FORMAT = 1  # version of the saved study file
+ESTIMATORS = ("trimmed", "t", "wilcoxon", "bootstrap")  # "trimmed" is the shipped gate
+TARGETS = {"false_alarms": 0.01, "detect_5": 0.95, "detect_3": 0.80, "seconds": 20.0}
+
+
+class StudyError(ValueError):
+    """A study setting or file is unusable; the message names the value and the fix."""
+
+
+class Injectable(WindowSource, Protocol):
+    """A window source that can slow its own step down by a calibrated fraction."""
+
+    def inject_slowdown(self, fraction: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """What to run. Defaults: the settings the ISSUE 5 study chose; ~45 min on 2 vCPUs."""
+
+    aa_trials: int = 50
+    trials: int = 10  # per injected slowdown
+    slowdowns: tuple[float, ...] = (0.02, 0.03, 0.05, 0.10)
+    turns: int = 96
+    turn_s: float = 0.1
+    threshold: float = 0.02
+    alpha: float = 0.01
+    history: bool = True
+    history_windows: int = 4
+    history_window_s: float = 0.5
+    baseline_runs: int = 5
+    warmup_window_s: float = 0.25
+    warmup_max_s: float = 3.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("aa_trials", "trials", "turns", "history_windows", "baseline_runs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise StudyError(f"{name}={v!r} must be a whole number >= 0")
+        if self.turns < 2:
+            raise StudyError(f"turns={self.turns!r}: a paired verdict needs >= 2 turns, "
+                             "e.g. --turns 40")
+        if self.aa_trials + self.trials * len(self.slowdowns) == 0:
+            raise StudyError("no trials to run: give --aa-trials or --trials above 0")
+        for s in self.slowdowns:
+            if not 0 < s < 1:
+                raise StudyError(f"slowdown {s!r} must be a fraction in (0, 1), "
+                                 "e.g. 0.05 for 5%")
+        for name in ("turn_s", "history_window_s", "warmup_window_s"):
+            if not getattr(self, name) > 0:
+                raise StudyError(f"{name}={getattr(self, name)!r} must be > 0 seconds")
+        Rule(threshold=self.threshold, alpha=self.alpha)  # validates, naming the value
+
+    @classmethod
+    def quick(cls, **kw: Any) -> StudyConfig:
+        """A ~3 minute sanity run: too few trials to claim rates, enough to see it works."""
+        base = dict(aa_trials=8, trials=3, turns=16, turn_s=0.2, history_windows=3,
+                    history_window_s=0.3, baseline_runs=3)
+        return cls(**{**base, **kw})
+
+    def plan(self) -> list[float]:
+        """The trials' injected slowdowns (0.0 = A/A), in a seeded random order."""
+        order = [0.0] * self.aa_trials + [s for s in self.slowdowns for _ in range(self.trials)]
+        random.Random(self.seed).shuffle(order)
+        return order
+
+    def meter(self, clock: Clock = SYSTEM_CLOCK) -> Meter:
+        """The warm-up check each trial runs (the sides stay warm; this re-verifies it)."""
+        from .loadwatch import NullProbe
+
+        cfg = MeasureConfig(warmup_window_s=self.warmup_window_s, warmup_max_s=self.warmup_max_s)
+        return Meter(cfg, clock=clock, load_probe=NullProbe())
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial's raw data: per-turn seconds per million env-steps, and what it cost."""
+
+    index: int
+    slowdown: float  # injected into head (0 = A/A)
+    base: tuple[float, ...]
+    head: tuple[float, ...]
+    turn_wall: float  # mean wall seconds of one turn
+    warmup_s: float  # mean over the two sides
+    steady: bool
+    started_s: float  # since the study started
+    hist_base: tuple[float, ...] = ()  # K consecutive windows of base, then of head
+    hist_head: tuple[float, ...] = ()
+    hist_wall: float = 0.0  # wall seconds of one history run
+    probes: tuple[Mapping[str, float], ...] = ()  # per turn, base then head alternating
+
+    @property
+    def diffs(self) -> list[float]:
+        """Per-turn log(head / base): > 0 means head took longer."""
+        return [math.log(h / b) for b, h in zip(self.base, self.head)]
+
+
+# ---- running -------------------------------------------------------------------------------
+
+
+def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
+              cfg: StudyConfig, meter: Meter, clock: Clock = SYSTEM_CLOCK,
+              t0_ns: int = 0, probe: Callable[[], Mapping[str, float]] | None = None
+              ) -> TrialRecord:
+    """Warm-up check, interleaved ABBA turns and (optionally) one history run per side."""
+    from .ab import interleave
+
+    head.inject_slowdown(slowdown)
+    started = (clock.wall_ns() - t0_ns) / 1e9
+    sb, wb_s, _ = meter.warm_up(base)
+    sh, wh_s, _ = meter.warm_up(head)
+    probes: list[Mapping[str, float]] = []
+    b_src: WindowSource = base
+    h_src: WindowSource = head
+    if probe is not None:
+        b_src, h_src = _Probed(base, probe, probes), _Probed(head, probe, probes)
+    b, h = interleave(b_src, h_src, cfg.turns, cfg.turn_s)
+    walls = [w.wall_s for w in (*b, *h)]
+    hb: list[RawWindow] = []
+    hh: list[RawWindow] = []
+    if cfg.history:
+        hb = [base.run_window(cfg.history_window_s) for _ in range(cfg.history_windows)]
+        hh = [head.run_window(cfg.history_window_s) for _ in range(cfg.history_windows)]
+    hist_wall = sum(w.wall_s for w in hh)
+    return TrialRecord(index, slowdown, tuple(_spm(w) for w in b), tuple(_spm(w) for w in h),
+                       statistics.fmean(walls), (wb_s + wh_s) / 2, sb and sh, started,
+                       tuple(_spm(w) for w in hb), tuple(_spm(w) for w in hh), hist_wall,
+                       tuple(probes))
+
+
+def run_study(base: Injectable, head: Injectable, cfg: StudyConfig,
+              on_trial: Callable[[TrialRecord, int], None] | None = None,
+              clock: Clock = SYSTEM_CLOCK,
+              probe: Callable[[], Mapping[str, float]] | None = None) -> list[TrialRecord]:
+    """Run every planned trial on one pair of sources; base is never slowed."""
+    base.inject_slowdown(0.0)
+    meter = cfg.meter(clock)
+    t0 = clock.wall_ns()
+    out: list[TrialRecord] = []
+    plan = cfg.plan()
+    for i, s in enumerate(plan):
+        rec = run_trial(i, s, base, head, cfg, meter, clock, t0, probe)
+        out.append(rec)
+        if on_trial is not None:
+            on_trial(rec, len(plan))
+    head.inject_slowdown(0.0)
+    return out
+
+
+def _spm(w: RawWindow) -> float:
+    """Seconds per million env-steps, the gated metric."""
+    if w.transitions <= 0:
+        raise StudyError(f"a window completed no env-steps in {w.wall_s:.3f} s: lengthen "
+                         "--turn-time so each turn holds at least one step() call")
+    return w.wall_s / w.transitions * 1e6
+
+
+class _Probed:
+    """Records what the probes saw over each window (the noise-guard lever)."""
+
+    def __init__(self, inner: WindowSource, probe: Callable[[], Mapping[str, float]],
+                 sink: list[Mapping[str, float]]) -> None:
+        self.inner, self.probe, self.sink = inner, probe, sink
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        before = self.probe()
+        w = self.inner.run_window(duration_s)
+        after = self.probe()
+        dt = max(w.wall_s, 1e-9)
+        rates = {k: (after[k] - before[k]) / dt for k in after if k in before}
+        rates["cores"] = w.cpu_s / dt
+        self.sink.append(rates)
+        return w
+
+
+def system_probe(pids: Sequence[int] = ()) -> Callable[[], Mapping[str, float]]:
+    """Cumulative counters a drift detector could use: /proc/stat, PSI, context switches."""
+    import psutil
+
+    procs = [psutil.Process(p) for p in pids]
+
+    def sample() -> dict[str, float]:
+        out: dict[str, float] = {}
+        try:
+            with open("/proc/stat", "rb") as f:
+                t = [int(x) for x in f.readline().split()[1:9]]
+            out["busy_ticks"] = float(sum(t) - t[3] - t[4] - t[7])
+            out["steal_ticks"] = float(t[7])
+        except (OSError, ValueError, IndexError):
+            pass
+        for res in ("cpu", "memory"):
+            try:
+                with open(f"/proc/pressure/{res}") as f:
+                    out[f"psi_{res}_us"] = float(f.readline().rsplit("total=", 1)[1])
+            except (OSError, ValueError, IndexError):
+                pass
+        st = psutil.cpu_stats()
+        out["ctx_switches"] = float(st.ctx_switches)
+        out["interrupts"] = float(st.interrupts)
+        for i, p in enumerate(procs):
+            try:
+                out[f"side{i}_invol_ctx"] = float(p.num_ctx_switches().involuntary)
+            except psutil.Error:
+                pass
+        return out
+
+    return sample
+
+
+# ---- judging -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedStat:
+    """One estimator's reading of paired log ratios: estimate, one-sided bounds, p-values."""
+
+    log_ratio: float
+    half_width: float  # of the one-sided (1 - alpha) bound, on the log scale
+    p_slow: float
+    p_fast: float
+
+
+def paired_stat(diffs: Sequence[float], alpha: float, estimator: str = "t",
+                seed: int = 0) -> PairedStat:
+    """The paired per-turn log ratios read by one estimator (see ESTIMATORS)."""
+    from scipy import stats
+
+    d = [float(x) for x in diffs]
+    n = len(d)
+    if n < 2:
+        raise StudyError(f"{n} paired turns: an estimator needs >= 2")
+    if estimator == "t":
+        m, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(n)
+        return _from_t(m, se, n - 1, alpha)
+    if estimator == "trimmed":  # trimmed mean, Tukey-McLaughlin standard error (= the gate)
+        g = int(PAIRED_TRIM * n)
+        s = sorted(d)
+        core = s[g:n - g]
+        wins = [s[g]] * g + core + [s[n - g - 1]] * g
+        se = statistics.stdev(wins) / ((1 - 2 * g / n) * math.sqrt(n))
+        return _from_t(statistics.fmean(core), se, len(core) - 1, alpha)
+    if estimator == "wilcoxon":  # Hodges-Lehmann estimate, signed-rank test and interval
+        walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
+        est = statistics.median(walsh)
+        if all(x == 0 for x in d):
+            return PairedStat(0.0, 0.0, 1.0, 1.0)
+        p_slow = float(stats.wilcoxon(d, alternative="greater").pvalue)
+        p_fast = float(stats.wilcoxon(d, alternative="less").pvalue)
+        z = float(stats.norm.ppf(1 - alpha))
+        k = int(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
+        k = min(max(k, 0), len(walsh) - 1)
+        return PairedStat(est, (walsh[-k - 1] - walsh[k]) / 2, p_slow, p_fast)
+    if estimator == "bootstrap":  # percentile bootstrap of the mean
+        import numpy as np
+
+        arr = np.asarray(d)
+        rng = np.random.default_rng(seed)
+        means = arr[rng.integers(0, n, (4000, n))].mean(axis=1)
+        lo, hi = np.quantile(means, [alpha, 1 - alpha])
+        return PairedStat(float(arr.mean()), float(hi - lo) / 2,
+                          float((means <= 0).mean()), float((means >= 0).mean()))
+    raise StudyError(f"estimator={estimator!r}: use one of {', '.join(ESTIMATORS)}")
+
+
+def _from_t(m: float, se: float, df: float, alpha: float) -> PairedStat:
+    from scipy import stats
+
+    if se <= 0:
+        return PairedStat(m, 0.0, 0.0 if m > 0 else 1.0, 0.0 if m < 0 else 1.0)
+    tq = float(stats.t.ppf(1 - alpha, df))
+    return PairedStat(m, tq * se, float(stats.t.sf(m / se, df)), float(stats.t.sf(-m / se, df)))
+
+
+def judge_stat(st: PairedStat, rule: Rule) -> Outcome:
+    """gate.decide's rule applied to any estimator's reading (kept identical on purpose)."""
+    drop = 1 - math.exp(-st.log_ratio)
+    if st.p_slow < rule.alpha and drop > rule.threshold:
+        return Outcome.REGRESSION
+    if st.p_fast < rule.alpha and -drop > rule.threshold:
+        return Outcome.IMPROVEMENT
+    if 1 - math.exp(-st.half_width) > rule.threshold:
+        return Outcome.INCONCLUSIVE
+    return Outcome.OK
+
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def outside_load(t: TrialRecord) -> list[float] | None:
+    """Per turn pair: the larger outside load (busy cores not ours) of its two turns."""
+    if not t.probes or any("busy_ticks" not in p for p in t.probes):
+        return None
+    other = [max(0.0, p["busy_ticks"] / TICKS_PER_S - p.get("cores", 0.0)) for p in t.probes]
+    return [max(other[2 * i], other[2 * i + 1]) for i in range(len(other) // 2)]
+
+
+def paired_outcome(t: TrialRecord, rule: Rule, estimator: str = "trimmed",
+                   turns: int | None = None, guard: float | None = None) -> Outcome:
+    """A trial's A/B verdict; "trimmed" is the shipped gate itself, "t" its trim-0 form.
+
+    ``guard``: drop turn pairs where either turn saw more outside load than this many busy
+    cores (the /proc/stat noise guard, needs probes); the verdict uses what is left.
+    """
+    if not t.steady:
+        return Outcome.UNSTABLE
+    n = turns or len(t.base)
+    keep = list(range(n))
+    load = outside_load(t) if guard is not None else None
+    if load is not None:
+        kept = [i for i in keep if load[i] <= guard]
+        keep = kept if len(kept) >= 2 else keep
+    base = [t.base[i] for i in keep]
+    head = [t.head[i] for i in keep]
+    if estimator in ("t", "trimmed"):  # the shipped gate itself (trim 0.2), or trim 0
+        trim = PAIRED_TRIM if estimator == "trimmed" else 0.0
+        return decide(paired_evidence(base, head, trim), rule).outcome
+    diffs = [math.log(h / b) for b, h in zip(base, head)]
+    return judge_stat(paired_stat(diffs, rule.alpha, estimator, seed=t.index), rule)
+
+
+def history_outcomes(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: int
+                     ) -> dict[int, Outcome]:
+    """History mode: each head run against the base runs of the previous trials."""
+    order = sorted((t for t in trials if t.hist_base and t.hist_head), key=lambda t: t.index)
+    out: dict[int, Outcome] = {}
+    for i, t in enumerate(order):
+        if i < baseline_runs:
+            continue  # the history is still filling up: a real team would see NO BASELINE
+        base = [p.hist_base for p in order[i - baseline_runs:i]]
+        out[t.index] = decide(history_evidence(t.hist_head, base), rule).outcome
+    return out
+
+
+# ---- counting ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    """k of n, with its exact (Clopper-Pearson) 95% confidence interval."""
+
+    k: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        return self.k / self.n if self.n else float("nan")
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        if not self.n:
+            return (float("nan"), float("nan"))
+        from scipy.stats import binomtest
+
+        ci = binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
+        return (float(ci.low), float(ci.high))
+
+    def __str__(self) -> str:
+        if not self.n:
+            return "-"
+        lo, hi = self.ci
+        return f"{self.value:.0%} [{lo:.0%}-{hi:.0%}] ({self.k}/{self.n})"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One injected slowdown's figures in one mode."""
+
+    slowdown: float
+    called: Rate  # REGRESSION (or a failing UNSTABLE) verdicts
+    inconclusive: Rate
+    measured: tuple[float, float, float] | None  # slowdown measured: pooled, 95% CI
+    unstable: int = 0  # of the called: UNSTABLE warm-ups (they fail CI by default)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the study found at one setting (mode x estimator x turns x threshold)."""
+
+    mode: str  # "A/B" or "history"
+    estimator: str
+    turns: int
+    rule: Rule
+    rows: tuple[Row, ...]  # first row: slowdown 0 (A/A)
+    seconds: float  # measurement seconds per side per verdict (warm-up included)
+
+    def row(self, slowdown: float) -> Row | None:
+        return next((r for r in self.rows if abs(r.slowdown - slowdown) < 1e-9), None)
+
+    @property
+    def false_alarms(self) -> Rate:
+        r = self.row(0.0)
+        return r.called if r else Rate(0, 0)
+
+    def smallest_detected(self, power: float = 0.95, max_false: float = 0.01) -> float | None:
+        """The smallest injected slowdown caught >= power, if false alarms are <= max_false."""
+        fa = self.false_alarms
+        if not fa.n or fa.value > max_false:
+            return None
+        hits = [r.slowdown for r in self.rows if r.slowdown > 0 and r.called.n
+                and r.called.value >= power]
+        return min(hits) if hits else None
+
+
+def measured_slowdown(trials: Sequence[TrialRecord], turns: int | None = None
+                      ) -> tuple[float, float, float] | None:
+    """Pooled measured slowdown (head time / base time - 1) over trials, with a 95% CI.
+
+    Each trial contributes the mean of its per-turn log ratios; trials are the replicates,
+    so the interval reflects trial-to-trial variation (including the calibration's).
+    """
+    from scipy import stats
+
+    means = [statistics.fmean(t.diffs[:turns or len(t.base)]) for t in trials]
+    if not means:
+        return None
+    m = statistics.fmean(means)
+    if len(means) < 2:
+        return (math.expm1(m), float("nan"), float("nan"))
+    half = float(stats.t.ppf(0.975, len(means) - 1)) * statistics.stdev(means) / math.sqrt(len(means))
+    return (math.expm1(m), math.expm1(m - half), math.expm1(m + half))
+
+
+def _fails(o: Outcome, rule: Rule) -> bool:
+    return o is Outcome.REGRESSION or (o is Outcome.UNSTABLE and rule.unstable == "fail")
+
+
+def analyse(trials: Sequence[TrialRecord], rule: Rule, estimator: str = "trimmed",
+            turns: int | None = None, guard: float | None = None) -> Report:
+    """Interleaved A/B figures at this rule/estimator, over the first ``turns`` turns."""
+    if not trials:
+        raise StudyError("no trials to analyse")
+    full = min(len(t.base) for t in trials)
+    n = turns or full
+    if not 2 <= n <= full:
+        raise StudyError(f"turns={turns!r}: the trials hold {full} turns; analyse 2-{full}")
+    rows = []
+    for s in sorted({t.slowdown for t in trials}):
+        group = [t for t in trials if t.slowdown == s]
+        outs = [paired_outcome(t, rule, estimator, n, guard) for t in group]
+        rows.append(Row(s, Rate(sum(_fails(o, rule) for o in outs), len(outs)),
+                        Rate(sum(o is Outcome.INCONCLUSIVE for o in outs), len(outs)),
+                        measured_slowdown(group, n), sum(o is Outcome.UNSTABLE for o in outs)))
+    secs = statistics.fmean(t.warmup_s + n * t.turn_wall for t in trials)
+    name = estimator if guard is None else f"{estimator}, guard {guard:g} cores"
+    return Report("A/B", name, n, rule, tuple(rows), secs)
+
+
+def analyse_history(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: int) -> Report:
+    """History-mode figures: K-window runs judged against the previous base runs."""
+    outs = history_outcomes(trials, rule, baseline_runs)
+    judged = [t for t in trials if t.index in outs]
+    rows = []
+    for s in sorted({t.slowdown for t in judged}):
+        group = [t for t in judged if t.slowdown == s]
+        o = [outs[t.index] for t in group]
+        logs = [math.log(statistics.median(t.hist_head) / statistics.median(t.hist_base))
+                for t in group]
+        rows.append(Row(s, Rate(sum(_fails(x, rule) for x in o), len(o)),
+                        Rate(sum(x is Outcome.INCONCLUSIVE for x in o), len(o)),
+                        (math.expm1(statistics.fmean(logs)), float("nan"), float("nan"))))
+    k = len(judged[0].hist_head) if judged else 0
+    secs = statistics.fmean(t.warmup_s + t.hist_wall for t in judged) if judged else 0.0
+    return Report("history", "runs", k, rule, tuple(rows), secs)
+
+
+# ---- reporting -----------------------------------------------------------------------------
+
+
+def render(reports: Iterable[Report]) -> list[str]:
+    """A markdown table: one line per mode, false alarms, then detection per slowdown."""
+    reports = list(reports)
+    slows = sorted({r.slowdown for rep in reports for r in rep.rows if r.slowdown > 0})
+    head = ["mode", "A/A false alarms"] + [f"+{s:.0%} caught" for s in slows] + \
+           ["INCONCLUSIVE (all trials)", "UNSTABLE", "s per side per verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rep in reports:
+        inc = Rate(sum(r.inconclusive.k for r in rep.rows), sum(r.inconclusive.n for r in rep.rows))
+        cells = [f"{rep.mode} ({_setting(rep)})", str(rep.false_alarms)]
+        for s in slows:
+            row = rep.row(s)
+            cells.append(str(row.called) if row else "-")
+        unst = sum(r.unstable for r in rep.rows)
+        cells += [f"{inc.value:.0%}" if inc.n else "-", str(unst), f"{rep.seconds:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _setting(rep: Report) -> str:
+    thr = f"threshold {rep.rule.threshold:.1%}, alpha {rep.rule.alpha:g}"
+    if rep.mode == "history":
+        return f"{rep.turns} windows per run, {thr}"
+    return f"{rep.turns} turns, {rep.estimator}, {thr}"
+
+
+def render_measured(rep: Report) -> list[str]:
+    """Verification that an injected slowdown measures as itself."""
+    out = []
+    for r in rep.rows:
+        if r.measured is None:
+            continue
+        m, lo, hi = r.measured
+        ci = f" [{lo:+.1%} .. {hi:+.1%}]" if not math.isnan(lo) else ""
+        what = "A/A" if r.slowdown == 0 else f"injected +{r.slowdown:.0%}"
+        out.append(f"  {what:>14}: measured {m:+.2%}{ci} over {r.called.n} trials")
+    return out
+
+
+def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str:
+    """The sentence a team wants: the smallest regression this runner catches."""
+    fa = rep.false_alarms
+    setting = f"({_setting(rep)}, {rep.seconds:.0f} s of measurement per side)"
+    if not fa.n:
+        return "No A/A trials were run, so the false-alarm rate is unknown: run with --aa-trials >= 50."
+    if fa.value > max_false:
+        return (f"This runner raised false alarms in {fa} of A/A trials {setting}, above "
+                f"{max_false:.0%}: raise --threshold or --turns and run again.")
+    s = rep.smallest_detected(power, max_false)
+    ci = fa.ci
+    if s is None:
+        return (f"None of the tested slowdowns was caught >= {power:.0%} of the time "
+                f"{setting}: try larger slowdowns, more --turns, or a lower --threshold.")
+    row = rep.row(s)
+    assert row is not None
+    return (f"This runner catches a {s:.0%} slowdown {row.called.value:.0%} of the time "
+            f"(95% CI {row.called.ci[0]:.0%}-{row.called.ci[1]:.0%}) with "
+            f"{fa.value:.0%} false alarms (95% CI up to {ci[1]:.1%}) {setting}.")
+
+
+def meets_targets(rep: Report) -> dict[str, bool]:
+    """The issue's targets for the best mode, judged on point estimates."""
+    d5, d3 = rep.row(0.05), rep.row(0.03)
+    return {
+        "false_alarms<=1%": rep.false_alarms.n > 0 and rep.false_alarms.value <= TARGETS["false_alarms"],
+        "5% caught>=95%": d5 is not None and d5.called.value >= TARGETS["detect_5"],
+        "3% caught>=80%": d3 is not None and d3.called.value >= TARGETS["detect_3"],
+        "<=20 s per side": rep.seconds <= TARGETS["seconds"],
+    }
+
+
+def lever_table(trials: Sequence[TrialRecord], rule: Rule,
+                estimators: Sequence[str] = ESTIMATORS,
+                turns: Sequence[int] = ()) -> list[str]:
+    """Offline levers on the same data: estimator x turns -> false alarms, detection, sd."""
+    full = min(len(t.base) for t in trials)
+    counts = sorted({n for n in (*turns, full) if 2 <= n <= full})
+    reps = [analyse(trials, rule, e, n) for n in counts for e in estimators]
+    return render(reps)
+
+
+def noise_summary(trials: Sequence[TrialRecord]) -> dict[str, float]:
+    """How noisy the runner is: per-turn spread of base speed, and of the paired log ratio."""
+    aa = [t for t in trials if t.slowdown == 0] or list(trials)
+    within = [statistics.stdev(math.log(x) for x in t.base) for t in aa if len(t.base) > 1]
+    pair_sd = [statistics.stdev(t.diffs) for t in aa if len(t.base) > 1]
+    speeds = [math.log(statistics.median(t.base)) for t in trials]
+    return {
+        "base_turn_sd": statistics.median(within) if within else float("nan"),
+        "pair_diff_sd": statistics.median(pair_sd) if pair_sd else float("nan"),
+        "trial_speed_range": math.exp(max(speeds) - min(speeds)) if speeds else float("nan"),
+    }
+
+
+def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
+    """Spearman correlation of each probe's rate with the base turn's slowness (log time).
+
+    A probe that tracked the drift would correlate strongly; the guard can only drop
+    windows it can see.
+    """
+    from scipy.stats import spearmanr
+
+    xs: dict[str, list[float]] = {}
+    ys: list[float] = []
+    for t in trials:
+        if not t.probes:
+            continue
+        # the probes alternate in interleave order (ABBA): recover base turns' readings
+        base_probe = [t.probes[2 * i] if i % 2 == 0 else t.probes[2 * i + 1]
+                      for i in range(len(t.base))]
+        med = statistics.median(math.log(x) for x in t.base)
+        for p, x in zip(base_probe, t.base):
+            ys.append(math.log(x) - med)
+            for k, v in p.items():
+                xs.setdefault(k, []).append(v)
+    out = {}
+    for k, v in xs.items():
+        if len(v) == len(ys) and len(set(v)) > 1:
+            out[k] = float(spearmanr(v, ys).statistic)
+    return out
+
+
+# ---- files ---------------------------------------------------------------------------------
+
+
+def save(path: Path, cfg: StudyConfig, trials: Sequence[TrialRecord],
+         meta: Mapping[str, Any]) -> None:
+    """Write the raw study (re-analyse it later with ``perfgate calibrate --analyse``)."""
+    data = {"format": FORMAT, "config": asdict(cfg), "meta": dict(meta),
+            "trials": [asdict(t) for t in trials]}
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise StudyError(f"cannot read study file {path}: {exc}; give a file written by "
+                         "`perfgate calibrate --save`") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise StudyError(f"{path}: format {data.get('format') if isinstance(data, dict) else '?'!r}"
+                         f" is not {FORMAT}; re-run the study with this version")
+    c = dict(data["config"])
+    c["slowdowns"] = tuple(c["slowdowns"])
+    trials = []
+    for t in data["trials"]:
+        t = dict(t)
+        for k in ("base", "head", "hist_base", "hist_head", "probes"):
+            t[k] = tuple(t.get(k, ()))
+        trials.append(TrialRecord(**t))
+    return StudyConfig(**c), trials, dict(data.get("meta", {}))
+
+
+def pin_pids(pids: Iterable[int], cpus: set[int]) -> bool:
+    """Pin every thread of the given processes to ``cpus``; False where the OS refuses."""
+    ok = True
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            tids = [pid]
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                ok = False
+    return ok
+
+
+__all__ = ["StudyConfig", "TrialRecord", "Injectable", "run_trial", "run_study", "analyse",
+           "analyse_history", "paired_stat", "judge_stat", "paired_outcome", "Rate", "Report",
+           "Row", "render", "render_measured", "conclusion", "meets_targets", "lever_table",
+           "noise_summary", "probe_correlations", "outside_load", "system_probe", "save", "load", "pin_pids",
+           "StudyError", "ESTIMATORS", "measured_slowdown"]

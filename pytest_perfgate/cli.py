@@ -1,0 +1,249 @@
+"""The ``perfgate`` command. ``perfgate calibrate`` measures how far this runner's verdicts
+can be trusted: false alarms on A/A trials, detection of injected slowdowns, seconds spent.
+
+Kept separate from the pytest plugin (no pytest import here): the study drives two side
+processes that each run one perf test under pytest, exactly as ``--perfgate-ab`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import calibrate as cal
+from .options import OptionError, parse_fraction, parse_positive_int, parse_seconds
+
+DEFAULT_NODEID = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
+
+
+def _arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse converter that reports our converters' messages (naming value and fix)."""
+    def conv(text: str) -> Any:
+        try:
+            return parse(text)
+        except (OptionError, cal.StudyError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    conv.__name__ = parse.__name__
+    return conv
+
+
+def parse_slowdowns(text: str) -> tuple[float, ...]:
+    """'0.02,3%,0.05' -> (0.02, 0.03, 0.05): each a fraction in (0, 1)."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise OptionError(f"{text!r} lists no slowdowns: use e.g. 0.02,0.03,0.05,0.10")
+    return tuple(sorted({parse_fraction(p) for p in parts}))
+
+
+def parse_count0(text: str) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise OptionError(f"{text!r} is not a whole number: use e.g. 50") from None
+    if v < 0:
+        raise OptionError(f"{text!r} is negative: use a whole number >= 0, e.g. 50")
+    return v
+
+
+def parse_turns_list(text: str) -> tuple[int, ...]:
+    return tuple(parse_positive_int(p) for p in str(text).split(",") if p.strip())
+
+
+def parse_cpu_set(text: str) -> set[int]:
+    from .cpus import parse_cpus
+
+    try:
+        got = parse_cpus(text)
+    except ValueError as exc:
+        raise OptionError(f"--pin {text!r}: {exc}") from None
+    if not got:
+        raise OptionError(f"--pin {text!r} names no CPU: use e.g. 1 or 0-1")
+    return set(got)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="perfgate", description="pytest-perfgate tools")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser(
+        "calibrate", help="measure false alarms and detection of this runner's verdicts",
+        description="Run A/A trials and trials with injected slowdowns through the real gate "
+        "(interleaved A/B, plus emulated history mode) on one pair of side processes of the "
+        "same checkout, then say the smallest regression this runner catches.")
+    c.add_argument("nodeid", nargs="?", default=DEFAULT_NODEID,
+                   help=f"perf test with one perfgate.measure(step, ...) call (default "
+                   f"{DEFAULT_NODEID})")
+    c.add_argument("--trials", type=_arg(parse_count0), help="trials per slowdown (default 10)")
+    c.add_argument("--aa-trials", type=_arg(parse_count0), help="A/A trials (default 50)")
+    c.add_argument("--slowdowns", type=_arg(parse_slowdowns),
+                   help="injected slowdowns (default 0.02,0.03,0.05,0.10)")
+    c.add_argument("--turns", type=_arg(parse_positive_int), help="turns per side (default 96)")
+    c.add_argument("--turn-time", type=_arg(parse_seconds), help="seconds per turn (default 0.1)")
+    c.add_argument("--threshold", type=_arg(parse_fraction), help="gate threshold (default 2%%)")
+    c.add_argument("--alpha", type=_arg(parse_fraction), help="significance level (default 0.01)")
+    c.add_argument("--estimator", choices=cal.ESTIMATORS, default="trimmed",
+                   help="paired estimator for the headline table (default trimmed: the "
+                   "shipped gate; t is its untrimmed form)")
+    c.add_argument("--quick", action="store_true",
+                   help="a ~3 minute sanity run (too few trials to claim rates)")
+    c.add_argument("--no-history", action="store_true", help="skip the history-mode emulation")
+    c.add_argument("--pin", type=_arg(parse_cpu_set), metavar="CPUS",
+                   help="pin both sides (and this process) to these CPUs, e.g. 1")
+    c.add_argument("--probe", action="store_true",
+                   help="record /proc/stat, PSI and context-switch rates per turn (noise guard)")
+    c.add_argument("--levers", type=_arg(parse_turns_list), metavar="TURNS",
+                   help="also re-analyse offline with every estimator at these turn counts, "
+                   "e.g. 10,20,40")
+    c.add_argument("--seed", type=int, default=0, help="trial order seed (default 0)")
+    c.add_argument("--save", type=Path, help="write the raw trials as JSON to this file")
+    c.add_argument("--analyse", type=Path, metavar="FILE",
+                   help="re-analyse a saved study instead of measuring")
+    c.add_argument("--cwd", type=Path, default=Path.cwd(),
+                   help="project checkout the sides run in (default: here)")
+    return p
+
+
+def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
+    """Flags over defaults (--quick changes the defaults, flags still win)."""
+    kw: dict[str, Any] = {"seed": ns.seed, "history": not ns.no_history}
+    for flag, name in (("trials", "trials"), ("aa_trials", "aa_trials"),
+                       ("slowdowns", "slowdowns"), ("turns", "turns"),
+                       ("turn_time", "turn_s"), ("threshold", "threshold"), ("alpha", "alpha")):
+        v = getattr(ns, flag)
+        if v is not None:
+            kw[name] = v
+    return cal.StudyConfig.quick(**kw) if ns.quick else cal.StudyConfig(**kw)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = list(sys.argv[1:] if argv is None else argv)
+    ns = parser.parse_args(args)
+    ns.command_line = "perfgate " + " ".join(args)
+    try:
+        if ns.analyse is not None:
+            cfg, trials, meta = cal.load(ns.analyse)
+            over = {k: v for k, v in (("threshold", ns.threshold), ("alpha", ns.alpha))
+                    if v is not None}
+            if over:
+                cfg = cal.StudyConfig(**{**asdict(cfg), **over})
+        else:
+            cfg = config_from(ns)
+            trials, meta = measure(ns, cfg)
+            if ns.save is not None:
+                cal.save(ns.save, cfg, trials, meta)
+    except cal.StudyError as exc:
+        parser.error(str(exc))
+    for line in report(cfg, trials, meta, ns.estimator, ns.levers or ()):
+        print(line)
+    return 0
+
+
+def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
+            ) -> tuple[list[cal.TrialRecord], dict[str, Any]]:
+    """Start one pair of sides of the same checkout and run the study on it."""
+    from .ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
+
+    import pytest_perfgate
+
+    root = ns.cwd.resolve()
+    if not (root / ns.nodeid.split("::")[0]).exists():
+        raise cal.StudyError(f"{ns.nodeid!r} is not a test file under {root}: give a perf "
+                             "test's node id relative to --cwd, e.g. " + DEFAULT_NODEID)
+    if ns.pin:
+        os.sched_setaffinity(0, ns.pin)  # the sides inherit it: their pools size to it
+    plugin_root = str(Path(pytest_perfgate.__file__).resolve().parent.parent)
+    meta: dict[str, Any] = {"nodeid": ns.nodeid, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                            "loadavg_before": os.getloadavg(), "pin": sorted(ns.pin or ()),
+                            "command": getattr(ns, "command_line", "perfgate calibrate")}
+    pair = Pair(Side(SideSpec("base", root), ns.nodeid, plugin_root),
+                Side(SideSpec("head", root), ns.nodeid, plugin_root))
+    try:
+        names = [side.recv(START_TIMEOUT_S, f"its measure() call in {ns.nodeid}")
+                 for side in (pair.base, pair.head)]
+        if any(m[0] != "bench" for m in names) or names[0][1] != names[1][1]:
+            raise cal.StudyError(f"the sides of {ns.nodeid} did not both reach one measure() "
+                                 f"call (got {names[0][:2]!r} and {names[1][:2]!r})")
+        meta["bench"] = names[0][1]
+        base, head = RemoteSource(pair.base), RemoteSource(pair.head)
+        probe = cal.system_probe([pair.base.proc.pid, pair.head.proc.pid]) if ns.probe else None
+        t0 = time.monotonic()
+        done: list[cal.TrialRecord] = []
+
+        def progress(t: cal.TrialRecord, total: int) -> None:
+            done.append(t)
+            if ns.save is not None:  # keep what is measured if a long study is interrupted
+                cal.save(ns.save, cfg, done, {**meta, "partial": True})
+            d = statistics.fmean(t.diffs)
+            print(f"[{t.index + 1}/{total}] {time.monotonic() - t0:6.0f}s  injected "
+                  f"{t.slowdown:+.0%}  measured {math.expm1(d):+.2%}  base "
+                  f"{statistics.median(t.base):.0f} s/Msteps"
+                  f"{'' if t.steady else '  (warm-up not steady)'}", file=sys.stderr,
+                  flush=True)
+
+        trials = cal.run_study(base, head, cfg, progress, probe=probe)
+        pair.done()
+    finally:
+        pair.close()
+    meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    meta["loadavg_after"] = os.getloadavg()
+    meta["wall_s"] = round(time.monotonic() - t0, 1)
+    return trials, meta
+
+
+def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[str, Any],
+           estimator: str = "trimmed", levers: Sequence[int] = ()) -> list[str]:
+    """The study's output: settings, the table, measured slowdowns, the conclusion."""
+    rule = cal.Rule(threshold=cfg.threshold, alpha=cfg.alpha)
+    ab = cal.analyse(trials, rule, estimator)
+    reps = [ab]
+    if cfg.history and any(t.hist_head for t in trials):
+        reps.append(cal.analyse_history(trials, rule, cfg.baseline_runs))
+    noise = cal.noise_summary(trials)
+    lines = [f"$ {meta.get('command', 'perfgate calibrate')}",
+             f"perfgate calibrate: {meta.get('nodeid', '?')} ({meta.get('bench', '?')})",
+             f"ran {meta.get('started', '?')} .. {meta.get('finished', '?')} "
+             f"({meta.get('wall_s', '?')} s wall), load average before "
+             f"{_load(meta.get('loadavg_before'))}, after {_load(meta.get('loadavg_after'))}"
+             + (f", pinned to CPUs {meta['pin']}" if meta.get("pin") else ""),
+             f"{len(trials)} trials in random order (seed {cfg.seed}); {cfg.turns} turns x "
+             f"{cfg.turn_s:g} s per side, ABBA; history runs of {cfg.history_windows} x "
+             f"{cfg.history_window_s:g} s windows vs the previous {cfg.baseline_runs} base runs",
+             "", *cal.render(reps), "",
+             "Injected slowdown as measured by the interleaved turns (pooled over trials):",
+             *cal.render_measured(ab),
+             f"Noise: per-turn spread of base speed {noise['base_turn_sd']:.1%}, of the paired "
+             f"log ratio {noise['pair_diff_sd']:.1%}; base speed across trials varied "
+             f"{noise['trial_speed_range']:.2f}x.", ""]
+    if levers:
+        lines += ["Offline levers (same trials, first N turns, each estimator):",
+                  *cal.lever_table(trials, rule, cal.ESTIMATORS, levers), ""]
+    if any(cal.outside_load(t) for t in trials):
+        guarded = [cal.analyse(trials, rule, e, guard=0.5) for e in ("trimmed", "t")]
+        lines += ["Noise guard (turn pairs with > 0.5 outside busy cores dropped, /proc/stat):",
+                  *cal.render(guarded)[2:], ""]
+    corr = cal.probe_correlations(trials)
+    if corr:
+        lines.append("Noise guard: Spearman correlation of probe rates with the base turn's "
+                     "slowness: " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(corr.items())))
+        lines.append("")
+    met = cal.meets_targets(ab)
+    lines.append("Targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}"
+                                         for k, v in met.items()))
+    lines.append(cal.conclusion(ab))
+    return lines
+
+
+def _load(v: Any) -> str:
+    return "/".join(f"{x:.2f}" for x in v) if isinstance(v, (list, tuple)) else "?"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""The verdict-quality study's logic on scripted fake sources: no real timing, instant."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate import calibrate as cal
+from pytest_perfgate.cli import main
+from pytest_perfgate.gate import Outcome, Rule, decide, paired_evidence
+from pytest_perfgate.measure import RawWindow
+from pytest_perfgate.timing import FakeClock
+
+
+class Machine:
+    """A shared fake machine whose speed drifts smoothly by 1.5x over ``period`` seconds."""
+
+    def __init__(self, clock: FakeClock, noise: float = 0.01, period: float = 7.0,
+                 seed: int = 1) -> None:
+        self.clock, self.noise, self.period = clock, noise, period
+        self.rng = random.Random(seed)
+
+    def slowness(self) -> float:
+        t = self.clock.wall_ns() / 1e9
+        return 1.2 + 0.2 * math.sin(2 * math.pi * t / self.period)
+
+
+class FakeSide:
+    """An Injectable whose step costs 1 ms x machine slowness x (1 + injected slowdown)."""
+
+    def __init__(self, machine: Machine, bias: float = 0.0) -> None:
+        self.m, self.bias, self.fraction = machine, bias, 0.0
+        self.injected: list[float] = []
+
+    def inject_slowdown(self, fraction: float) -> None:
+        self.fraction = fraction
+        self.injected.append(fraction)
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        per_step = 1e-3 * self.m.slowness() * (1 + self.fraction) * (1 + self.bias)
+        per_step *= math.exp(self.m.rng.gauss(0, self.m.noise))
+        calls = max(1, round(duration_s / per_step))
+        wall = calls * per_step
+        self.m.clock.advance(wall)
+        return RawWindow(calls * 100, wall, wall, {}, calls)
+
+
+def study(cfg: cal.StudyConfig, noise: float = 0.01, bias: float = 0.0
+          ) -> tuple[list[cal.TrialRecord], FakeSide]:
+    clock = FakeClock()
+    m = Machine(clock, noise)
+    base, head = FakeSide(m), FakeSide(m, bias)
+    return cal.run_study(base, head, cfg, clock=clock), head
+
+
+CFG = cal.StudyConfig(aa_trials=12, trials=6, slowdowns=(0.03, 0.10), turns=12, turn_s=0.1,
+                      threshold=0.02, history_windows=3, history_window_s=0.2,
+                      baseline_runs=3, warmup_window_s=0.05, warmup_max_s=0.5)
+
+
+def test_study_counts_and_verifies_injected_slowdowns() -> None:
+    trials, head = study(CFG)
+    assert [t.index for t in trials] == list(range(24))
+    assert sorted(t.slowdown for t in trials) == sorted(CFG.plan())
+    assert [t.slowdown for t in trials] != sorted(t.slowdown for t in trials)  # shuffled
+    assert head.injected[-1] == 0.0  # left clean
+    rep = cal.analyse(trials, Rule(threshold=0.02, alpha=0.01))
+    assert rep.false_alarms.k == 0 and rep.false_alarms.n == 12
+    ten = rep.row(0.10)
+    assert ten is not None and ten.called.k == 6
+    m, lo, hi = ten.measured  # type: ignore[misc]
+    assert 0.09 < m < 0.11 and lo < 0.10 < hi
+    aa = rep.row(0.0)
+    assert aa is not None and abs(aa.measured[0]) < 0.01  # type: ignore[index]
+    # 12 turns x ~0.1 s plus the warm-up check, per side
+    assert 1.2 < rep.seconds < 1.2 + 0.6
+
+
+def test_drift_cancels_in_ab_but_makes_history_inconclusive() -> None:
+    trials, _ = study(CFG)
+    rule = Rule(threshold=0.02, alpha=0.01)
+    hist = cal.analyse_history(trials, rule, CFG.baseline_runs)
+    judged = sum(r.called.n for r in hist.rows)
+    assert judged == len(trials) - CFG.baseline_runs  # the first runs only fill the history
+    inconclusive = sum(r.inconclusive.k for r in hist.rows)
+    assert inconclusive >= judged * 0.8  # 1.5x drift vs a 2% threshold: it must not guess
+    assert cal.analyse(trials, rule).false_alarms.k == 0  # the paired turns cancel it
+
+
+def test_offline_estimators_agree_with_the_shipped_gate() -> None:
+    """judge_stat must apply gate.decide's rule exactly: "trimmed" is the gate, "t" trim 0."""
+    rng = random.Random(3)
+    rule = Rule(threshold=0.02, alpha=0.01)
+    for _ in range(200):
+        n = rng.randint(3, 30)
+        shift, sd = rng.uniform(-0.06, 0.06), rng.uniform(0.001, 0.05)
+        base = [rng.uniform(50, 80) for _ in range(n)]
+        head = [b * math.exp(shift + rng.gauss(0, sd)) for b in base]
+        diffs = [math.log(h / b) for b, h in zip(base, head)]
+        for est, trim in (("trimmed", 0.2), ("t", 0.0)):
+            ev = decide(paired_evidence(base, head, trim), rule)
+            assert cal.judge_stat(cal.paired_stat(diffs, rule.alpha, est), rule) is ev.outcome
+
+
+@pytest.mark.parametrize("est", cal.ESTIMATORS)
+def test_every_estimator_sees_a_clear_shift_and_no_shift(est: str) -> None:
+    rng = random.Random(5)
+    rule = Rule(threshold=0.02, alpha=0.01)
+    slow = [0.08 + rng.gauss(0, 0.01) for _ in range(30)]
+    same = [rng.gauss(0, 0.002) for _ in range(30)]
+    assert cal.judge_stat(cal.paired_stat(slow, 0.01, est), rule) is Outcome.REGRESSION
+    assert cal.judge_stat(cal.paired_stat(same, 0.01, est), rule) is Outcome.OK
+    assert cal.judge_stat(cal.paired_stat([-x for x in slow], 0.01, est), rule) \
+        is Outcome.IMPROVEMENT
+
+
+def test_robust_estimators_shrug_off_one_wild_turn() -> None:
+    d = [0.001 * ((i % 5) - 2) for i in range(30)] + [0.9]
+    rule = Rule(threshold=0.02, alpha=0.01)
+    assert cal.judge_stat(cal.paired_stat(d, 0.01, "t"), rule) is Outcome.INCONCLUSIVE
+    for est in ("wilcoxon", "trimmed"):
+        assert cal.judge_stat(cal.paired_stat(d, 0.01, est), rule) is Outcome.OK
+    base = [50.0] * len(d)
+    head = [b * math.exp(x) for b, x in zip(base, d)]
+    assert decide(paired_evidence(base, head), rule).outcome is Outcome.OK  # the gate too
+
+
+def test_unknown_estimator_names_the_choices() -> None:
+    with pytest.raises(cal.StudyError, match="estimator=.mean.: use one of trimmed, t, wilcoxon"):
+        cal.paired_stat([0.1, 0.2], 0.01, "mean")
+
+
+def test_rate_uses_clopper_pearson() -> None:
+    r = cal.Rate(0, 50)
+    assert r.ci[0] == 0 and r.ci[1] == pytest.approx(0.0711, abs=5e-4)
+    assert str(cal.Rate(19, 20)) == "95% [75%-100%] (19/20)"
+    assert str(cal.Rate(0, 0)) == "-"
+
+
+def test_fewer_turns_offline_and_bad_turn_count() -> None:
+    trials, _ = study(CFG)
+    rule = Rule(threshold=0.02, alpha=0.01)
+    rep = cal.analyse(trials, rule, "wilcoxon", turns=6)
+    assert rep.turns == 6 and rep.seconds < cal.analyse(trials, rule).seconds
+    with pytest.raises(cal.StudyError, match=r"turns=40: the trials hold 12 turns; analyse 2-12"):
+        cal.analyse(trials, rule, turns=40)
+    lines = cal.lever_table(trials, rule, ("t", "trimmed"), (6,))
+    assert "| A/B (6 turns, t, threshold 2.0%" in lines[2]
+    assert len(lines) == 2 + 4
+    assert "| A/B (6 turns, trimmed, threshold 2.0%, alpha 0.01) |" in lines[3]
+
+
+def test_conclusion_sentences() -> None:
+    rule = Rule(threshold=0.02, alpha=0.01)
+    rows = (cal.Row(0.0, cal.Rate(0, 50), cal.Rate(1, 50), None),
+            cal.Row(0.03, cal.Rate(17, 20), cal.Rate(0, 20), None),
+            cal.Row(0.05, cal.Rate(20, 20), cal.Rate(0, 20), None))
+    rep = cal.Report("A/B", "t", 40, rule, rows, 11.0)
+    assert rep.smallest_detected() == 0.05
+    assert cal.conclusion(rep) == (
+        "This runner catches a 5% slowdown 100% of the time (95% CI 83%-100%) with 0% false "
+        "alarms (95% CI up to 7.1%) (40 turns, t, threshold 2.0%, alpha 0.01, 11 s of "
+        "measurement per side).")
+    assert cal.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
+                                      "3% caught>=80%": True, "<=20 s per side": True}
+    noisy = cal.Report("A/B", "t", 40, rule, ((cal.Row(0.0, cal.Rate(3, 50), cal.Rate(0, 50),
+                                                       None),) + rows[1:]), 11.0)
+    assert cal.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
+                                            "(3/50) of A/A trials")
+    weak = cal.Report("A/B", "t", 40, rule, (rows[0], cal.Row(0.05, cal.Rate(10, 20),
+                                                              cal.Rate(0, 20), None)), 11.0)
+    assert cal.conclusion(weak).startswith("None of the tested slowdowns was caught >= 95%")
+
+
+def test_config_errors_name_the_value() -> None:
+    with pytest.raises(cal.StudyError, match=r"turns=1: a paired verdict needs >= 2 turns"):
+        cal.StudyConfig(turns=1)
+    with pytest.raises(cal.StudyError, match=r"slowdown 1.5 must be a fraction in \(0, 1\)"):
+        cal.StudyConfig(slowdowns=(1.5,))
+    with pytest.raises(ValueError, match=r"threshold=2 must be a fraction"):
+        cal.StudyConfig(threshold=2)
+    with pytest.raises(cal.StudyError, match="no trials to run"):
+        cal.StudyConfig(aa_trials=0, trials=0)
+
+
+def test_save_load_roundtrip_and_bad_file(tmp_path: Path) -> None:
+    trials, _ = study(CFG)
+    p = tmp_path / "s.json"
+    cal.save(p, CFG, trials, {"nodeid": "x"})
+    cfg, back, meta = cal.load(p)
+    assert cfg == CFG and back == trials and meta == {"nodeid": "x"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": 99}))
+    with pytest.raises(cal.StudyError, match="format 99 is not 1; re-run the study"):
+        cal.load(bad)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--slowdowns", "0.02,abc"], "'abc' is not a fraction: use e.g. 0.05 or 5%"),
+    (["--turns", "0"], "'0' is too small: use a whole number >= 1, e.g. 5"),
+    (["--threshold", "2"], "'2' is out of range: use a fraction between 0 and 1"),
+    (["--trials", "-3"], "'-3' is negative: use a whole number >= 0, e.g. 50"),
+    (["--turn-time", "0"], "'0' is too small: use a number of seconds > 0"),
+    (["--pin", "99"], "--pin '99'"),
+])
+def test_cli_argument_errors(args: list[str], message: str,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_missing_test_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["calibrate", "perf/nope.py::test_x", "--cwd", str(tmp_path)])
+    assert "'perf/nope.py::test_x' is not a test file under" in capsys.readouterr().err
+
+
+def test_cli_reanalyses_a_saved_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trials, _ = study(CFG)
+    p = tmp_path / "s.json"
+    cal.save(p, CFG, trials, {"nodeid": "perf/x.py::test_y", "bench": "y",
+                              "command": "perfgate calibrate --quick"})
+    assert main(["calibrate", "--analyse", str(p), "--levers", "6"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("$ perfgate calibrate --quick\n")
+    assert "| A/B (12 turns, trimmed, threshold 2.0%, alpha 0.01) | 0% [0%-26%] (0/12) |" in out
+    assert "| history (3 windows per run, threshold 2.0%, alpha 0.01) |" in out
+    assert "injected +10%: measured +10." in out
+    assert "Offline levers" in out and "| A/B (6 turns, bootstrap," in out
+    assert "Targets: false_alarms<=1% met" in out
+    assert out.rstrip().splitlines()[-1].startswith("This runner catches a 10% slowdown")
+
+
+def test_noise_guard_drops_turn_pairs_with_outside_load() -> None:
+    n = 20
+    base = tuple(50.0 * (1 + 0.001 * (i % 3)) for i in range(n))
+    head = tuple(b * (1.6 if i in (3, 4, 11) else 1.0) for i, b in enumerate(base))
+    busy = [(2.0 if (i // 2) in (3, 4, 11) else 1.0) * cal.TICKS_PER_S for i in range(2 * n)]
+    probes = tuple({"busy_ticks": b, "cores": 1.0} for b in busy)
+    t = cal.TrialRecord(0, 0.0, base, head, 0.25, 1.0, True, 0.0, probes=probes)
+    assert cal.outside_load(t) == [1.0 if i in (3, 4, 11) else 0.0 for i in range(n)]
+    rule = Rule(threshold=0.02, alpha=0.01)
+    assert cal.paired_outcome(t, rule, "t") is Outcome.INCONCLUSIVE
+    assert cal.paired_outcome(t, rule, "t", guard=0.5) is Outcome.OK
+    assert cal.paired_outcome(t, rule, "wilcoxon", guard=0.5) is Outcome.OK
+
+
+def test_probed_study_records_per_turn_rates() -> None:
+    clock = FakeClock()
+    m = Machine(clock)
+    ticks = iter(range(0, 10**9, 7))
+
+    def probe() -> dict[str, float]:
+        return {"busy_ticks": float(next(ticks))}
+
+    cfg = cal.StudyConfig(aa_trials=2, trials=0, turns=4, turn_s=0.1, history=False,
+                          warmup_window_s=0.05, warmup_max_s=0.5)
+    trials = cal.run_study(FakeSide(m), FakeSide(m), cfg, clock=clock, probe=probe)
+    assert all(len(t.probes) == 8 and "cores" in t.probes[0] for t in trials)
+    assert set(cal.probe_correlations(trials)) <= {"busy_ticks", "cores"}
