@@ -17,7 +17,7 @@ def test_walk(perfgate):
     perfgate.measure(step, transitions=8)
 """
 
-ARGS = ["--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1",
+ARGS = ["--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1", "--perfgate-threshold=10%",
         "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05", "--perfgate-warmup-max=1",
         "-p", "no:cacheprovider"]
 
