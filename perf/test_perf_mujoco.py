@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-# The plugin re-exports these fixtures; importing them here keeps the suite runnable either way.
-from pytest_perfgate.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool  # noqa: F401
 from pytest_perfgate.sweep import settled_state
 
 SETTLE_SUBSTEPS = 300  # x 3 ms = 0.9 s of sim: gymnasium humanoids are down, in contact

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import calibrate as cal
+from . import calibrate_analysis as ana
 from .options import OptionError, parse_fraction, parse_positive_int, parse_seconds
 
 DEFAULT_NODEID = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
@@ -202,11 +203,11 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
            estimator: str = "trimmed", levers: Sequence[int] = ()) -> list[str]:
     """The study's output: settings, the table, measured slowdowns, the conclusion."""
     rule = cal.Rule(threshold=cfg.threshold, alpha=cfg.alpha)
-    ab = cal.analyse(trials, rule, estimator)
+    ab = ana.analyse(trials, rule, estimator)
     reps = [ab]
     if cfg.history and any(t.hist_head for t in trials):
-        reps.append(cal.analyse_history(trials, rule, cfg.baseline_runs))
-    noise = cal.noise_summary(trials)
+        reps.append(ana.analyse_history(trials, rule, cfg.baseline_runs))
+    noise = ana.noise_summary(trials)
     lines = [f"$ {meta.get('command', 'perfgate calibrate')}",
              f"perfgate calibrate: {meta.get('nodeid', '?')} ({meta.get('bench', '?')})",
              f"ran {meta.get('started', '?')} .. {meta.get('finished', '?')} "
@@ -216,28 +217,28 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
              f"{len(trials)} trials in random order (seed {cfg.seed}); {cfg.turns} turns x "
              f"{cfg.turn_s:g} s per side, ABBA; history runs of {cfg.history_windows} x "
              f"{cfg.history_window_s:g} s windows vs the previous {cfg.baseline_runs} base runs",
-             "", *cal.render(reps), "",
+             "", *ana.render(reps), "",
              "Injected slowdown as measured by the interleaved turns (pooled over trials):",
-             *cal.render_measured(ab),
+             *ana.render_measured(ab),
              f"Noise: per-turn spread of base speed {noise['base_turn_sd']:.1%}, of the paired "
              f"log ratio {noise['pair_diff_sd']:.1%}; base speed across trials varied "
              f"{noise['trial_speed_range']:.2f}x.", ""]
     if levers:
         lines += ["Offline levers (same trials, first N turns, each estimator):",
-                  *cal.lever_table(trials, rule, cal.ESTIMATORS, levers), ""]
-    if any(cal.outside_load(t) for t in trials):
-        guarded = [cal.analyse(trials, rule, e, guard=0.5) for e in ("trimmed", "t")]
+                  *ana.lever_table(trials, rule, cal.ESTIMATORS, levers), ""]
+    if any(ana.outside_load(t) for t in trials):
+        guarded = [ana.analyse(trials, rule, e, guard=0.5) for e in ("trimmed", "t")]
         lines += ["Noise guard (turn pairs with > 0.5 outside busy cores dropped, /proc/stat):",
-                  *cal.render(guarded)[2:], ""]
-    corr = cal.probe_correlations(trials)
+                  *ana.render(guarded)[2:], ""]
+    corr = ana.probe_correlations(trials)
     if corr:
         lines.append("Noise guard: Spearman correlation of probe rates with the base turn's "
                      "slowness: " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(corr.items())))
         lines.append("")
-    met = cal.meets_targets(ab)
+    met = ana.meets_targets(ab)
     lines.append("Targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}"
                                          for k, v in met.items()))
-    lines.append(cal.conclusion(ab))
+    lines.append(ana.conclusion(ab))
     return lines
 
 

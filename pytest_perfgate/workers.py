@@ -24,7 +24,6 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from . import cpus as _cpus
-from . import numa as _numa
 from ._worker import placed_like, worker_main
 from .measure import RawWindow
 from .numa import numa_split

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate import calibrate as cal
+from pytest_perfgate import calibrate_analysis as ana
 from pytest_perfgate.cli import main
 from pytest_perfgate.gate import Outcome, Rule, decide, paired_evidence
 from pytest_perfgate.measure import RawWindow
@@ -68,7 +69,7 @@ def test_study_counts_and_verifies_injected_slowdowns() -> None:
     assert sorted(t.slowdown for t in trials) == sorted(CFG.plan())
     assert [t.slowdown for t in trials] != sorted(t.slowdown for t in trials)  # shuffled
     assert head.injected[-1] == 0.0  # left clean
-    rep = cal.analyse(trials, Rule(threshold=0.02, alpha=0.01))
+    rep = ana.analyse(trials, Rule(threshold=0.02, alpha=0.01))
     assert rep.false_alarms.k == 0 and rep.false_alarms.n == 12
     ten = rep.row(0.10)
     assert ten is not None and ten.called.k == 6
@@ -83,12 +84,12 @@ def test_study_counts_and_verifies_injected_slowdowns() -> None:
 def test_drift_cancels_in_ab_but_makes_history_inconclusive() -> None:
     trials, _ = study(CFG)
     rule = Rule(threshold=0.02, alpha=0.01)
-    hist = cal.analyse_history(trials, rule, CFG.baseline_runs)
+    hist = ana.analyse_history(trials, rule, CFG.baseline_runs)
     judged = sum(r.called.n for r in hist.rows)
     assert judged == len(trials) - CFG.baseline_runs  # the first runs only fill the history
     inconclusive = sum(r.inconclusive.k for r in hist.rows)
     assert inconclusive >= judged * 0.8  # 1.5x drift vs a 2% threshold: it must not guess
-    assert cal.analyse(trials, rule).false_alarms.k == 0  # the paired turns cancel it
+    assert ana.analyse(trials, rule).false_alarms.k == 0  # the paired turns cancel it
 
 
 def test_offline_estimators_agree_with_the_shipped_gate() -> None:
@@ -103,7 +104,7 @@ def test_offline_estimators_agree_with_the_shipped_gate() -> None:
         diffs = [math.log(h / b) for b, h in zip(base, head)]
         for est, trim in (("trimmed", 0.2), ("t", 0.0)):
             ev = decide(paired_evidence(base, head, trim), rule)
-            assert cal.judge_stat(cal.paired_stat(diffs, rule.alpha, est), rule) is ev.outcome
+            assert ana.judge_stat(ana.paired_stat(diffs, rule.alpha, est), rule) is ev.outcome
 
 
 @pytest.mark.parametrize("est", cal.ESTIMATORS)
@@ -112,18 +113,18 @@ def test_every_estimator_sees_a_clear_shift_and_no_shift(est: str) -> None:
     rule = Rule(threshold=0.02, alpha=0.01)
     slow = [0.08 + rng.gauss(0, 0.01) for _ in range(30)]
     same = [rng.gauss(0, 0.002) for _ in range(30)]
-    assert cal.judge_stat(cal.paired_stat(slow, 0.01, est), rule) is Outcome.REGRESSION
-    assert cal.judge_stat(cal.paired_stat(same, 0.01, est), rule) is Outcome.OK
-    assert cal.judge_stat(cal.paired_stat([-x for x in slow], 0.01, est), rule) \
+    assert ana.judge_stat(ana.paired_stat(slow, 0.01, est), rule) is Outcome.REGRESSION
+    assert ana.judge_stat(ana.paired_stat(same, 0.01, est), rule) is Outcome.OK
+    assert ana.judge_stat(ana.paired_stat([-x for x in slow], 0.01, est), rule) \
         is Outcome.IMPROVEMENT
 
 
 def test_robust_estimators_shrug_off_one_wild_turn() -> None:
     d = [0.001 * ((i % 5) - 2) for i in range(30)] + [0.9]
     rule = Rule(threshold=0.02, alpha=0.01)
-    assert cal.judge_stat(cal.paired_stat(d, 0.01, "t"), rule) is Outcome.INCONCLUSIVE
+    assert ana.judge_stat(ana.paired_stat(d, 0.01, "t"), rule) is Outcome.INCONCLUSIVE
     for est in ("wilcoxon", "trimmed"):
-        assert cal.judge_stat(cal.paired_stat(d, 0.01, est), rule) is Outcome.OK
+        assert ana.judge_stat(ana.paired_stat(d, 0.01, est), rule) is Outcome.OK
     base = [50.0] * len(d)
     head = [b * math.exp(x) for b, x in zip(base, d)]
     assert decide(paired_evidence(base, head), rule).outcome is Outcome.OK  # the gate too
@@ -131,24 +132,24 @@ def test_robust_estimators_shrug_off_one_wild_turn() -> None:
 
 def test_unknown_estimator_names_the_choices() -> None:
     with pytest.raises(cal.StudyError, match="estimator=.mean.: use one of trimmed, t, wilcoxon"):
-        cal.paired_stat([0.1, 0.2], 0.01, "mean")
+        ana.paired_stat([0.1, 0.2], 0.01, "mean")
 
 
 def test_rate_uses_clopper_pearson() -> None:
-    r = cal.Rate(0, 50)
+    r = ana.Rate(0, 50)
     assert r.ci[0] == 0 and r.ci[1] == pytest.approx(0.0711, abs=5e-4)
-    assert str(cal.Rate(19, 20)) == "95% [75%-100%] (19/20)"
-    assert str(cal.Rate(0, 0)) == "-"
+    assert str(ana.Rate(19, 20)) == "95% [75%-100%] (19/20)"
+    assert str(ana.Rate(0, 0)) == "-"
 
 
 def test_fewer_turns_offline_and_bad_turn_count() -> None:
     trials, _ = study(CFG)
     rule = Rule(threshold=0.02, alpha=0.01)
-    rep = cal.analyse(trials, rule, "wilcoxon", turns=6)
-    assert rep.turns == 6 and rep.seconds < cal.analyse(trials, rule).seconds
+    rep = ana.analyse(trials, rule, "wilcoxon", turns=6)
+    assert rep.turns == 6 and rep.seconds < ana.analyse(trials, rule).seconds
     with pytest.raises(cal.StudyError, match=r"turns=40: the trials hold 12 turns; analyse 2-12"):
-        cal.analyse(trials, rule, turns=40)
-    lines = cal.lever_table(trials, rule, ("t", "trimmed"), (6,))
+        ana.analyse(trials, rule, turns=40)
+    lines = ana.lever_table(trials, rule, ("t", "trimmed"), (6,))
     assert "| A/B (6 turns, t, threshold 2.0%" in lines[2]
     assert len(lines) == 2 + 4
     assert "| A/B (6 turns, trimmed, threshold 2.0%, alpha 0.01) |" in lines[3]
@@ -156,24 +157,24 @@ def test_fewer_turns_offline_and_bad_turn_count() -> None:
 
 def test_conclusion_sentences() -> None:
     rule = Rule(threshold=0.02, alpha=0.01)
-    rows = (cal.Row(0.0, cal.Rate(0, 50), cal.Rate(1, 50), None),
-            cal.Row(0.03, cal.Rate(17, 20), cal.Rate(0, 20), None),
-            cal.Row(0.05, cal.Rate(20, 20), cal.Rate(0, 20), None))
-    rep = cal.Report("A/B", "t", 40, rule, rows, 11.0)
+    rows = (ana.Row(0.0, ana.Rate(0, 50), ana.Rate(1, 50), None),
+            ana.Row(0.03, ana.Rate(17, 20), ana.Rate(0, 20), None),
+            ana.Row(0.05, ana.Rate(20, 20), ana.Rate(0, 20), None))
+    rep = ana.Report("A/B", "t", 40, rule, rows, 11.0)
     assert rep.smallest_detected() == 0.05
-    assert cal.conclusion(rep) == (
+    assert ana.conclusion(rep) == (
         "This runner catches a 5% slowdown 100% of the time (95% CI 83%-100%) with 0% false "
         "alarms (95% CI up to 7.1%) (40 turns, t, threshold 2.0%, alpha 0.01, 11 s of "
         "measurement per side).")
-    assert cal.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
+    assert ana.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
                                       "3% caught>=80%": True, "<=20 s per side": True}
-    noisy = cal.Report("A/B", "t", 40, rule, ((cal.Row(0.0, cal.Rate(3, 50), cal.Rate(0, 50),
+    noisy = ana.Report("A/B", "t", 40, rule, ((ana.Row(0.0, ana.Rate(3, 50), ana.Rate(0, 50),
                                                        None),) + rows[1:]), 11.0)
-    assert cal.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
+    assert ana.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
                                             "(3/50) of A/A trials")
-    weak = cal.Report("A/B", "t", 40, rule, (rows[0], cal.Row(0.05, cal.Rate(10, 20),
-                                                              cal.Rate(0, 20), None)), 11.0)
-    assert cal.conclusion(weak).startswith("None of the tested slowdowns was caught >= 95%")
+    weak = ana.Report("A/B", "t", 40, rule, (rows[0], ana.Row(0.05, ana.Rate(10, 20),
+                                                              ana.Rate(0, 20), None)), 11.0)
+    assert ana.conclusion(weak).startswith("None of the tested slowdowns was caught >= 95%")
 
 
 def test_config_errors_name_the_value() -> None:
@@ -241,14 +242,14 @@ def test_noise_guard_drops_turn_pairs_with_outside_load() -> None:
     n = 20
     base = tuple(50.0 * (1 + 0.001 * (i % 3)) for i in range(n))
     head = tuple(b * (1.6 if i in (3, 4, 11) else 1.0) for i, b in enumerate(base))
-    busy = [(2.0 if (i // 2) in (3, 4, 11) else 1.0) * cal.TICKS_PER_S for i in range(2 * n)]
+    busy = [(2.0 if (i // 2) in (3, 4, 11) else 1.0) * ana.TICKS_PER_S for i in range(2 * n)]
     probes = tuple({"busy_ticks": b, "cores": 1.0} for b in busy)
     t = cal.TrialRecord(0, 0.0, base, head, 0.25, 1.0, True, 0.0, probes=probes)
-    assert cal.outside_load(t) == [1.0 if i in (3, 4, 11) else 0.0 for i in range(n)]
+    assert ana.outside_load(t) == [1.0 if i in (3, 4, 11) else 0.0 for i in range(n)]
     rule = Rule(threshold=0.02, alpha=0.01)
-    assert cal.paired_outcome(t, rule, "t") is Outcome.INCONCLUSIVE
-    assert cal.paired_outcome(t, rule, "t", guard=0.5) is Outcome.OK
-    assert cal.paired_outcome(t, rule, "wilcoxon", guard=0.5) is Outcome.OK
+    assert ana.paired_outcome(t, rule, "t") is Outcome.INCONCLUSIVE
+    assert ana.paired_outcome(t, rule, "t", guard=0.5) is Outcome.OK
+    assert ana.paired_outcome(t, rule, "wilcoxon", guard=0.5) is Outcome.OK
 
 
 def test_probed_study_records_per_turn_rates() -> None:
@@ -263,4 +264,4 @@ def test_probed_study_records_per_turn_rates() -> None:
                           warmup_window_s=0.05, warmup_max_s=0.5)
     trials = cal.run_study(FakeSide(m), FakeSide(m), cfg, clock=clock, probe=probe)
     assert all(len(t.probes) == 8 and "cores" in t.probes[0] for t in trials)
-    assert set(cal.probe_correlations(trials)) <= {"busy_ticks", "cores"}
+    assert set(ana.probe_correlations(trials)) <= {"busy_ticks", "cores"}

@@ -1,0 +1,400 @@
+"""Judging a calibration study: estimators over paired per-turn ratios, rates, reports.
+
+Split from :mod:`calibrate` (which measures): everything here is pure over saved
+:class:`~pytest_perfgate.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
+re-judges a study offline at another threshold, estimator or turn count.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
+from .gate import PAIRED_TRIM, Outcome, Rule, decide, history_evidence, paired_evidence
+
+# ---- judging -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedStat:
+    """One estimator's reading of paired log ratios: estimate, one-sided bounds, p-values."""
+
+    log_ratio: float
+    half_width: float  # of the one-sided (1 - alpha) bound, on the log scale
+    p_slow: float
+    p_fast: float
+
+
+def paired_stat(diffs: Sequence[float], alpha: float, estimator: str = "t",
+                seed: int = 0) -> PairedStat:
+    """The paired per-turn log ratios read by one estimator (see ESTIMATORS)."""
+    from scipy import stats
+
+    d = [float(x) for x in diffs]
+    n = len(d)
+    if n < 2:
+        raise StudyError(f"{n} paired turns: an estimator needs >= 2")
+    if estimator == "t":
+        m, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(n)
+        return _from_t(m, se, n - 1, alpha)
+    if estimator == "trimmed":  # trimmed mean, Tukey-McLaughlin standard error (= the gate)
+        g = int(PAIRED_TRIM * n)
+        s = sorted(d)
+        core = s[g:n - g]
+        wins = [s[g]] * g + core + [s[n - g - 1]] * g
+        se = statistics.stdev(wins) / ((1 - 2 * g / n) * math.sqrt(n))
+        return _from_t(statistics.fmean(core), se, len(core) - 1, alpha)
+    if estimator == "wilcoxon":  # Hodges-Lehmann estimate, signed-rank test and interval
+        walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
+        est = statistics.median(walsh)
+        if all(x == 0 for x in d):
+            return PairedStat(0.0, 0.0, 1.0, 1.0)
+        p_slow = float(stats.wilcoxon(d, alternative="greater").pvalue)
+        p_fast = float(stats.wilcoxon(d, alternative="less").pvalue)
+        z = float(stats.norm.ppf(1 - alpha))
+        k = int(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
+        k = min(max(k, 0), len(walsh) - 1)
+        return PairedStat(est, (walsh[-k - 1] - walsh[k]) / 2, p_slow, p_fast)
+    if estimator == "bootstrap":  # percentile bootstrap of the mean
+        import numpy as np
+
+        arr = np.asarray(d)
+        rng = np.random.default_rng(seed)
+        means = arr[rng.integers(0, n, (4000, n))].mean(axis=1)
+        lo, hi = np.quantile(means, [alpha, 1 - alpha])
+        return PairedStat(float(arr.mean()), float(hi - lo) / 2,
+                          float((means <= 0).mean()), float((means >= 0).mean()))
+    raise StudyError(f"estimator={estimator!r}: use one of {', '.join(ESTIMATORS)}")
+
+
+def _from_t(m: float, se: float, df: float, alpha: float) -> PairedStat:
+    from scipy import stats
+
+    if se <= 0:
+        return PairedStat(m, 0.0, 0.0 if m > 0 else 1.0, 0.0 if m < 0 else 1.0)
+    tq = float(stats.t.ppf(1 - alpha, df))
+    return PairedStat(m, tq * se, float(stats.t.sf(m / se, df)), float(stats.t.sf(-m / se, df)))
+
+
+def judge_stat(st: PairedStat, rule: Rule) -> Outcome:
+    """gate.decide's rule applied to any estimator's reading (kept identical on purpose)."""
+    drop = 1 - math.exp(-st.log_ratio)
+    if st.p_slow < rule.alpha and drop > rule.threshold:
+        return Outcome.REGRESSION
+    if st.p_fast < rule.alpha and -drop > rule.threshold:
+        return Outcome.IMPROVEMENT
+    if 1 - math.exp(-st.half_width) > rule.threshold:
+        return Outcome.INCONCLUSIVE
+    return Outcome.OK
+
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def outside_load(t: TrialRecord) -> list[float] | None:
+    """Per turn pair: the larger outside load (busy cores not ours) of its two turns."""
+    if not t.probes or any("busy_ticks" not in p for p in t.probes):
+        return None
+    other = [max(0.0, p["busy_ticks"] / TICKS_PER_S - p.get("cores", 0.0)) for p in t.probes]
+    return [max(other[2 * i], other[2 * i + 1]) for i in range(len(other) // 2)]
+
+
+def paired_outcome(t: TrialRecord, rule: Rule, estimator: str = "trimmed",
+                   turns: int | None = None, guard: float | None = None) -> Outcome:
+    """A trial's A/B verdict; "trimmed" is the shipped gate itself, "t" its trim-0 form.
+
+    ``guard``: drop turn pairs where either turn saw more outside load than this many busy
+    cores (the /proc/stat noise guard, needs probes); the verdict uses what is left.
+    """
+    if not t.steady:
+        return Outcome.UNSTABLE
+    n = turns or len(t.base)
+    keep = list(range(n))
+    load = outside_load(t) if guard is not None else None
+    if load is not None:
+        kept = [i for i in keep if load[i] <= guard]
+        keep = kept if len(kept) >= 2 else keep
+    base = [t.base[i] for i in keep]
+    head = [t.head[i] for i in keep]
+    if estimator in ("t", "trimmed"):  # the shipped gate itself (trim 0.2), or trim 0
+        trim = PAIRED_TRIM if estimator == "trimmed" else 0.0
+        return decide(paired_evidence(base, head, trim), rule).outcome
+    diffs = [math.log(h / b) for b, h in zip(base, head)]
+    return judge_stat(paired_stat(diffs, rule.alpha, estimator, seed=t.index), rule)
+
+
+def history_outcomes(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: int
+                     ) -> dict[int, Outcome]:
+    """History mode: each head run against the base runs of the previous trials."""
+    order = sorted((t for t in trials if t.hist_base and t.hist_head), key=lambda t: t.index)
+    out: dict[int, Outcome] = {}
+    for i, t in enumerate(order):
+        if i < baseline_runs:
+            continue  # the history is still filling up: a real team would see NO BASELINE
+        base = [p.hist_base for p in order[i - baseline_runs:i]]
+        out[t.index] = decide(history_evidence(t.hist_head, base), rule).outcome
+    return out
+
+
+# ---- counting ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    """k of n, with its exact (Clopper-Pearson) 95% confidence interval."""
+
+    k: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        return self.k / self.n if self.n else float("nan")
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        if not self.n:
+            return (float("nan"), float("nan"))
+        from scipy.stats import binomtest
+
+        ci = binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
+        return (float(ci.low), float(ci.high))
+
+    def __str__(self) -> str:
+        if not self.n:
+            return "-"
+        lo, hi = self.ci
+        return f"{self.value:.0%} [{lo:.0%}-{hi:.0%}] ({self.k}/{self.n})"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One injected slowdown's figures in one mode."""
+
+    slowdown: float
+    called: Rate  # REGRESSION (or a failing UNSTABLE) verdicts
+    inconclusive: Rate
+    measured: tuple[float, float, float] | None  # slowdown measured: pooled, 95% CI
+    unstable: int = 0  # of the called: UNSTABLE warm-ups (they fail CI by default)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the study found at one setting (mode x estimator x turns x threshold)."""
+
+    mode: str  # "A/B" or "history"
+    estimator: str
+    turns: int
+    rule: Rule
+    rows: tuple[Row, ...]  # first row: slowdown 0 (A/A)
+    seconds: float  # measurement seconds per side per verdict (warm-up included)
+
+    def row(self, slowdown: float) -> Row | None:
+        return next((r for r in self.rows if abs(r.slowdown - slowdown) < 1e-9), None)
+
+    @property
+    def false_alarms(self) -> Rate:
+        r = self.row(0.0)
+        return r.called if r else Rate(0, 0)
+
+    def smallest_detected(self, power: float = 0.95, max_false: float = 0.01) -> float | None:
+        """The smallest injected slowdown caught >= power, if false alarms are <= max_false."""
+        fa = self.false_alarms
+        if not fa.n or fa.value > max_false:
+            return None
+        hits = [r.slowdown for r in self.rows if r.slowdown > 0 and r.called.n
+                and r.called.value >= power]
+        return min(hits) if hits else None
+
+
+def measured_slowdown(trials: Sequence[TrialRecord], turns: int | None = None
+                      ) -> tuple[float, float, float] | None:
+    """Pooled measured slowdown (head time / base time - 1) over trials, with a 95% CI.
+
+    Each trial contributes the mean of its per-turn log ratios; trials are the replicates,
+    so the interval reflects trial-to-trial variation (including the calibration's).
+    """
+    from scipy import stats
+
+    means = [statistics.fmean(t.diffs[:turns or len(t.base)]) for t in trials]
+    if not means:
+        return None
+    m = statistics.fmean(means)
+    if len(means) < 2:
+        return (math.expm1(m), float("nan"), float("nan"))
+    half = float(stats.t.ppf(0.975, len(means) - 1)) * statistics.stdev(means) / math.sqrt(len(means))
+    return (math.expm1(m), math.expm1(m - half), math.expm1(m + half))
+
+
+def _fails(o: Outcome, rule: Rule) -> bool:
+    return o is Outcome.REGRESSION or (o is Outcome.UNSTABLE and rule.unstable == "fail")
+
+
+def analyse(trials: Sequence[TrialRecord], rule: Rule, estimator: str = "trimmed",
+            turns: int | None = None, guard: float | None = None) -> Report:
+    """Interleaved A/B figures at this rule/estimator, over the first ``turns`` turns."""
+    if not trials:
+        raise StudyError("no trials to analyse")
+    full = min(len(t.base) for t in trials)
+    n = turns or full
+    if not 2 <= n <= full:
+        raise StudyError(f"turns={turns!r}: the trials hold {full} turns; analyse 2-{full}")
+    rows = []
+    for s in sorted({t.slowdown for t in trials}):
+        group = [t for t in trials if t.slowdown == s]
+        outs = [paired_outcome(t, rule, estimator, n, guard) for t in group]
+        rows.append(Row(s, Rate(sum(_fails(o, rule) for o in outs), len(outs)),
+                        Rate(sum(o is Outcome.INCONCLUSIVE for o in outs), len(outs)),
+                        measured_slowdown(group, n), sum(o is Outcome.UNSTABLE for o in outs)))
+    secs = statistics.fmean(t.warmup_s + n * t.turn_wall for t in trials)
+    name = estimator if guard is None else f"{estimator}, guard {guard:g} cores"
+    return Report("A/B", name, n, rule, tuple(rows), secs)
+
+
+def analyse_history(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: int) -> Report:
+    """History-mode figures: K-window runs judged against the previous base runs."""
+    outs = history_outcomes(trials, rule, baseline_runs)
+    judged = [t for t in trials if t.index in outs]
+    rows = []
+    for s in sorted({t.slowdown for t in judged}):
+        group = [t for t in judged if t.slowdown == s]
+        o = [outs[t.index] for t in group]
+        logs = [math.log(statistics.median(t.hist_head) / statistics.median(t.hist_base))
+                for t in group]
+        rows.append(Row(s, Rate(sum(_fails(x, rule) for x in o), len(o)),
+                        Rate(sum(x is Outcome.INCONCLUSIVE for x in o), len(o)),
+                        (math.expm1(statistics.fmean(logs)), float("nan"), float("nan"))))
+    k = len(judged[0].hist_head) if judged else 0
+    secs = statistics.fmean(t.warmup_s + t.hist_wall for t in judged) if judged else 0.0
+    return Report("history", "runs", k, rule, tuple(rows), secs)
+
+
+# ---- reporting -----------------------------------------------------------------------------
+
+
+def render(reports: Iterable[Report]) -> list[str]:
+    """A markdown table: one line per mode, false alarms, then detection per slowdown."""
+    reports = list(reports)
+    slows = sorted({r.slowdown for rep in reports for r in rep.rows if r.slowdown > 0})
+    head = ["mode", "A/A false alarms"] + [f"+{s:.0%} caught" for s in slows] + \
+           ["INCONCLUSIVE (all trials)", "UNSTABLE", "s per side per verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rep in reports:
+        inc = Rate(sum(r.inconclusive.k for r in rep.rows), sum(r.inconclusive.n for r in rep.rows))
+        cells = [f"{rep.mode} ({_setting(rep)})", str(rep.false_alarms)]
+        for s in slows:
+            row = rep.row(s)
+            cells.append(str(row.called) if row else "-")
+        unst = sum(r.unstable for r in rep.rows)
+        cells += [f"{inc.value:.0%}" if inc.n else "-", str(unst), f"{rep.seconds:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _setting(rep: Report) -> str:
+    thr = f"threshold {rep.rule.threshold:.1%}, alpha {rep.rule.alpha:g}"
+    if rep.mode == "history":
+        return f"{rep.turns} windows per run, {thr}"
+    return f"{rep.turns} turns, {rep.estimator}, {thr}"
+
+
+def render_measured(rep: Report) -> list[str]:
+    """Verification that an injected slowdown measures as itself."""
+    out = []
+    for r in rep.rows:
+        if r.measured is None:
+            continue
+        m, lo, hi = r.measured
+        ci = f" [{lo:+.1%} .. {hi:+.1%}]" if not math.isnan(lo) else ""
+        what = "A/A" if r.slowdown == 0 else f"injected +{r.slowdown:.0%}"
+        out.append(f"  {what:>14}: measured {m:+.2%}{ci} over {r.called.n} trials")
+    return out
+
+
+def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str:
+    """The sentence a team wants: the smallest regression this runner catches."""
+    fa = rep.false_alarms
+    setting = f"({_setting(rep)}, {rep.seconds:.0f} s of measurement per side)"
+    if not fa.n:
+        return "No A/A trials were run, so the false-alarm rate is unknown: run with --aa-trials >= 50."
+    if fa.value > max_false:
+        return (f"This runner raised false alarms in {fa} of A/A trials {setting}, above "
+                f"{max_false:.0%}: raise --threshold or --turns and run again.")
+    s = rep.smallest_detected(power, max_false)
+    ci = fa.ci
+    if s is None:
+        return (f"None of the tested slowdowns was caught >= {power:.0%} of the time "
+                f"{setting}: try larger slowdowns, more --turns, or a lower --threshold.")
+    row = rep.row(s)
+    assert row is not None
+    return (f"This runner catches a {s:.0%} slowdown {row.called.value:.0%} of the time "
+            f"(95% CI {row.called.ci[0]:.0%}-{row.called.ci[1]:.0%}) with "
+            f"{fa.value:.0%} false alarms (95% CI up to {ci[1]:.1%}) {setting}.")
+
+
+def meets_targets(rep: Report) -> dict[str, bool]:
+    """The issue's targets for the best mode, judged on point estimates."""
+    d5, d3 = rep.row(0.05), rep.row(0.03)
+    return {
+        "false_alarms<=1%": rep.false_alarms.n > 0 and rep.false_alarms.value <= TARGETS["false_alarms"],
+        "5% caught>=95%": d5 is not None and d5.called.value >= TARGETS["detect_5"],
+        "3% caught>=80%": d3 is not None and d3.called.value >= TARGETS["detect_3"],
+        "<=20 s per side": rep.seconds <= TARGETS["seconds"],
+    }
+
+
+def lever_table(trials: Sequence[TrialRecord], rule: Rule,
+                estimators: Sequence[str] = ESTIMATORS,
+                turns: Sequence[int] = ()) -> list[str]:
+    """Offline levers on the same data: estimator x turns -> false alarms, detection, sd."""
+    full = min(len(t.base) for t in trials)
+    counts = sorted({n for n in (*turns, full) if 2 <= n <= full})
+    reps = [analyse(trials, rule, e, n) for n in counts for e in estimators]
+    return render(reps)
+
+
+def noise_summary(trials: Sequence[TrialRecord]) -> dict[str, float]:
+    """How noisy the runner is: per-turn spread of base speed, and of the paired log ratio."""
+    aa = [t for t in trials if t.slowdown == 0] or list(trials)
+    within = [statistics.stdev(math.log(x) for x in t.base) for t in aa if len(t.base) > 1]
+    pair_sd = [statistics.stdev(t.diffs) for t in aa if len(t.base) > 1]
+    speeds = [math.log(statistics.median(t.base)) for t in trials]
+    return {
+        "base_turn_sd": statistics.median(within) if within else float("nan"),
+        "pair_diff_sd": statistics.median(pair_sd) if pair_sd else float("nan"),
+        "trial_speed_range": math.exp(max(speeds) - min(speeds)) if speeds else float("nan"),
+    }
+
+
+def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
+    """Spearman correlation of each probe's rate with the base turn's slowness (log time).
+
+    A probe that tracked the drift would correlate strongly; the guard can only drop
+    windows it can see.
+    """
+    from scipy.stats import spearmanr
+
+    xs: dict[str, list[float]] = {}
+    ys: list[float] = []
+    for t in trials:
+        if not t.probes:
+            continue
+        # the probes alternate in interleave order (ABBA): recover base turns' readings
+        base_probe = [t.probes[2 * i] if i % 2 == 0 else t.probes[2 * i + 1]
+                      for i in range(len(t.base))]
+        med = statistics.median(math.log(x) for x in t.base)
+        for p, x in zip(base_probe, t.base):
+            ys.append(math.log(x) - med)
+            for k, v in p.items():
+                xs.setdefault(k, []).append(v)
+    out = {}
+    for k, v in xs.items():
+        if len(v) == len(ys) and len(set(v)) > 1:
+            out[k] = float(spearmanr(v, ys).statistic)
+    return out
+
+
+__all__ = ['PairedStat', 'Rate', 'Report', 'Row', 'TICKS_PER_S', 'analyse', 'analyse_history', 'conclusion', 'history_outcomes', 'judge_stat', 'lever_table', 'measured_slowdown', 'meets_targets', 'noise_summary', 'outside_load', 'paired_outcome', 'paired_stat', 'probe_correlations', 'render', 'render_measured']
