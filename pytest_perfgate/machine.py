@@ -17,7 +17,10 @@ import platform
 import re
 import socket
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
+
+from .cpus import cgroup_cpu_quota as _cgroup_cpu_quota
+from .cpus import format_cpus
 
 # Distributions whose version is recorded. "mujoco" 4.x is a meta-package over "mujoco-core",
 # which carries the physics (FIELD-NOTES 4): both are kept, the core decides the fingerprint.
@@ -57,18 +60,7 @@ def parse_cpulist(text: str | None) -> set[int] | None:
     return cpus
 
 
-def format_cpulist(cpus: Iterable[int]) -> str:
-    """Set of CPU ids to the kernel's compact form: {0,1,2,5} -> "0-2,5"."""
-    ids = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
+format_cpulist = format_cpus  # kernel compact form: {0,1,2,5} -> "0-2,5"
 
 
 def _cpuinfo(root: Path) -> list[dict[str, str]]:
@@ -126,55 +118,14 @@ def _affinity(root: Path, live: bool) -> set[int] | None:
     return None
 
 
-def _quota_from(text_max: str | None, text_quota: str | None, text_period: str | None
-                ) -> float | None:
-    """CPUs granted by one cgroup level (v2 cpu.max or v1 cfs files); None = unlimited."""
-    try:
-        if text_max is not None:
-            parts = text_max.split()
-            if len(parts) >= 2 and parts[0] != "max":
-                return int(parts[0]) / int(parts[1])
-            return None
-        if text_quota is not None and text_period is not None:
-            quota, period = int(text_quota), int(text_period)
-            return quota / period if quota > 0 and period > 0 else None
-    except (ValueError, ZeroDivisionError):
-        return None
-    return None
-
-
 def cgroup_cpu_quota(root: Path) -> float | None:
-    """Effective cgroup CPU limit in CPUs (the tightest along the cgroup path), or None.
+    """Effective cgroup CPU limit in CPUs under a (fake or real) filesystem root, or None.
 
     cpu.max never shows up in the affinity mask (FIELD-NOTES 5), so a 2-CPU quota on a
-    64-CPU box is only visible here.
+    64-CPU box is only visible here. The reading itself is :func:`cpus.cgroup_cpu_quota`.
     """
-    limits: list[float] = []
-    for line in (_read(root, "proc/self/cgroup") or "0::/").splitlines():
-        fields = line.strip().split(":", 2)
-        if len(fields) != 3:
-            continue
-        _, controllers, path = fields
-        rel = Path(path.lstrip("/"))
-        if controllers == "":  # cgroup v2
-            bases = [root / "sys/fs/cgroup"]
-        elif "cpu" in controllers.split(","):
-            bases = [root / "sys/fs/cgroup" / name for name in
-                     (controllers, "cpu", "cpu,cpuacct", "cpuacct,cpu")]
-        else:
-            continue
-        for base in bases:
-            if not base.is_dir():
-                continue
-            levels = [rel, *rel.parents] if (base / rel).is_dir() else [Path(".")]
-            for level in levels:
-                d = base / level
-                q = _quota_from(_read(d, "cpu.max"), _read(d, "cpu.cfs_quota_us"),
-                                _read(d, "cpu.cfs_period_us"))
-                if q is not None:
-                    limits.append(q)
-            break
-    return round(min(limits), 3) if limits else None
+    q = _cgroup_cpu_quota(root / "sys/fs/cgroup", root / "proc/self/cgroup")
+    return round(q, 3) if q is not None else None
 
 
 def _governor(root: Path) -> str | None:
