@@ -51,10 +51,6 @@ def parse_positive_int(text: str) -> int:
     return int(_parse_number(text, int, 1, "a whole number", "5"))
 
 
-def parse_count(text: str) -> int:
-    return int(_parse_number(text, int, 0, "a whole number", "3"))
-
-
 def parse_seconds(text: str) -> float:
     v = float(_parse_number(text, float, 0, "a number of seconds", "1.5"))
     if v == 0:
