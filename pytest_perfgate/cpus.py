@@ -229,8 +229,8 @@ def _quota_v1(dirpath: Path) -> float | None:
     return q / p
 
 
-def _own_cgroup(proc_cgroup: Path) -> tuple[str | None, str | None]:
-    """(v2 path, v1 cpu-controller path) from /proc/self/cgroup."""
+def own_cgroup(proc_cgroup: Path, controller: str = "cpu") -> tuple[str | None, str | None]:
+    """(v2 path, v1 path of ``controller``) of our cgroup, from /proc/self/cgroup."""
     v2 = v1 = None
     try:
         lines = proc_cgroup.read_text().splitlines()
@@ -242,7 +242,7 @@ def _own_cgroup(proc_cgroup: Path) -> tuple[str | None, str | None]:
             continue
         if parts[0] == "0" and parts[1] == "":
             v2 = parts[2]
-        elif "cpu" in parts[1].split(","):
+        elif controller in parts[1].split(","):
             v1 = parts[2]
     return v2, v1
 
@@ -255,7 +255,7 @@ def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
     is read only to warn that fewer cores than CPUs are really available.
     """
     root = Path(root)
-    v2, v1 = _own_cgroup(Path(proc_cgroup))
+    v2, v1 = own_cgroup(Path(proc_cgroup))
     found: list[float] = []
     candidates: list[tuple[Path, bool]] = []
     if v2 is not None:

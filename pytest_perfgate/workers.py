@@ -27,6 +27,7 @@ from . import cpus as _cpus
 from ._worker import placed_like, worker_main
 from .measure import RawWindow
 from .numa import numa_split
+from .oom import OomWatch
 from .timing import PhaseStats
 
 class WorkerError(RuntimeError):
@@ -194,6 +195,7 @@ class WorkerGroup:
         self._ctx = mp.get_context("spawn")
         self._closed = False
         self._pids: list[int] = []
+        self._oom: OomWatch | None = None
         self.exitcodes: list[int | None] = []  # filled by close(): negative = signal
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -210,6 +212,7 @@ class WorkerGroup:
             raise WorkerError("this WorkerGroup was already started; create a new one")
         usable = _cpus.usable_cpus()
         self.notes = placement_notes(self.specs, usable, _cpus.cgroup_cpu_quota())
+        self._oom = OomWatch.snapshot(s.node for s in self.specs if s.node is not None)
         for i, spec in enumerate(self.specs):
             try:
                 payload = pickle.dumps(spec)
@@ -380,10 +383,15 @@ class WorkerGroup:
     def _crashed(self, i: int, what: str) -> NoReturn:
         proc = self._procs[i]
         proc.join(timeout=1.0)
-        pid, status = proc.pid, _describe_exit(proc.exitcode)
+        pid, code = proc.pid, proc.exitcode
+        if code == -signal.SIGKILL and self._oom is not None:
+            spec = self.specs[i]
+            why = self._oom.explain(i, pid, f"the {what}", spec.node, spec.mempolicy)
+            self.close()
+            raise WorkerCrashed(why)
         self.close()
-        raise WorkerCrashed(f"worker {i} (pid {pid}) died during the {what}: {status}; "
-                            "the workload crashed or was killed (OOM killer?)")
+        raise WorkerCrashed(f"worker {i} (pid {pid}) died during the {what}: "
+                            f"{_describe_exit(code)}; the workload crashed or was killed")
 
 
 def _placement_failure(p: Placement) -> str | None:

@@ -3,8 +3,14 @@
 The guest has 4 CPUs over 5 NUMA nodes:
 
     node 0: CPU 0, 384 MiB      node 3: CPU 3, no memory  (memoryless: not usable)
-    node 1: CPU 1, 256 MiB      node 4: no CPU, 128 MiB   (CPU-less: not usable)
+    node 1: CPU 1, 256 MiB      node 4: no CPU, 512 MiB   (CPU-less: not usable)
     node 2: CPU 2, 256 MiB
+
+Node 4 is sized to hold the whole unpacked initramfs plus the workers bound to it: the guest
+kernel puts the initramfs's pages (unswappable) on whichever nodes it likes at boot, and a
+node that only sometimes has room made the test fail at random (the cross-node worker was
+OOM-killed). The test checks that margin before booting. A last scenario fills node 4 on
+purpose and asserts the worker's error says, for certain, that the OOM killer ended it.
 
 It boots the Debian cloud kernel with an initramfs (tests/qemu/build_initramfs.py) carrying
 busybox, this Python and the code under test; tests/qemu/guest_numa.py discovers the
@@ -20,6 +26,7 @@ PERFGATE_REQUIRE_QEMU=1, for a CI that installed them). Takes about 25 s here.
 from __future__ import annotations
 
 import glob
+import gzip
 import importlib.util
 import json
 import os
@@ -41,9 +48,13 @@ APT = "apt-get install -y qemu-system-x86 linux-image-cloud-amd64 busybox-static
 MARKER = "PERFGATE_NUMA_RESULT "
 QEMU_TIMEOUT_S = 160.0  # the whole test must stay under 3 minutes
 # (node id, CPUs, memory in MiB or None for a memoryless node)
-NODES = [(0, [0], 384), (1, [1], 256), (2, [2], 256), (3, [3], None), (4, [], 128)]
+NODES = [(0, [0], 384), (1, [1], 256), (2, [2], 256), (3, [3], None), (4, [], 512)]
 USABLE, MEMORYLESS, CPULESS = [0, 1, 2], 3, 4
 WORKER_MIB = 32  # what guest_workload.make touches in each worker (set in guest_numa.py)
+# What node 4 must hold besides the unpacked initramfs: a worker (interpreter ~45 MiB +
+# WORKER_MIB), the 16 MiB direct-binding buffer, the node's own page structs (~1.6%) and
+# kernel slack.
+NODE4_NEEDS_MIB = 45 + WORKER_MIB + 16 + 16 + 64
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +135,13 @@ def _result(console: str, cmd: list[str], rc: int | None = None) -> dict:
     raise AssertionError("unreachable")
 
 
+def _console_tail(console: str, lines: int = 40) -> str:
+    """The console's last lines without the (long) result line: kernel messages such as the
+    OOM killer's are what explains a failing guest."""
+    keep = [ln for ln in console.splitlines() if MARKER not in ln]
+    return "\n".join(keep[-lines:])
+
+
 def test_numa_workers_on_emulated_multinode_machine() -> None:
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
         _skip(f"a Linux x86_64 host (this is {sys.platform}/{platform.machine()}; the guest "
@@ -140,16 +158,27 @@ def test_numa_workers_on_emulated_multinode_machine() -> None:
         _skip(str(exc))
     build_s = time.monotonic() - t
 
+    unpacked_mib = len(gzip.decompress(initrd.read_bytes())) / 2**20
+    node4_mib = dict((n, m) for n, _, m in NODES)[CPULESS]
+    assert unpacked_mib + NODE4_NEEDS_MIB <= node4_mib, (
+        f"the initramfs unpacks to {unpacked_mib:.0f} MiB: node {CPULESS} ({node4_mib} MiB) "
+        "could fill up with it and OOM-kill the cross-node worker at random; enlarge the node "
+        "in NODES or trim the image")
+
     cmd = qemu_command(qemu, kernel, str(initrd))
     console, qemu_s = _run_qemu(cmd)
     res = _result(console, cmd)
     timings = res.get("timings", {})
     print(f"initramfs {initrd.name} ({'built' if built else 'cached'} in {build_s:.1f} s); "
           f"qemu ran {qemu_s:.1f} s; guest timings {timings}")
+    print(f"initramfs unpacks to {unpacked_mib:.0f} MiB; node {CPULESS} before the cross-node "
+          f"worker: {res.get('node_memory_before_cross')}; OOM scenario: {res.get('oom')}")
     print("\n".join(res.get("describe", []) + res.get("report", [])))
 
-    assert res["error"] is None, f"the guest failed: {res['error']}\n{res.get('traceback')}"
-    assert "PERFGATE_GUEST_EXIT=0" in console
+    tail = f"\n--- serial console tail ---\n{_console_tail(console)}"
+    assert res["error"] is None, (f"the guest failed: {res['error']}\n{res.get('traceback')}"
+                                  + tail)
+    assert "PERFGATE_GUEST_EXIT=0" in console, tail
 
     # Topology as emulated, and the usable-node rule.
     topo = {n["id"]: n for n in res["topology"]}
@@ -207,6 +236,16 @@ def test_numa_workers_on_emulated_multinode_machine() -> None:
     share = NumaMapsProof(tuple(cross["numa_maps"]["policies"]), kb).share_on([CPULESS])
     assert share is not None and share > 0.9 and kb[CPULESS] >= WORKER_MIB * 1024, kb
     assert cross["exitcode"] == 0
+
+    # Filling node 4 on purpose: the OOM killer ends the worker, and the error says so for
+    # certain (from the kernel log), with the node and its memory, and what to do.
+    oom = res["oom"]["error"]
+    assert oom is not None, "a worker asking for more than node 4 holds was not killed"
+    assert re.fullmatch(
+        r"worker 0 \(pid \d+\) was killed by the OOM killer during the start while bound to "
+        rf"node {CPULESS} \(\d+ MiB, \d+ MiB free before the start\): bind it to a node with "
+        r"room, or use mempolicy='preferred' \(the kernel logged: .*Killed process \d+ .*\)",
+        oom), oom + tail
 
     # The parent is restored exactly, the window ran, and the workers are gone.
     assert res["parent_policy_before"] == res["parent_policy_after_start"] == "default"

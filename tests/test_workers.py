@@ -179,7 +179,7 @@ def test_os_exit_in_setup_is_a_crash_with_its_exit_code() -> None:
         g.start()
     (pid,) = g.pids
     assert str(info.value) == (f"worker 0 (pid {pid}) died during the start: exited with code "
-                               "3; the workload crashed or was killed (OOM killer?)")
+                               "3; the workload crashed or was killed")
 
 
 def test_sigkill_mid_window_is_detected_promptly() -> None:
@@ -196,8 +196,12 @@ def test_sigkill_mid_window_is_detected_promptly() -> None:
         elapsed = time.monotonic() - t0
     # Detection is through the sentinel; missing it would mean waiting out the 60 s window.
     assert elapsed < 20, elapsed
-    assert str(info.value) == (f"worker 1 (pid {pid}) died during the window: killed by signal "
-                               "SIGKILL; the workload crashed or was killed (OOM killer?)")
+    # Not an OOM kill, and the message must not claim one (whether or not /dev/kmsg is
+    # readable here).
+    msg = str(info.value)
+    assert msg.startswith(f"worker 1 (pid {pid}) was killed by SIGKILL during the window: the "
+                          "workload crashed or something killed it ("), msg
+    assert "OOM killer" not in msg
 
 
 def test_hang_in_setup_times_out_then_is_killed() -> None:

@@ -59,7 +59,7 @@ def _offnode_lines(pid: int, node: int | None) -> list[str]:
 def run(res: dict) -> None:
     from pytest_perfgate import cpus, numa
     from pytest_perfgate.launchers import NumaWorkers
-    from pytest_perfgate.workers import Timeouts, WorkerGroup, WorkerSpec
+    from pytest_perfgate.workers import Timeouts, WorkerCrashed, WorkerGroup, WorkerSpec
 
     res["timings"]["imports_s"] = _elapsed()
     topo = numa.discover("/sys", "/proc")
@@ -153,13 +153,30 @@ def run(res: dict) -> None:
     memory_only = [n.id for n in topo.nodes if n.has_memory and not n.cpus]
     cpus_without_memory = [c for n in topo.nodes if not n.has_memory for c in n.cpus]
     if memory_only and cpus_without_memory:
+        from pytest_perfgate.oom import read_node_memory
+        node = memory_only[0]
+        res["node_memory_before_cross"] = str(read_node_memory(node))
         spec = WorkerSpec("guest_workload:make", cpus=(cpus_without_memory[0],),
-                          node=memory_only[0], kwargs={"mib": 32, "num_envs": 1})
+                          node=node, kwargs={"mib": 32, "num_envs": 1})
         t = time.monotonic()
         with WorkerGroup([spec], Timeouts(start=100.0, step=60.0)) as cross:
             res["cross"] = cross.collect_proof()[0].as_dict()
         res["cross"]["exitcode"] = cross.exitcodes[0]
         res["timings"]["cross_s"] = round(time.monotonic() - t, 2)
+
+        # A worker strictly bound to that node asking for more than the node holds: the OOM
+        # killer ends it, and the error must say so for certain (not guess).
+        mem = read_node_memory(node)
+        assert mem is not None, f"node {node} has no readable meminfo"
+        spec = WorkerSpec("guest_workload:make", cpus=(cpus_without_memory[0],), node=node,
+                          kwargs={"mib": mem.total_kb // 1024 + 64, "oom_victim": True})
+        t = time.monotonic()
+        try:
+            with WorkerGroup([spec], Timeouts(start=100.0, step=60.0)):
+                res["oom"] = {"error": None}
+        except WorkerCrashed as exc:
+            res["oom"] = {"error": str(exc), "node": node}
+        res["timings"]["oom_s"] = round(time.monotonic() - t, 2)
     time.sleep(0.2)
     res["leftover_children"] = [c for c in _children(os.getpid())
                                 if "resource_tracker" not in c]
