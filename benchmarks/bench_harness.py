@@ -14,8 +14,8 @@ import argparse
 import statistics
 import time
 
-from pytest_perfgate.measure import LoopSource
-from pytest_perfgate.timing import PhaseRecorder, phase
+from pytest_perfgate.core.measure import LoopSource
+from pytest_perfgate.core.timing import PhaseRecorder, phase
 
 
 def make_work(step_ms: float) -> tuple[object, int]:
@@ -106,7 +106,7 @@ def main() -> None:
     print(f"phase entry+exit: median {cost / 1e3:.3f} us over {k} x {reps} "
           "(target <= 2 us)")
     rec2 = PhaseRecorder()
-    from pytest_perfgate.timing import activate
+    from pytest_perfgate.core.timing import activate
 
     with activate(rec2):
         t0 = time.perf_counter_ns()

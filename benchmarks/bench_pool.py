@@ -26,10 +26,10 @@ import mujoco.rollout
 import numpy as np
 from mujoco.batch import Batch
 
-from pytest_perfgate.loadwatch import LoadSample, ProcStatProbe
-from pytest_perfgate.models import humanoid_xml_path, load_model
-from pytest_perfgate.pool import MujocoPool, OversubscriptionWarning, plan_threads
-from pytest_perfgate.sweep import interleave, median_ratio, settled_state
+from pytest_perfgate.core.load import LoadSample, ProcStatProbe
+from pytest_perfgate.sim.models import humanoid_xml_path, load_model
+from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads
+from pytest_perfgate.sim.sweep import interleave, median_ratio, settled_state
 
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -120,13 +120,13 @@ def rss():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS:'):
             return int(line.split()[1]) * 1024
-from pytest_perfgate.loadwatch import LoadSample, ProcStatProbe
-from pytest_perfgate.models import humanoid_xml_path, load_model
+from pytest_perfgate.core.load import LoadSample, ProcStatProbe
+from pytest_perfgate.sim.models import humanoid_xml_path, load_model
 m = load_model(humanoid_xml_path()); n = int(sys.argv[2]); kind = sys.argv[1]
 mujoco.mj_step(m, mujoco.MjData(m))  # warm the library before the baseline
 base = rss()
 if kind == 'pool':
-    from pytest_perfgate.pool import MujocoPool
+    from pytest_perfgate.sim.pool import MujocoPool
     p = MujocoPool(m, n); p.step(); p.step()
     print(rss() - base, p.bytes_per_env())
 else:

@@ -28,7 +28,7 @@ def make_humanoid(num_envs: int = 256, nthread: int = 1) -> Callable[[], None]:
     import mujoco
     import mujoco.batch
 
-    from pytest_perfgate.timing import phase
+    from pytest_perfgate.core.timing import phase
 
     xml = os.path.join(os.path.dirname(gymnasium.__file__), "envs/mujoco/assets/humanoid.xml")
     model = mujoco.MjModel.from_xml_path(xml)
@@ -57,10 +57,12 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, HERE)
 
-    from pytest_perfgate import cpus, numa
-    from pytest_perfgate.launchers import NumaWorkers
-    from pytest_perfgate.measure import LoopSource
-    from pytest_perfgate.workers import WorkerGroup, WorkerSpec
+    from pytest_perfgate.placement import cpus
+
+    from pytest_perfgate.placement import numa
+    from pytest_perfgate.placement.launchers import NumaWorkers
+    from pytest_perfgate.core.measure import LoopSource
+    from pytest_perfgate.placement.workers import WorkerGroup, WorkerSpec
 
     kw = {"num_envs": args.num_envs, "nthread": args.nthread}
     local = LoopSource(make_humanoid(**kw), transitions=args.num_envs)

@@ -26,8 +26,8 @@ from pathlib import Path
 import psutil
 
 import pytest_perfgate
-from pytest_perfgate.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec, interleave
-from pytest_perfgate.cli import DEFAULT_NODEID
+from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec, interleave
+from pytest_perfgate.cli.main import DEFAULT_NODEID
 
 
 def start_pair(root: Path, nodeid: str, cpus: set[int] | None) -> Pair:

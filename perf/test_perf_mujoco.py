@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytest_perfgate.sweep import settled_state
+from pytest_perfgate.sim.sweep import settled_state
 
 SETTLE_SUBSTEPS = 300  # x 3 ms = 0.9 s of sim: gymnasium humanoids are down, in contact
 

@@ -4,11 +4,11 @@ The light core is importable without pytest; heavy extras (mujoco, torch, numpy)
 in the modules and fixtures that need them.
 """
 
-from .gate import Outcome, Rule, Verdict, decide, evaluate
-from .measure import LoopSource, MeasureConfig, Measurement, Meter, RawWindow, WindowSource
-from .options import Options
-from .session import GateSession, PerfGate
-from .timing import PhaseRecorder, phase
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict, decide, evaluate
+from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Measurement, Meter, RawWindow, WindowSource
+from pytest_perfgate.session.options import Options
+from pytest_perfgate.session.session import GateSession, PerfGate
+from pytest_perfgate.core.timing import PhaseRecorder, phase
 
 __all__ = ["Outcome", "Rule", "Verdict", "decide", "evaluate", "LoopSource", "MeasureConfig",
            "Measurement", "Meter", "RawWindow", "WindowSource", "Options", "GateSession",

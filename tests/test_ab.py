@@ -41,7 +41,7 @@ def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
 
 def no_leftovers(p: pytest.Pytester) -> None:
     kids = [c for c in psutil.Process().children(recursive=True)
-            if "pytest_perfgate.plugin" in " ".join(c.cmdline())]
+            if "pytest_perfgate.plugin.hooks" in " ".join(c.cmdline())]
     assert kids == []
     out = subprocess.run(["git", "worktree", "list"], cwd=p.path, capture_output=True,
                          text=True).stdout

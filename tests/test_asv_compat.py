@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.history import History, default_results_dir
-from pytest_perfgate.results import BenchResult, PhaseSummary, RunRecord
-from pytest_perfgate.vcs import git_info
+from pytest_perfgate.history.store import History, default_results_dir
+from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.history.vcs import git_info
 
 pytest.importorskip("asv")
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]

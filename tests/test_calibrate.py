@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate import calibrate as cal
-from pytest_perfgate import calibrate_analysis as ana
-from pytest_perfgate.cli import main
-from pytest_perfgate.gate import Outcome, Rule, decide, paired_evidence
-from pytest_perfgate.measure import RawWindow
-from pytest_perfgate.timing import FakeClock
+from pytest_perfgate.modes import calibrate as cal
+from pytest_perfgate.modes import calibrate_analysis as ana
+from pytest_perfgate.cli.main import main
+from pytest_perfgate.core.gate import Outcome, Rule, decide, paired_evidence
+from pytest_perfgate.core.measure import RawWindow
+from pytest_perfgate.core.timing import FakeClock
 
 
 class Machine:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate import cpus
-from pytest_perfgate.cpus import (GRAMMAR, CpuSpecError, PlacementWarning, cap_threads_env,
+from pytest_perfgate.placement import cpus
+from pytest_perfgate.placement.cpus import (GRAMMAR, CpuSpecError, PlacementWarning, cap_threads_env,
                                   cgroup_cpu_quota, format_cpus, parse_cpus, physical_cpus,
                                   resolve_threads, set_affinity, usable_cpus)
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pytest_perfgate.gate import (Outcome, Rule, decide, evaluate, history_evidence,
+from pytest_perfgate.core.gate import (Outcome, Rule, decide, evaluate, history_evidence,
                                   paired_evidence)
 
 

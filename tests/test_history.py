@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate import history as hist
-from pytest_perfgate.history import (ASV_RESULT_COLUMNS, History, HistoryWarning, asv_name,
+from pytest_perfgate.history import store as hist
+from pytest_perfgate.history.store import (ASV_RESULT_COLUMNS, History, HistoryWarning, asv_name,
                                      atomic_write, default_results_dir,
                                      describe_other_fingerprints, select_baseline,
                                      sweep_stale_temps, validate_path_name)
-from pytest_perfgate.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
 
 META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2,
                         "python": "3.11.7", "arch": "x86_64", "system": "Linux", "kernel": "6.1",

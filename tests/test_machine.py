@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate import machine
-from pytest_perfgate.machine import (asv_machine_json, cgroup_cpu_quota, collect_metadata,
+from pytest_perfgate.history import machine
+from pytest_perfgate.history.machine import (asv_machine_json, cgroup_cpu_quota, collect_metadata,
                                      describe_mismatch, fingerprint, fingerprint_fields,
                                      format_cpulist, parse_cpulist)
 

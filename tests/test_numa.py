@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_perfgate import numa
-from pytest_perfgate.cpus import PlacementWarning
-from pytest_perfgate.numa import (MPOL_BIND, MPOL_F_STATIC_NODES, MPOL_PREFERRED, MemPolicy,
+from pytest_perfgate.placement import numa
+from pytest_perfgate.placement.cpus import PlacementWarning
+from pytest_perfgate.placement.numa import (MPOL_BIND, MPOL_F_STATIC_NODES, MPOL_PREFERRED, MemPolicy,
                                   Node, bind_memory, discover, get_mempolicy, numa_split,
                                   parse_list, parse_numa_maps, set_mempolicy)
 
@@ -218,7 +218,7 @@ def test_numa_maps_of_this_process_is_readable() -> None:
 
 
 def test_numa_maps_ignores_shared_library_page_cache() -> None:
-    from pytest_perfgate.numa import parse_numa_maps
+    from pytest_perfgate.placement.numa import parse_numa_maps
 
     text = ("7f00 bind:0 file=/usr/lib/libpython3.11.so.1.0 anon=21 dirty=21 N1=21 N4=15 "
             "kernelpagesize_kB=4\n"

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.numa import NumaMapsProof
+from pytest_perfgate.placement.numa import NumaMapsProof
 
 HERE = Path(__file__).resolve().parent
 APT = "apt-get install -y qemu-system-x86 linux-image-cloud-amd64 busybox-static"

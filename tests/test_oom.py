@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_perfgate.oom import (NodeMemory, OomWatch, kernel_oom_line, oom_kill_count,
+from pytest_perfgate.placement.oom import (NodeMemory, OomWatch, kernel_oom_line, oom_kill_count,
                                  read_kernel_log, read_node_memory)
 
 KMSG = """\

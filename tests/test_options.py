@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_perfgate.options import (SPECS, OptionError, Options, parse_bool, parse_commit,
+from pytest_perfgate.session.options import (SPECS, OptionError, Options, parse_bool, parse_commit,
                                      parse_fraction, parse_machine, parse_positive_int,
                                      parse_seconds)
 

@@ -13,10 +13,10 @@ import pytest
 CONFTEST = """
 import os
 import pytest
-from pytest_perfgate import machine
-from pytest_perfgate.loadwatch import NullProbe
-from pytest_perfgate.plugin import session_key
-from pytest_perfgate.timing import FakeClock
+from pytest_perfgate.history import machine
+from pytest_perfgate.core.load import NullProbe
+from pytest_perfgate.plugin.hooks import session_key
+from pytest_perfgate.core.timing import FakeClock
 
 CLOCK = FakeClock()
 
@@ -248,7 +248,7 @@ def test_unwritable_history_is_an_infrastructure_error(sandbox: pytest.Pytester,
 
 
 def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
-    from pytest_perfgate.options import SPECS
+    from pytest_perfgate.session.options import SPECS
 
     res = pytester.runpytest_subprocess("--help")
     assert res.ret == 0

@@ -14,8 +14,9 @@ import pytest
 mujoco = pytest.importorskip("mujoco")
 pytest.importorskip("mujoco.batch")
 
-from pytest_perfgate import cpus, models  # noqa: E402
-from pytest_perfgate.pool import MujocoPool, OversubscriptionWarning, plan_threads  # noqa: E402
+from pytest_perfgate.placement import cpus  # noqa: E402
+from pytest_perfgate.sim import models  # noqa: E402
+from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads  # noqa: E402
 
 TINY = models.tiny_xml()
 
@@ -248,7 +249,7 @@ def test_unreadable_model_path(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         MujocoPool(missing, 2)
     assert str(e.value) == (f"model path {str(missing)!r} does not exist; pass a readable MJCF "
-                            "file, e.g. pytest_perfgate.models.humanoid_xml_path()")
+                            "file, e.g. pytest_perfgate.sim.models.humanoid_xml_path()")
     with pytest.raises(FileNotFoundError, match="is not a readable file"):
         MujocoPool(tmp_path, 2)
 
@@ -365,8 +366,8 @@ def test_shipped_model_paths():
 
 FIXTURE_TEST = """
 import numpy as np
-from pytest_perfgate.fixtures_mujoco import mujoco_pool, mujoco_sweep, g1_scene
-from pytest_perfgate.models import tiny_xml
+from pytest_perfgate.plugin.fixtures_mujoco import mujoco_pool, mujoco_sweep, g1_scene
+from pytest_perfgate.sim.models import tiny_xml
 POOLS = []
 
 def test_make(mujoco_pool):
@@ -389,7 +390,7 @@ def test_g1(g1_scene):
 
 
 def test_fixture_closes_pools_and_g1_skips_with_package_name(pytester, monkeypatch):
-    import pytest_perfgate.fixtures_mujoco as fx
+    import pytest_perfgate.plugin.fixtures_mujoco as fx
 
     monkeypatch.setattr(fx, "g1_scene_path", lambda: None)
     pytester.makepyfile(FIXTURE_TEST)

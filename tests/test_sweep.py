@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pytest_perfgate import sweep
-from pytest_perfgate.timing import FakeClock
+from pytest_perfgate.sim import sweep
+from pytest_perfgate.core.timing import FakeClock
 
 
 def test_interleave_rotates_order_and_reports_per_call_medians():
@@ -78,7 +78,7 @@ pytest.importorskip("mujoco.batch")
 
 
 def test_settled_state_tiles_distinct_trajectories():
-    from pytest_perfgate.models import load_model
+    from pytest_perfgate.sim.models import load_model
 
     m = load_model(sweep.resolve_model("tiny"))
     held = sweep.settled_state(m, 10, substeps=20, distinct=4)
@@ -124,7 +124,7 @@ def test_cli_bad_envs(capsys):
 
 
 def test_cli_g1_missing(monkeypatch):
-    from pytest_perfgate import models
+    from pytest_perfgate.sim import models
 
     monkeypatch.setattr(models, "g1_scene_path", lambda: None)
     with pytest.raises(SystemExit) as e:

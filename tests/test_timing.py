@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_perfgate.loadwatch import LoadSample, NullProbe, ProcStatProbe
-from pytest_perfgate.measure import LoopSource, MeasureConfig, Meter, RawWindow, is_steady
-from pytest_perfgate.timing import FakeClock, PhaseRecorder, activate, phase
+from pytest_perfgate.core.load import LoadSample, NullProbe, ProcStatProbe
+from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, RawWindow, is_steady
+from pytest_perfgate.core.timing import FakeClock, PhaseRecorder, activate, phase
 
 
 def test_phase_accumulates_wall_and_cpu() -> None:

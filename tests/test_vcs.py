@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate import vcs
-from pytest_perfgate.vcs import NO_COMMIT, ancestors_filter, git_info, resolve_commit
+from pytest_perfgate.history import vcs
+from pytest_perfgate.history.vcs import NO_COMMIT, ancestors_filter, git_info, resolve_commit
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
 

@@ -20,11 +20,11 @@ from typing import Callable, Iterator
 import psutil
 import pytest
 
-from pytest_perfgate import cpus as _cpus
-from pytest_perfgate.launchers import NumaWorkers, PinnedWorkers, split_slices
-from pytest_perfgate.measure import MeasureConfig, Meter
-from pytest_perfgate.timing import phase
-from pytest_perfgate.workers import (Placement, PlacementError, Timeouts, WorkerCrashed,
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement.launchers import NumaWorkers, PinnedWorkers, split_slices
+from pytest_perfgate.core.measure import MeasureConfig, Meter
+from pytest_perfgate.core.timing import phase
+from pytest_perfgate.placement.workers import (Placement, PlacementError, Timeouts, WorkerCrashed,
                                      WorkerError, WorkerGroup, WorkerSpec, WorkerTimeout,
                                      placement_notes, render_placement)
 
@@ -146,7 +146,7 @@ def test_factory_by_module_string() -> None:
 
 
 def test_memory_bound_worker_proves_its_pages_landed_on_the_node() -> None:
-    from pytest_perfgate import numa
+    from pytest_perfgate.placement import numa
 
     nodes = numa.discover().usable_nodes(_cpus.usable_cpus())
     if not nodes or numa.get_mempolicy() is None:
@@ -285,7 +285,7 @@ def test_workers_die_with_their_parent(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {str(HERE)!r})
-        from pytest_perfgate.workers import WorkerGroup, WorkerSpec
+        from pytest_perfgate.placement.workers import WorkerGroup, WorkerSpec
         g = WorkerGroup([WorkerSpec("test_workers:hang_in_step")] * 2)
         g.start()
         g._broadcast(("window", time.monotonic(), 600.0))  # both stuck in step(), deaf
@@ -320,7 +320,7 @@ def _running(pid: int) -> bool:
 
 # ---- placement report and plans (no processes) -------------------------------------------
 def test_placement_failure_is_an_error_when_explicit() -> None:
-    from pytest_perfgate.workers import _placement_failure
+    from pytest_perfgate.placement.workers import _placement_failure
 
     p = Placement(0, 11, (2, 3), (0, 1, 2, 3), False, 1, "default", False, 2)
     assert _placement_failure(p) == "requested CPUs 2-3 but runs on 0-3"

@@ -210,8 +210,9 @@ def collect() -> tuple[list[Entry], Path]:
             if f.endswith(".py"):
                 add_py(Path(root) / f, str(Path(root) / f))
     # the code under test and the guest scripts
-    for src in sorted(PACKAGE.glob("*.py")):
-        add_py(src, f"{GUEST_DIR}/pytest_perfgate/{src.name}")
+    for src in sorted(PACKAGE.rglob("*.py")):
+        if "__pycache__" not in src.parts:
+            add_py(src, f"{GUEST_DIR}/pytest_perfgate/{src.relative_to(PACKAGE)}")
     for name in GUEST_FILES:
         add_py(HERE / name, f"{GUEST_DIR}/{name}")
     init = INIT_SCRIPT.replace("@PYTHON@", str(exe)).encode()

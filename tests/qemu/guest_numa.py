@@ -57,9 +57,10 @@ def _offnode_lines(pid: int, node: int | None) -> list[str]:
 
 
 def run(res: dict) -> None:
-    from pytest_perfgate import cpus, numa
-    from pytest_perfgate.launchers import NumaWorkers
-    from pytest_perfgate.workers import Timeouts, WorkerCrashed, WorkerGroup, WorkerSpec
+    from pytest_perfgate.placement import cpus
+    from pytest_perfgate.placement import numa
+    from pytest_perfgate.placement.launchers import NumaWorkers
+    from pytest_perfgate.placement.workers import Timeouts, WorkerCrashed, WorkerGroup, WorkerSpec
 
     res["timings"]["imports_s"] = _elapsed()
     topo = numa.discover("/sys", "/proc")
@@ -153,7 +154,7 @@ def run(res: dict) -> None:
     memory_only = [n.id for n in topo.nodes if n.has_memory and not n.cpus]
     cpus_without_memory = [c for n in topo.nodes if not n.has_memory for c in n.cpus]
     if memory_only and cpus_without_memory:
-        from pytest_perfgate.oom import read_node_memory
+        from pytest_perfgate.placement.oom import read_node_memory
         node = memory_only[0]
         res["node_memory_before_cross"] = str(read_node_memory(node))
         spec = WorkerSpec("guest_workload:make", cpus=(cpus_without_memory[0],),

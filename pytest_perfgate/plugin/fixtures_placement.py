@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from .launchers import NumaWorkers, PinnedWorkers
+from pytest_perfgate.placement.launchers import NumaWorkers, PinnedWorkers
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from .models import G1_MISSING, MujocoUnavailable, g1_scene_path, require_mujoco
+from pytest_perfgate.sim.models import G1_MISSING, MujocoUnavailable, g1_scene_path, require_mujoco
 
 
 def _require_or_skip() -> None:
@@ -29,7 +29,7 @@ def mujoco_pool() -> Iterator[Callable[..., Any]]:
     threads, frame_skip, obs, reward_fn, seed, hold_state, keyframe, reset_noise).
     """
     _require_or_skip()
-    from .pool import MujocoPool
+    from pytest_perfgate.sim.pool import MujocoPool
 
     pools: list[MujocoPool] = []
 
@@ -51,7 +51,7 @@ def mujoco_sweep(request: pytest.FixtureRequest) -> Callable[..., Any]:
     in the terminal summary section of the test's captured output.
     """
     _require_or_skip()
-    from .sweep import run_sweep
+    from pytest_perfgate.sim.sweep import run_sweep
 
     def sweep(model: Any, num_envs: int, **kw: Any) -> Any:
         result = run_sweep(model, num_envs, **kw)
@@ -66,7 +66,7 @@ def mujoco_sweep(request: pytest.FixtureRequest) -> Callable[..., Any]:
 def humanoid_xml() -> str:
     """Path of gymnasium's humanoid.xml; skips (naming the extra) when it is not installed."""
     _require_or_skip()
-    from .models import humanoid_xml_path
+    from pytest_perfgate.sim.models import humanoid_xml_path
 
     try:
         return humanoid_xml_path()

@@ -15,8 +15,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .models import load_model, model_fingerprint, require_mujoco
-from .timing import phase
+from pytest_perfgate.sim.models import load_model, model_fingerprint, require_mujoco
+from pytest_perfgate.core.timing import phase
 
 # reward_fn(pool, obs, actions) -> (reward (n,), terminated (n,) bool)
 RewardFn = Callable[["MujocoPool", Any, Any], "tuple[Any, Any]"]
@@ -48,7 +48,7 @@ def _positive_int(name: str, value: object, fix: str) -> int:
 
 def _strict_cpus(cpu_ids: object, usable: tuple[int, ...]) -> tuple[int, ...]:
     """cpu_ids resolved against the usable set; any CPU outside it is an error, not a drop."""
-    from . import cpus
+    from pytest_perfgate.placement import cpus
 
     where = f"the usable CPUs are {cpus.format_cpus(usable)} (this process's affinity mask)"
     if isinstance(cpu_ids, str):
@@ -81,7 +81,7 @@ def plan_threads(num_envs: int, cpu_ids: object = None,
     threads="physical" -> physical cores of that set; an int overrides (warns if it
     oversubscribes). Never more threads than simulations unless asked explicitly.
     """
-    from . import cpus
+    from pytest_perfgate.placement import cpus
 
     num_envs = _positive_int("num_envs", num_envs,
                              "pass the number of simulations, a positive int (e.g. 1024)")
@@ -175,7 +175,7 @@ class MujocoPool:
 
     def _make_batch(self, batch_cls: Any) -> Any:
         """Build the Batch; pinned pools build it on a pinned caller (threads inherit it)."""
-        from . import cpus
+        from pytest_perfgate.placement import cpus
 
         before = _tasks()
         if self.plan.cpu_ids is None:
@@ -319,7 +319,7 @@ class MujocoPool:
 
     def metadata(self) -> dict[str, Any]:
         """What a recorded result needs to be compared fairly: sizing, model, versions."""
-        from .cpus import format_cpus
+        from pytest_perfgate.placement.cpus import format_cpus
 
         meta = {
             "num_envs": self.num_envs, "threads": self.plan.nthread,

@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from .gate import Rule
-from .measure import MeasureConfig, Meter, RawWindow, WindowSource
-from .timing import SYSTEM_CLOCK, Clock
+from pytest_perfgate.core.gate import Rule
+from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow, WindowSource
+from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 FORMAT = 1  # version of the saved study file
 ESTIMATORS = ("trimmed", "t", "wilcoxon", "bootstrap")  # "trimmed" is the shipped gate
@@ -101,7 +101,7 @@ class StudyConfig:
 
     def meter(self, clock: Clock = SYSTEM_CLOCK) -> Meter:
         """The warm-up check each trial runs (the sides stay warm; this re-verifies it)."""
-        from .loadwatch import NullProbe
+        from pytest_perfgate.core.load import NullProbe
 
         cfg = MeasureConfig(warmup_window_s=self.warmup_window_s, warmup_max_s=self.warmup_max_s)
         return Meter(cfg, clock=clock, load_probe=NullProbe())
@@ -138,7 +138,7 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
               t0_ns: int = 0, probe: Callable[[], Mapping[str, float]] | None = None
               ) -> TrialRecord:
     """Warm-up check, interleaved ABBA turns and (optionally) one history run per side."""
-    from .ab import interleave
+    from pytest_perfgate.modes.ab import interleave
 
     head.inject_slowdown(slowdown)
     started = (clock.wall_ns() - t0_ns) / 1e9
@@ -250,7 +250,7 @@ def save(path: Path, cfg: StudyConfig, trials: Sequence[TrialRecord],
     """Write the raw study (re-analyse it later with ``perfgate calibrate --analyse``)."""
     data = {"format": FORMAT, "config": asdict(cfg), "meta": dict(meta),
             "trials": [asdict(t) for t in trials]}
-    from .history import atomic_write
+    from pytest_perfgate.history.store import atomic_write
 
     atomic_write(Path(path), json.dumps(data).encode())
 

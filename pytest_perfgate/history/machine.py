@@ -19,8 +19,8 @@ import socket
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .cpus import cgroup_cpu_quota as _cgroup_cpu_quota
-from .cpus import format_cpus
+from pytest_perfgate.placement.cpus import cgroup_cpu_quota as _cgroup_cpu_quota
+from pytest_perfgate.placement.cpus import format_cpus
 
 # Distributions whose version is recorded. "mujoco" 4.x is a meta-package over "mujoco-core",
 # which carries the physics (FIELD-NOTES 4): both are kept, the core decides the fingerprint.

@@ -131,7 +131,7 @@ def load_model(source: Any) -> Any:
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         why = "does not exist" if not os.path.exists(path) else "is not a readable file"
         raise FileNotFoundError(f"model path {path!r} {why}; pass a readable MJCF file, e.g. "
-                                "pytest_perfgate.models.humanoid_xml_path()")
+                                "pytest_perfgate.sim.models.humanoid_xml_path()")
     try:
         if path.endswith(".mjb"):
             return mujoco.MjModel.from_binary_path(path)

@@ -17,9 +17,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import calibrate as cal
-from . import calibrate_analysis as ana
-from .options import OptionError, parse_fraction, parse_positive_int, parse_seconds
+from pytest_perfgate.modes import calibrate as cal
+from pytest_perfgate.modes import calibrate_analysis as ana
+from pytest_perfgate.session.options import OptionError, parse_fraction, parse_positive_int, parse_seconds
 
 DEFAULT_NODEID = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
 
@@ -59,7 +59,7 @@ def parse_turns_list(text: str) -> tuple[int, ...]:
 
 
 def parse_cpu_set(text: str) -> set[int]:
-    from .cpus import parse_cpus
+    from pytest_perfgate.placement.cpus import parse_cpus
 
     try:
         got = parse_cpus(text)
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
             ) -> tuple[list[cal.TrialRecord], dict[str, Any]]:
     """Start one pair of sides of the same checkout and run the study on it."""
-    from .ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
+    from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
 
     import pytest_perfgate
 

@@ -5,7 +5,7 @@ configurations measured back to back compare the machine's moods, not the config
 Here every configuration runs a short turn in rotation and we keep the medians of many
 turns; every pool steps the same held state, so each call does identical physics.
 
-    python -m pytest_perfgate.sweep --model humanoid --envs 1024
+    python -m pytest_perfgate.sim.sweep --model humanoid --envs 1024
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from .timing import SYSTEM_CLOCK, Clock
+from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 
 def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: int = 1,
@@ -122,7 +122,7 @@ def settled_state(model: Any, num_envs: int, substeps: int = 300, distinct: int 
     import numpy as np
     from mujoco.batch import Batch
 
-    from .pool import plan_threads
+    from pytest_perfgate.sim.pool import plan_threads
 
     k = min(distinct, num_envs)
     b = Batch(model, k, plan_threads(k).nthread)
@@ -137,7 +137,7 @@ def settled_state(model: Any, num_envs: int, substeps: int = 300, distinct: int 
 
 def _pin_order(usable: tuple[int, ...]) -> list[int]:
     """One CPU per physical core first, then the SMT siblings: 'n pinned' spreads over cores."""
-    from .cpus import physical_cpus
+    from pytest_perfgate.placement.cpus import physical_cpus
 
     phys = list(physical_cpus(usable))
     return phys + [c for c in usable if c not in phys]
@@ -154,7 +154,7 @@ def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
 
     import numpy as np
 
-    from .pool import MujocoPool, OversubscriptionWarning, plan_threads
+    from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads
 
     rule = plan_threads(num_envs)
     counts = sorted(set(thread_counts or default_thread_counts(len(rule.usable), num_envs))
@@ -199,7 +199,7 @@ def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
 
 def resolve_model(name: str) -> str:
     """CLI model names: humanoid, g1, tiny, or a path to a model file."""
-    from . import models
+    from pytest_perfgate.sim import models
 
     if name == "humanoid":
         return models.humanoid_xml_path()
@@ -242,7 +242,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pytest_perfgate.sweep",
+    ap = argparse.ArgumentParser(prog="python -m pytest_perfgate.sim.sweep",
                                  description="MuJoCo pool thread-scaling sweep (interleaved).")
     ap.add_argument("--model", default="humanoid", help="humanoid, g1, tiny or a model path")
     ap.add_argument("--envs", type=int, default=1024, help="number of simulations")
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="reset keyframe name (e.g. 'stand' for g1; default: model defaults)")
     ap.add_argument("--json", default=None, help="also write the result to this file")
     args = ap.parse_args(argv)
-    from .models import MujocoUnavailable
+    from pytest_perfgate.sim.models import MujocoUnavailable
 
     try:
         result = run_sweep(resolve_model(args.model), args.envs, frame_skip=args.frame_skip,

@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from .machine import asv_machine_json, describe_mismatch, fingerprint_fields
-from .results import BenchResult, RunRecord
+from pytest_perfgate.history.machine import asv_machine_json, describe_mismatch, fingerprint_fields
+from pytest_perfgate.core.results import BenchResult, RunRecord
 
 ASV_RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration",
                       "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75",

@@ -11,10 +11,10 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from .fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
-from .fixtures_placement import numa_workers, pinned_workers  # noqa: F401
-from .options import SPECS, OptionError, Options
-from .session import ABSetup, GateSession, Judged, PerfGate, PerfgateUsageError, derive_name, failing
+from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
+from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
+from pytest_perfgate.session.options import SPECS, OptionError, Options
+from pytest_perfgate.session.session import ABSetup, GateSession, Judged, PerfGate, PerfgateUsageError, derive_name, failing
 
 session_key = pytest.StashKey[GateSession]()
 _judged_key = pytest.StashKey[list[Judged]]()
@@ -78,8 +78,8 @@ def _start_ab(config: pytest.Config, session: GateSession) -> None:
 
     import pytest_perfgate
 
-    from .ab import SideError, SideSpec, worktree
-    from .vcs import git_info, resolve_commit
+    from pytest_perfgate.modes.ab import SideError, SideSpec, worktree
+    from pytest_perfgate.history.vcs import git_info, resolve_commit
 
     root = config.rootpath
     rev = session.options.ab
@@ -117,7 +117,7 @@ def _marker_threshold(item: pytest.Item) -> float | None:
     mark = item.get_closest_marker("perfgate")
     if mark is None or "threshold" not in mark.kwargs:
         return None
-    from .options import parse_fraction
+    from pytest_perfgate.session.options import parse_fraction
 
     raw = mark.kwargs["threshold"]
     try:
@@ -154,7 +154,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     judged = item.stash.get(_judged_key, [])
     bad = failing(judged)
     if bad and report.passed:
-        from .report import explain
+        from pytest_perfgate.report.render import explain
 
         report.outcome = "failed"
         report.longrepr = "\n\n".join(explain(j) for j in bad)
@@ -168,7 +168,7 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
     data = list(getattr(stats, "data", None) or [])
     if not data:
         return
-    from .pytest_benchmark_compat import result_from_rounds
+    from pytest_perfgate.plugin.benchmark_compat import result_from_rounds
 
     result = result_from_rounds(derive_name(item.nodeid), data)
     judged = item.stash.setdefault(_judged_key, [])
@@ -180,7 +180,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     session = config.stash.get(session_key, None)
     if session is None or not session.judged:
         return
-    from . import report
+    from pytest_perfgate.report import render as report
 
     tr = terminalreporter
     tr.section("perfgate" + (" (smoke mode: not measured, not recorded)" if session.smoke
@@ -208,7 +208,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     if gs.smoke or not gs.judged:
         return
-    from . import report
+    from pytest_perfgate.report import render as report
 
     meta = gs.history.meta if gs._ctx is not None else {}
     if gs.options.json:

@@ -1,7 +1,7 @@
 """Plans and launchers behind the ``pinned_workers`` and ``numa_workers`` fixtures.
 
 Plain classes, usable from the asv suite or a script: each ``start()`` turns a user request
-into :class:`~pytest_perfgate.workers.WorkerSpec` s, starts a WorkerGroup and remembers it,
+into :class:`~pytest_perfgate.placement.workers.WorkerSpec` s, starts a WorkerGroup and remembers it,
 so ``close()`` (the fixture's teardown) stops every group even when the test failed.
 Explicit requests (a core spec, a node list) are strict: unhonoured placement is an error.
 Automatic plans only warn.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
-from . import cpus as _cpus
-from . import numa as _numa
-from .workers import Timeouts, WorkerGroup, WorkerSpec
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement import numa as _numa
+from pytest_perfgate.placement.workers import Timeouts, WorkerGroup, WorkerSpec
 
 
 def split_slices(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:

@@ -18,8 +18,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
-from .loadwatch import LoadProbe, LoadSample, ProcStatProbe
-from .timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
+from pytest_perfgate.core.load import LoadProbe, LoadSample, ProcStatProbe
+from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
 
 
 @dataclass(frozen=True)

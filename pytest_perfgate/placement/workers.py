@@ -1,6 +1,6 @@
 """Spawn workers placed on CPUs and NUMA nodes, measured in synchronised windows.
 
-A :class:`WorkerGroup` is a :class:`~pytest_perfgate.measure.WindowSource`: the Meter drives
+A :class:`WorkerGroup` is a :class:`~pytest_perfgate.core.measure.WindowSource`: the Meter drives
 its warm-up and windows exactly like an in-process loop. Supervision follows pyperf and
 xdist: every wait is bounded, a dead worker is seen through its sentinel (not a timeout),
 and cleanup escalates stop -> SIGTERM -> SIGKILL -> join, so nothing outlives the group.
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
-from . import cpus as _cpus
-from ._worker import placed_like, worker_main
-from .measure import RawWindow
-from .numa import numa_split
-from .oom import OomWatch
-from .timing import PhaseStats
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement.child import placed_like, worker_main
+from pytest_perfgate.core.measure import RawWindow
+from pytest_perfgate.placement.numa import numa_split
+from pytest_perfgate.placement.oom import OomWatch
+from pytest_perfgate.core.timing import PhaseStats
 
 class WorkerError(RuntimeError):
     """A worker failed; ``worker_traceback`` holds its traceback when it raised."""

@@ -1,6 +1,6 @@
 """Placing a spawn worker: what the parent lends it at exec, and the child's main loop.
 
-The group itself (supervision, windows) is :mod:`pytest_perfgate.workers`.
+The group itself (supervision, windows) is :mod:`pytest_perfgate.placement.workers`.
 
 Order matters: die with the parent, place this process (affinity, memory policy, thread-cap
 env) and only then unpickle the spec and import the workload, so OpenMP/BLAS pools size
@@ -21,9 +21,9 @@ import traceback
 import warnings
 from typing import Any, Callable
 
-from . import cpus as _cpus
-from . import numa as _numa
-from .timing import PhaseRecorder, activate
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement import numa as _numa
+from pytest_perfgate.core.timing import PhaseRecorder, activate
 
 PR_SET_PDEATHSIG = 1
 

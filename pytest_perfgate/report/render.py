@@ -1,6 +1,6 @@
 """Rendering verdicts: the terminal table, a failure explanation, JSON and markdown.
 
-Pure functions over :class:`~pytest_perfgate.session.Judged`, so a CLI renders the same.
+Pure functions over :class:`~pytest_perfgate.session.session.Judged`, so a CLI renders the same.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import math
 from typing import Any, Sequence
 
-from .gate import Outcome
-from .session import Judged
+from pytest_perfgate.core.gate import Outcome
+from pytest_perfgate.session.session import Judged
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
 
@@ -139,7 +139,7 @@ def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dic
 def write_json(path: str, judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> None:
     from pathlib import Path
 
-    from .history import atomic_write
+    from pytest_perfgate.history.store import atomic_write
 
     data = json.dumps(to_json(judged, meta), indent=2, default=str).encode()
     atomic_write(Path(path), data)

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .loadwatch import LoadProbe
-from .gate import Outcome, Rule, Verdict, evaluate, no_baseline
-from .measure import LoopSource, MeasureConfig, Measurement, Meter, Window, WindowSource
-from .options import Options
-from .results import BenchResult, PhaseSummary, RunRecord
-from .timing import SYSTEM_CLOCK, Clock, PhaseRecorder
+from pytest_perfgate.core.load import LoadProbe
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict, evaluate, no_baseline
+from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Measurement, Meter, Window, WindowSource
+from pytest_perfgate.session.options import Options
+from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -90,7 +90,7 @@ class GateSession:
         self.ab: ABSetup | None = None  # controller of an interleaved A/B run
         self.side_conn: Any = None  # this process is one side of an A/B run
         if os.environ.get("PERFGATE_SIDE_FD"):
-            from .ab import side_connection
+            from pytest_perfgate.modes.ab import side_connection
 
             self.side_conn = side_connection()
             self.smoke = False  # a side measures for real; the controller judges and records
@@ -104,7 +104,7 @@ class GateSession:
                              warmup_max_s=o.warmup_max, load_limit=o.load_limit)
 
     def meter(self, **kw: Any) -> Meter:
-        from .loadwatch import NullProbe
+        from pytest_perfgate.core.load import NullProbe
 
         probe = NullProbe() if self.smoke else self.load_probe
         return Meter(self.meter_config(**kw), clock=self.clock, load_probe=probe)
@@ -153,7 +153,9 @@ class _HistoryContext:
     """Machine facts, git facts and past runs, gathered once per session."""
 
     def __init__(self, options: Options, rootdir: Path) -> None:
-        from . import history, machine, vcs
+        from pytest_perfgate.history import store as history
+        from pytest_perfgate.history import machine
+        from pytest_perfgate.history import vcs
 
         self.options = options
         self.rootdir = rootdir
@@ -167,7 +169,7 @@ class _HistoryContext:
         self._ancestor_cache: dict[str, bool] = {}
 
     def is_ancestor(self, commits: set[str]) -> set[str]:
-        from . import vcs
+        from pytest_perfgate.history import vcs
 
         if not self.git.available:
             return set(commits)  # outside git every run of this machine counts; README says so
@@ -178,7 +180,7 @@ class _HistoryContext:
         return {c for c in commits if self._ancestor_cache[c]}
 
     def judge(self, result: BenchResult, rule: Rule, test_id: str) -> Judged:
-        from . import history
+        from pytest_perfgate.history import store as history
 
         n = self.options.baseline_runs
         wide = history.select_baseline(
@@ -204,7 +206,7 @@ class _HistoryContext:
         return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
 
     def _why_no_baseline(self, name: str) -> str:
-        from . import history
+        from pytest_perfgate.history import store as history
 
         if self.options.baseline:
             return (f"no run of commit {self.options.baseline} on machine {self.machine!r} "
@@ -293,7 +295,7 @@ class PerfGate:
         return j
 
     def _serve_as_side(self, source: WindowSource, bench: str, transitions: int) -> Judged:
-        from .ab import Slowed, serve
+        from pytest_perfgate.modes.ab import Slowed, serve
 
         slowed = Slowed(source) if isinstance(source, LoopSource) else None
         windows = serve(self.session.side_conn, source, bench, transitions, slowed)
@@ -303,8 +305,8 @@ class PerfGate:
 
     def _measure_ab(self, bench: str, transitions: int, threshold: float | None,
                     extra: Mapping[str, Any] | None) -> Judged:
-        from .ab import Pair, Side, measure_pair
-        from .gate import decide, paired_evidence, unstable
+        from pytest_perfgate.modes.ab import Pair, Side, measure_pair
+        from pytest_perfgate.core.gate import decide, paired_evidence, unstable
 
         ab, o = self.session.ab, self.session.options
         assert ab is not None

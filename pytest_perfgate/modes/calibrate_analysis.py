@@ -1,7 +1,7 @@
 """Judging a calibration study: estimators over paired per-turn ratios, rates, reports.
 
 Split from :mod:`calibrate` (which measures): everything here is pure over saved
-:class:`~pytest_perfgate.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
+:class:`~pytest_perfgate.modes.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
 re-judges a study offline at another threshold, estimator or turn count.
 """
 
@@ -13,8 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
-from .gate import PAIRED_TRIM, Outcome, Rule, decide, history_evidence, paired_evidence
+from pytest_perfgate.modes.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
+from pytest_perfgate.core.gate import PAIRED_TRIM, Outcome, Rule, decide, history_evidence, paired_evidence
 
 # ---- judging -------------------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .measure import Measurement, Meter, RawWindow, Window, WindowSource
-from .timing import PhaseStats
+from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.core.timing import PhaseStats
 
 ENV_FD = "PERFGATE_SIDE_FD"
 ENV_ROLE = "PERFGATE_SIDE_ROLE"
@@ -78,7 +78,7 @@ class Side:
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         # Pin pytest_perfgate to the controller's copy so the protocol always matches, even
         # when the base revision carries an older plugin; the project itself comes from cwd.
-        boot = ("import sys; sys.path.insert(0, %r); import pytest_perfgate.plugin; "
+        boot = ("import sys; sys.path.insert(0, %r); import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
                 % plugin_root)
         args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
@@ -215,7 +215,7 @@ def interleave(base: WindowSource, head: WindowSource, turns: int, turn_s: float
 @contextlib.contextmanager
 def worktree(repo: Path, rev: str) -> Iterator[Path]:
     """A detached temporary git worktree of ``rev``, removed afterwards."""
-    from .vcs import resolve_commit
+    from pytest_perfgate.history.vcs import resolve_commit
 
     commit = resolve_commit(repo, rev)
     if commit is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
-from .results import BenchResult
+from pytest_perfgate.core.results import BenchResult
 
 MAX_WINDOWS = 8
 
