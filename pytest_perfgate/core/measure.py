@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pytest_perfgate.core.load import LoadProbe, LoadSample, ProcStatProbe
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
@@ -32,6 +32,35 @@ class RawWindow:
     phases: Mapping[str, PhaseStats] = field(default_factory=dict)
     calls: int = 0
     streams: int = 1  # stepping loops that ran in parallel (workers); phases sum over them
+
+    def to_wire(self) -> dict[str, Any]:
+        """The one encoding of a window, in plain types: worker pipes and A/B side pipes
+        send this, so no path can drop a field (``streams``) another keeps."""
+        return {"transitions": self.transitions, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
+                "calls": self.calls, "streams": self.streams,
+                "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] for n, p in self.phases.items()}}
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> RawWindow:
+        """Inverse of :meth:`to_wire`; ValueError names what is malformed."""
+        try:
+            phases = {str(n): PhaseStats(int(c), int(w), int(u))
+                      for n, (c, w, u) in dict(d.get("phases") or {}).items()}
+            return cls(int(d["transitions"]), float(d["wall_s"]), float(d["cpu_s"]), phases,
+                       int(d.get("calls", 0)), int(d.get("streams", 1)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed window {d!r}: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def parallel(cls, windows: Sequence[RawWindow], wall_s: float) -> RawWindow:
+        """Windows of loops that ran side by side over the same ``wall_s``: counts, CPU time
+        and phases add up; ``streams`` says how many there were (shares divide by it)."""
+        phases: dict[str, PhaseStats] = {}
+        for w in windows:
+            for name, st in w.phases.items():
+                phases[name] = phases[name] + st if name in phases else st
+        return cls(sum(w.transitions for w in windows), wall_s, sum(w.cpu_s for w in windows),
+                   phases, sum(w.calls for w in windows), sum(w.streams for w in windows))
 
 
 @dataclass(frozen=True)

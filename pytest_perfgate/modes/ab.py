@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
-from pytest_perfgate.core.timing import PhaseStats
 
 ENV_FD = "PERFGATE_SIDE_FD"
 ENV_ROLE = "PERFGATE_SIDE_ROLE"
@@ -53,14 +52,11 @@ class SideSpec:
 
 
 def _encode(w: RawWindow) -> tuple[Any, ...]:
-    phases = {n: (p.calls, p.wall_ns, p.cpu_ns) for n, p in w.phases.items()}
-    return ("raw", w.transitions, w.wall_s, w.cpu_s, w.calls, phases)
+    return ("raw", w.to_wire())
 
 
 def _decode(msg: tuple[Any, ...]) -> RawWindow:
-    _, transitions, wall_s, cpu_s, calls, phases = msg
-    return RawWindow(int(transitions), float(wall_s), float(cpu_s),
-                     {n: PhaseStats(*v) for n, v in phases.items()}, int(calls))
+    return RawWindow.from_wire(msg[1])
 
 
 class Side:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
+from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseRecorder, activate
 
 PR_SET_PDEATHSIG = 1
@@ -68,7 +69,7 @@ class _Stopped(Exception):
 
 
 def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
-            conn: Any) -> dict[str, Any]:
+            conn: Any, transitions: int) -> dict[str, Any]:
     """Count calls completed in [t0, t0 + d); CPU and phases cover exactly those calls.
 
     The pipe is polled every ~0.1 s (not every call): the parent sends nothing mid-window
@@ -111,8 +112,9 @@ def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
                     raise _Stopped
         cb = cpu()
     phases = rec.take() if count else {}
-    return {"calls": count, "cpu_s": (cb - ca) / 1e9 if count else 0.0, "late_s": late,
-            "phases": {n: (s.calls, s.wall_ns, s.cpu_ns) for n, s in phases.items()}}
+    window = RawWindow(count * transitions, d, (cb - ca) / 1e9 if count else 0.0, phases,
+                       count)
+    return {"window": window.to_wire(), "late_s": late}
 
 
 def _latency(step: Callable[[], object], rec: PhaseRecorder, n: int) -> dict[str, Any]:
@@ -206,8 +208,7 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
             if msg[0] == "stop":
                 return
             if msg[0] == "window":
-                body = _window(step, rec, msg[1], msg[2], conn)
-                body["transitions"] = body["calls"] * spec.transitions
+                body = _window(step, rec, msg[1], msg[2], conn, spec.transitions)
             elif msg[0] == "steps":
                 body = _latency(step, rec, msg[1])
             elif msg[0] == "proof":

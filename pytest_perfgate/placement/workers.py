@@ -28,7 +28,6 @@ from pytest_perfgate.placement.child import placed_like, worker_main
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.placement.numa import numa_split
 from pytest_perfgate.placement.oom import OomWatch
-from pytest_perfgate.core.timing import PhaseStats
 
 class WorkerError(RuntimeError):
     """A worker failed; ``worker_traceback`` holds its traceback when it raised."""
@@ -292,16 +291,10 @@ class WorkerGroup:
         t0 = time.monotonic() + self.timeouts.lead  # CLOCK_MONOTONIC: shared by processes
         self._broadcast(("window", t0, duration_s))
         replies = self._gather("window", t0 + duration_s + self.timeouts.step, "window")
-        phases: dict[str, PhaseStats] = {}
-        for r in replies:
-            for name, st in r["phases"].items():
-                st = PhaseStats(*st)
-                phases[name] = phases[name] + st if name in phases else st
         if any(r["late_s"] > 0.01 * duration_s for r in replies):
             self.late_windows += 1
-        return RawWindow(sum(r["transitions"] for r in replies), duration_s,
-                         sum(r["cpu_s"] for r in replies), phases,
-                         sum(r["calls"] for r in replies), streams=len(replies))
+        return RawWindow.parallel([RawWindow.from_wire(r["window"]) for r in replies],
+                                  duration_s)
 
     def latency(self, steps: int) -> list[list[float]]:
         """Fixed-step mode: each worker runs ``steps`` calls; per-call seconds per worker."""
