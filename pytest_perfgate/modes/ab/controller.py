@@ -1,0 +1,105 @@
+"""The A/B controller: a base and a head side measured in alternating turns, judged paired.
+
+The machine's speed drifts by up to 1.5x within seconds (docs/design.md §1); a base and a
+head measured within the same few hundred milliseconds see the same machine, so the
+per-turn ratio cancels the drift. ABBA turns and the trimmed paired estimator:
+docs/design.md §3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_perfgate.core.gate import decide, paired_evidence, unstable
+from pytest_perfgate.core.judged import Judged, summarize
+from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.modes.ab.remote import Pair, Side, SideSpec
+from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
+
+AB = "ab"  # the run's "mode" metadata: kept out of the history mode's baselines
+
+
+@dataclass(frozen=True)
+class ABSetup:
+    """An A/B run's two sides: what to start for each test, and what base is."""
+
+    base: SideSpec
+    head: SideSpec
+    base_commit: str
+    base_label: str  # the revision as the user gave it
+    plugin_root: str  # the sides import this copy of pytest_perfgate
+
+
+class ABController:
+    """The controlling process's mode: start both sides per test, interleave, judge.
+
+    The controller runs the test body but never the step (the sides do), so a test may skip
+    expensive set-up when ``perfgate.runs_step`` is false.
+    """
+
+    tag = AB
+    runs_step = False
+
+    def __init__(self, setup: ABSetup, meter: MeterFactory, sink: Sink, turns: int,
+                 turn_s: float) -> None:
+        self.setup = setup
+        self.meter = meter
+        self.sink = sink
+        self.turns = turns
+        self.turn_s = turn_s
+        self._pairs: dict[str, Pair] = {}  # test id -> its running sides
+
+    def measure(self, source: WindowSource, call: BenchCall) -> Judged:
+        ab = self.setup
+        pair = self._pairs.get(call.test_id)
+        if pair is None:
+            pair = Pair(Side(ab.base, call.test_id, ab.plugin_root),
+                        Side(ab.head, call.test_id, ab.plugin_root))
+            self._pairs[call.test_id] = pair
+        base_src, head_src = pair.next_bench(call.name)
+        mb, mh = measure_pair(base_src, head_src, self.meter(), self.turns, self.turn_s)
+        pair.done()
+        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
+                "ab_base_samples": mb.samples}
+        result = summarize(call.name, mh, call.transitions, extra=info)
+        if not (mb.steady and mh.steady):
+            side = "base" if not mb.steady else "head"
+            verdict = unstable(f"the {side} side never reached steady state during warm-up")
+        else:
+            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule)
+        base = summarize(call.name, mb, call.transitions)
+        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
+                   {n: p.ms_per_call for n, p in base.phases.items()})
+        self.sink(j)
+        return j
+
+    def end_test(self, test_id: str) -> None:
+        """End this test's sides, if any (bounded: terminate, then kill)."""
+        pair = self._pairs.pop(test_id, None)
+        if pair is not None:
+            pair.close()
+
+
+def measure_pair(base: WindowSource, head: WindowSource, meter: Meter, turns: int,
+                 turn_s: float) -> tuple[Measurement, Measurement]:
+    """Warm both sides up by the usual stability rule, then interleave ``turns`` turns."""
+    warm_b = meter.warm_up(base)
+    warm_h = meter.warm_up(head)
+    b, h = interleave(base, head, turns, turn_s)
+    return (Measurement(tuple(Window.of(w) for w in b), *warm_b),
+            Measurement(tuple(Window.of(w) for w in h), *warm_h))
+
+
+def interleave(base: WindowSource, head: WindowSource, turns: int, turn_s: float
+               ) -> tuple[list[RawWindow], list[RawWindow]]:
+    """ABBA turns: base, head, head, base, ... so a linear drift cancels within each pair."""
+    b: list[RawWindow] = []
+    h: list[RawWindow] = []
+    for i in range(turns):
+        if i % 2 == 0:
+            b.append(base.run_window(turn_s))
+            h.append(head.run_window(turn_s))
+        else:
+            h.append(head.run_window(turn_s))
+            b.append(base.run_window(turn_s))
+    return b, h
