@@ -130,7 +130,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     session = item.config.stash.get(session_key, None)
     if session is None:
         return report
-    if report.passed and not session.smoke:
+    if report.passed and session.records:  # not in smoke mode, nor in an A/B side
         _adopt_pytest_benchmark(item, session)
     judged = item.stash.get(_judged_key, [])
     bad = failing(judged)

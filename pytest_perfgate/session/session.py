@@ -131,6 +131,11 @@ class GateSession:
         return self.open_history()
 
     @property
+    def records(self) -> bool:
+        """Whether this session judges and records (not smoke mode, not an A/B side)."""
+        return self.mode.tag is not None
+
+    @property
     def machine_meta(self) -> dict[str, Any]:
         """The machine metadata if this session gathered it, else {} (never gathers it)."""
         return self._ctx.meta if self._ctx is not None else {}
@@ -150,7 +155,7 @@ class GateSession:
         written; the run's metadata says which mode measured it."""
         tag = self.mode.tag
         if tag is None or not self.options.record or not self.judged:
-            return None
+            return None  # smoke mode, an A/B side (its controller records), or nothing
         run, self.record_path = self.history.record(
             self.run_id, self.started_at, {j.result.name: j.result for j in self.judged}, tag)
         return run

@@ -5,9 +5,8 @@ Written by hand: no benchmarking library alternates two live processes (docs/des
 - :mod:`.remote`: the controller's handle on a side process (:class:`Side`, :class:`Pair`,
   :class:`RemoteSource`, :class:`SideSpec`, :class:`SideError`);
 - :mod:`.controller`: :class:`ABController`, the mode of the controlling pytest process
-  (ABBA turns, paired verdict);
+  (ABBA turns, paired verdict), and :func:`start_ab` (the base revision's worktree);
 - :mod:`.side`: :class:`ABSide`, the mode of a side process (serves windows);
-- :mod:`.worktree`: the base revision's worktree and :func:`start_ab`;
 - :mod:`.slowdown`: the slowdown injector, loaded only by calibration sides.
 
 Protocol (over a socketpair inherited by the side process, pickled tuples of plain data):
@@ -18,11 +17,11 @@ sides also take controller -> ("slowdown", fraction) and answer ("ok", fraction)
 side runs at a time: the other waits idle.
 """
 
-from pytest_perfgate.modes.ab.controller import AB, ABController, ABSetup, interleave, measure_pair
+from pytest_perfgate.modes.ab.controller import (AB, ABController, ABSetup, ABSetupError,
+                                                 interleave, measure_pair, start_ab, worktree)
 from pytest_perfgate.modes.ab.remote import (START_TIMEOUT_S, Pair, RemoteSource, Side, SideError,
                                              SideSpec, _decode, _encode)
 from pytest_perfgate.modes.ab.side import ABSide, is_side_process, serve, side_connection
-from pytest_perfgate.modes.ab.worktree import ABSetupError, start_ab, worktree
 
 __all__ = ["AB", "ABController", "ABSetup", "ABSetupError", "ABSide", "Pair", "RemoteSource",
            "START_TIMEOUT_S", "Side", "SideError", "SideSpec", "_decode", "_encode",
