@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 from multiprocessing import Pipe
 from pathlib import Path
 
@@ -13,7 +15,8 @@ from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import LoopSource, RawWindow
 from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.core.timing import FakeClock, PhaseRecorder
-from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, SideError
+from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT, ABSetupError, start_ab
+from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, Side, SideError, SideSpec
 from pytest_perfgate.modes.ab.side import NOT_A_LOOP, NOT_CALIBRATING, ABSide
 from pytest_perfgate.modes.base import BenchCall
 from pytest_perfgate.modes.history import HistoryMode
@@ -46,11 +49,11 @@ def test_history_session_picks_history_mode_and_records_its_tag(tmp_path: Path) 
 
 def test_ab_runs_are_not_history_baselines(tmp_path: Path) -> None:
     s = session(tmp_path)
-    s.history.record("ab-run", 1.0, {"walk": result()}, "ab")
+    s.open_history().record("ab-run", 1.0, {"walk": result()}, "ab")
     j = session(tmp_path).judge(result(), "t::walk")
     assert j.verdict is not None and j.verdict.outcome is Outcome.NO_BASELINE
     assert "(1 A/B run(s) of it are not used as history baselines)" in j.verdict.message
-    s.history.record("hist-run", 2.0, {"walk": result()}, "history")
+    s.open_history().record("hist-run", 2.0, {"walk": result()}, "history")
     j = session(tmp_path).judge(result(), "t::walk")
     assert j.baseline_commits and j.verdict is not None
     assert j.verdict.outcome is not Outcome.NO_BASELINE
@@ -147,3 +150,49 @@ def test_side_refuses_unknown_messages() -> None:
     ctl.send(("dance",))
     with pytest.raises(SideError, match="unexpected message 'dance' from the A/B controller"):
         ABSide(conn).measure(Steps().loop(), BenchCall("walk", "t::walk", 2, Rule()))
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_ab_setup_errors_render(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack, pytest.raises(ABSetupError) as e:
+        start_ab(tmp_path, "main", None, stack)
+    assert str(e.value) == (f"--perfgate-ab main: {tmp_path} is not a git checkout; the A/B "
+                            "mode checks the base revision out with git worktree")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
+        "--allow-empty", "-m", "base")
+    with contextlib.ExitStack() as stack, pytest.raises(ABSetupError) as e:
+        start_ab(tmp_path, "HEAD", "echo building; exit 3", stack)
+    assert str(e.value).startswith("--perfgate-ab-setup 'echo building; exit 3' failed in the "
+                                   "base worktree (exit 3):\nbuilding")
+    assert len(git(tmp_path, "worktree", "list").splitlines()) == 1  # removed again
+
+
+def test_ab_setup_checks_the_base_out_and_removes_it(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
+        "--allow-empty", "-m", "base")
+    with contextlib.ExitStack() as stack:
+        ab = start_ab(tmp_path, "HEAD", "touch built", stack)
+        assert (ab.base.cwd / "built").exists() and ab.head.cwd == tmp_path
+        assert not ab.base.calibration and not ab.head.calibration  # production sides
+        assert ab.base_commit == git(tmp_path, "rev-parse", "HEAD").strip()
+    assert not ab.base.cwd.exists()
+    assert len(git(tmp_path, "worktree", "list").splitlines()) == 1
+
+
+def test_only_calibration_sides_are_started_for_calibration(tmp_path: Path) -> None:
+    (tmp_path / "test_env.py").write_text(
+        "import os, pathlib\n"
+        "def test_env():\n"
+        f"    pathlib.Path('env.txt').write_text(os.environ.get({ENV_CALIBRATION!r}, '-'))\n")
+    for calibration, seen in ((True, "1"), (False, "-")):
+        side = Side(SideSpec("head", tmp_path, calibration=calibration), "test_env.py::test_env",
+                    PLUGIN_ROOT)
+        assert side.close() == 0, side.output_tail()
+        side.log.close()
+        assert (tmp_path / "env.txt").read_text() == seen

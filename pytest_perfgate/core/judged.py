@@ -29,7 +29,7 @@ class Judged:
     baseline_phases: dict[str, float] = field(default_factory=dict)  # median ms per call
 
 
-def summarize(name: str, m: Measurement, transitions: int, source: str = "perfgate",
+def summarize(name: str, m: Measurement, transitions: int,
               extra: Mapping[str, Any] | None = None) -> BenchResult:
     """One benchmark's recorded result from its measured windows."""
     share = m.phase_share()
@@ -39,7 +39,7 @@ def summarize(name: str, m: Measurement, transitions: int, source: str = "perfga
                        cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
                        warmup_windows=m.warmup_windows, remeasured=m.remeasured,
                        polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
-                       source=source, extra=dict(extra or {}))
+                       extra=dict(extra or {}))
 
 
 def failing(judged: Sequence[Judged]) -> list[Judged]:

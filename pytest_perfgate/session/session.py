@@ -127,10 +127,6 @@ class GateSession:
         return self._ctx
 
     @property
-    def history(self) -> HistoryContext:
-        return self.open_history()
-
-    @property
     def records(self) -> bool:
         """Whether this session judges and records (not smoke mode, not an A/B side)."""
         return self.mode.tag is not None
@@ -156,7 +152,7 @@ class GateSession:
         tag = self.mode.tag
         if tag is None or not self.options.record or not self.judged:
             return None  # smoke mode, an A/B side (its controller records), or nothing
-        run, self.record_path = self.history.record(
+        run, self.record_path = self.open_history().record(
             self.run_id, self.started_at, {j.result.name: j.result for j in self.judged}, tag)
         return run
 

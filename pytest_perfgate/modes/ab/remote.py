@@ -15,9 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.measure import RawWindow
 
@@ -29,6 +29,7 @@ ENV_CALIBRATION = "PERFGATE_SIDE_CALIBRATION"  # "1": the side takes injected sl
 START_TIMEOUT_S = 180.0  # a side imports the workload (torch, mujoco) before it says hello
 WINDOW_GRACE_S = 60.0  # beyond the window itself: one step may be slow
 EXIT_TIMEOUT_S = 30.0
+TAIL_LINES = 25  # of a failed side's output, shown in its error
 
 
 class SideError(RuntimeError):
@@ -37,7 +38,7 @@ class SideError(RuntimeError):
 
 @dataclass(frozen=True)
 class SideSpec:
-    """How to start one side: where, with which import path and environment.
+    """How to start one side: where, and with which import path.
 
     ``calibration`` starts a side for the verdict-quality study (``perfgate calibrate``):
     only such a side wraps its step in the slowdown injector and answers slowdown requests.
@@ -47,8 +48,6 @@ class SideSpec:
     role: str  # "base" or "head"
     cwd: Path
     pythonpath: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    pytest_args: tuple[str, ...] = ()
     calibration: bool = False
 
 
@@ -70,7 +69,7 @@ class Side:
         self.nodeid = nodeid
         parent, child = Pipe(duplex=True)
         self.conn: Connection = parent
-        env = {**os.environ, **spec.env, ENV_FD: str(child.fileno())}
+        env = {**os.environ, ENV_FD: str(child.fileno())}
         env.pop(ENV_CALIBRATION, None)
         if spec.calibration:
             env[ENV_CALIBRATION] = "1"
@@ -84,7 +83,7 @@ class Side:
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
                 % plugin_root)
         args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
-                "-p", "no:randomly", *spec.pytest_args]
+                "-p", "no:randomly"]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=self.log,
@@ -120,10 +119,11 @@ class Side:
         return SideError(f"{self.spec.role} side ({self.command} in {self.spec.cwd}) {what} "
                          f"[{how}]. Its output ends with:\n{self.output_tail()}")
 
-    def output_tail(self, lines: int = 25) -> str:
+    def output_tail(self) -> str:
         with contextlib.suppress(OSError, ValueError):
             self.log.seek(0)
-            return "\n".join(self.log.read().decode(errors="replace").splitlines()[-lines:])
+            text = self.log.read().decode(errors="replace")
+            return "\n".join(text.splitlines()[-TAIL_LINES:])
         return "(no output)"
 
     def close(self) -> int | None:

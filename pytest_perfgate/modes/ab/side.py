@@ -63,7 +63,7 @@ class ABSide:
 
             slowed = Slowed(source)
         windows = serve(self.conn, source, call.name, call.transitions, slowed,
-                        calibration=self.calibration)
+                        self.calibration)
         m = Measurement(tuple(Window.of(w) for w in windows), True, 0.0, 0)
         return Judged(summarize(call.name, m, call.transitions), None, call.rule, call.test_id)
 
@@ -72,8 +72,9 @@ class ABSide:
 
 
 def serve(conn: Any, source: WindowSource, name: str, transitions: int,
-          slowed: Slowed | None = None, calibration: bool = False) -> list[RawWindow]:
-    """Run windows on the controller's command until it says done (the side's measure())."""
+          slowed: Slowed | None, calibration: bool) -> list[RawWindow]:
+    """Run windows on the controller's command until it says done (the side's measure()).
+    ``slowed`` is the injector around the step of a ``calibration`` side, else None."""
     conn.send(("bench", name, transitions))
     served: list[RawWindow] = []
     while True:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+CALIBRATE_S = 0.5  # of stepping, split over the rounds, to measure a step's cost
+ROUNDS = 5  # step cost and spin cost measured alternately, this many times
+SPIN_MIN_S = 0.01  # a spin-cost measurement lasts at least this long
+
 
 class Slowed:
     """After each step, spin for ``fraction`` of its cost.
@@ -33,9 +37,9 @@ class Slowed:
 
         source.step = step
 
-    def _spin_cost(self, min_s: float = 0.05) -> float:
+    def _spin_cost(self) -> float:
         n, t = 10_000, 0.0
-        while t < min_s:
+        while t < SPIN_MIN_S:
             n *= 2
             t0 = time.perf_counter()
             k = n
@@ -44,7 +48,7 @@ class Slowed:
             t = time.perf_counter() - t0
         return t / n
 
-    def set(self, fraction: float, seconds: float = 0.5, rounds: int = 5) -> None:
+    def set(self, fraction: float) -> None:
         """Calibrate the spin to ``fraction`` of one step's current cost (0 turns it off).
 
         Step cost and spin cost are measured alternately and the median of their ratios is
@@ -56,7 +60,7 @@ class Slowed:
         if fraction <= 0:
             return
         ratios = []
-        for _ in range(rounds):
-            w = self.source.run_window(seconds / rounds)
-            ratios.append(w.wall_s / max(1, w.calls) / self._spin_cost(0.01))
-        self._spins = max(1, int(fraction * sorted(ratios)[rounds // 2]))
+        for _ in range(ROUNDS):
+            w = self.source.run_window(CALIBRATE_S / ROUNDS)
+            ratios.append(w.wall_s / max(1, w.calls) / self._spin_cost())
+        self._spins = max(1, int(fraction * sorted(ratios)[ROUNDS // 2]))
