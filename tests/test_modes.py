@@ -7,10 +7,12 @@ import os
 import subprocess
 from multiprocessing import Pipe
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from pytest_perfgate.core.gate import Outcome, Rule
+from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import LoopSource, RawWindow
 from pytest_perfgate.core.results import BenchResult
@@ -24,10 +26,11 @@ from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.session import GateSession, PerfGate
 
 
-def session(tmp_path: Path, **kw: object) -> GateSession:
+def session(tmp_path: Path, on_verdict: Callable[[Judged], None] | None = None
+            ) -> GateSession:
     opts = Options(enabled=True, machine="box", results_dir=str(tmp_path / "results"),
-                   windows=3, window_time=0.05, **kw)  # type: ignore[arg-type]
-    s = GateSession(opts, tmp_path, FakeClock())
+                   windows=3, window_time=0.05)
+    s = GateSession(opts, tmp_path, FakeClock(), on_verdict=on_verdict)
     s.load_probe = NullProbe()
     return s
 
@@ -37,10 +40,9 @@ def result(name: str = "walk", level: float = 10.0) -> BenchResult:
 
 
 def test_history_session_picks_history_mode_and_records_its_tag(tmp_path: Path) -> None:
-    s = session(tmp_path)
+    seen: list[Judged] = []
+    s = session(tmp_path, seen.append)
     assert isinstance(s.mode, HistoryMode) and s.mode is s.history_mode
-    seen = []
-    s._on_verdict = seen.append
     j = s.judge(result(), "t::walk")
     assert seen == [j] == s.judged
     run = s.finish()
