@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import psutil
@@ -59,7 +60,8 @@ def test_twice_as_slow_head_is_a_regression(pytester: pytest.Pytester) -> None:
     res.stdout.fnmatch_lines(["*perfgate REGRESSION: test_perf.test_walk",
                               "*over 6 interleaved turns*",
                               "*throughput ratio head/baseline: 0.[45]*",
-                              "*baseline: base revision HEAD~1 (*), measured in alternating turns*"])
+                              "*baseline: base revision HEAD~1 (*), measured in alternating "
+                              "turns*"])
     no_leftovers(pytester)
 
 
@@ -68,6 +70,9 @@ def test_same_code_is_not_a_regression(pytester: pytest.Pytester) -> None:
     res = pytester.runpytest_subprocess(*ARGS, timeout=300)
     res.assert_outcomes(passed=1)
     assert "REGRESSION" not in res.stdout.str()
+    # The head's turns are recorded, tagged as an A/B run: history mode never uses them.
+    (run,) = (pytester.path / "results" / "ab" / "perfgate").glob("*.pgrun")
+    assert json.loads(run.read_text())["metadata"]["mode"] == "ab"
     no_leftovers(pytester)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from pytest_perfgate.session.options import (SPECS, OptionError, Options, parse_bool, parse_commit,
-                                     parse_fraction, parse_machine, parse_positive_int,
-                                     parse_seconds)
+from pytest_perfgate.session.options import (SPECS, OptionError, Options, argparse_type,
+                                             parse_bool, parse_commit, parse_fraction,
+                                             parse_machine, parse_positive_int, parse_seconds)
 
 
 def resolve(flags=None, ini=None, env=None) -> Options:
@@ -72,3 +74,28 @@ def test_policy_choice() -> None:
     with pytest.raises(OptionError, match="^ini option perfgate_unstable: 'never' is not one "
                                           "of fail, warn$"):
         resolve(ini={"unstable": "never"})
+
+
+def test_help_defaults_come_from_options() -> None:
+    helps = {s.name: s.full_help for s in SPECS}
+    assert helps["windows"] == "measured windows per benchmark (default 8)"
+    assert helps["record"] == "record results into history (default true)"
+    assert helps["threshold"] == ("throughput drop that fails a test (default 5%; 2% in the "
+                                  "A/B mode)")
+    assert helps["machine"].endswith("(default: hostname; set it on ephemeral runners) "
+                                     "[env: PERFGATE_MACHINE]")
+    for spec in SPECS:
+        default = Options.__dataclass_fields__[spec.name].default
+        if default is not None:
+            assert f"(default {str(default).lower() if default is True else default})" \
+                in spec.full_help, spec.name
+        assert "(default" in spec.full_help or default is None, spec.name
+
+
+def test_argparse_type_reports_the_converters_message() -> None:
+    parser = argparse.ArgumentParser(prog="x", exit_on_error=False)
+    parser.add_argument("--windows", type=argparse_type(parse_positive_int))
+    assert parser.parse_args(["--windows", "3"]).windows == 3
+    with pytest.raises(argparse.ArgumentError, match="'0' is too small: use a whole number "
+                                                     ">= 1, e.g. 5"):
+        parser.parse_args(["--windows", "0"])

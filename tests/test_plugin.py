@@ -13,7 +13,6 @@ import pytest
 CONFTEST = """
 import os
 import pytest
-from pytest_perfgate.history import machine
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.plugin.hooks import session_key
 from pytest_perfgate.core.timing import FakeClock
@@ -25,14 +24,15 @@ def pytest_configure(config):
     s = config.stash[session_key]
     s.clock = CLOCK
     s.load_probe = NullProbe()
+
+def pytest_perfgate_machine_info(config, info):
     if os.environ.get("FAKE_MUJOCO"):
-        real = machine.collect_metadata
-        def fake(*a, **k):
-            meta = real(*a, **k)
-            meta["versions"] = {**meta["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}
-            return meta
-        machine.collect_metadata = fake
-        config.add_cleanup(lambda: setattr(machine, "collect_metadata", real))
+        info["versions"] = {**info["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}
+
+def pytest_perfgate_verdict(config, judged):
+    outcome = "SMOKE" if judged.verdict is None else judged.verdict.outcome.value
+    with open("verdicts.log", "a") as f:
+        f.write(f"{judged.result.name} {outcome}\\n")
 """
 
 PERF_TEST = """
@@ -41,8 +41,9 @@ from conftest import CLOCK
 
 def test_walk(perfgate):
     slow = float(os.environ.get("SLOW", "1"))
-    run = random.Random().gauss(0, 0.01)   # run-to-run drift
-    rng = random.Random()
+    seed = int(os.environ.get("PERF_SEED", "0"))  # one per run: reproducible, yet runs differ
+    run = random.Random(seed).gauss(0, 0.01)   # run-to-run drift
+    rng = random.Random(seed + 1000)
     def step():
         with perfgate.phase("physics"):
             CLOCK.advance(0.001 * slow * (1 + run + rng.gauss(0, 0.01)))
@@ -63,9 +64,14 @@ def sandbox(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+_runs: dict[str, int] = {}  # sandbox -> runs so far: each run of a sandbox gets its own seed
+
+
 def run(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, slow: float = 1.0,
         *extra: str) -> pytest.RunResult:
+    _runs[str(p.path)] = seed = _runs.get(str(p.path), 0) + 1
     monkeypatch.setenv("SLOW", str(slow))
+    monkeypatch.setenv("PERF_SEED", str(seed))
     return p.runpytest_inprocess(*ARGS, *extra)
 
 
@@ -80,7 +86,12 @@ def test_history_then_regression(sandbox: pytest.Pytester,
     same = run(sandbox, monkeypatch, 1.0, "--perfgate-json=report.json")
     same.assert_outcomes(passed=1)
     rep = json.loads((sandbox.path / "report.json").read_text())
-    assert rep["benchmarks"][0]["verdict"] in ("OK", "IMPROVEMENT")
+    # Seeded: the same code must be OK (an IMPROVEMENT or a drop here would be a gate bug).
+    assert rep["benchmarks"][0]["verdict"] == "OK"
+    assert 0.98 < rep["benchmarks"][0]["ratio"] < 1.04
+    # The verdict hook saw each verdict once, as it was judged.
+    assert (sandbox.path / "verdicts.log").read_text().splitlines() == [
+        "test_perf.test_walk NO BASELINE"] + ["test_perf.test_walk OK"] * 4
     assert rep["benchmarks"][0]["baseline_commits"] and len(
         rep["benchmarks"][0]["baseline_commits"]) == 4
 

@@ -1,34 +1,33 @@
 """pytest at the edge: options, the ``perfgate`` fixture, verdicts into test outcomes, reports.
 
-Hooks stay thin; the work is in :mod:`session`, :mod:`gate` and :mod:`report`.
+Hooks stay thin; the work is in :mod:`pytest_perfgate.session`, the modes and
+:mod:`pytest_perfgate.report`. Extension hooks for users: :mod:`.hookspec`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import pytest
 
+from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
-from pytest_perfgate.session.options import SPECS, OptionError, Options
-from pytest_perfgate.session.session import ABSetup, GateSession, Judged, PerfGate, PerfgateUsageError, derive_name, failing
+from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
+from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError, derive_name
+
+if TYPE_CHECKING:
+    from pytest_perfgate.modes.ab import ABSetup
 
 session_key = pytest.StashKey[GateSession]()
 _judged_key = pytest.StashKey[list[Judged]]()
 
 
-def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except OptionError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_perfgate.plugin import hookspec
 
-    convert.__name__ = parse.__name__
-    return convert
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,11 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "regressions (without it perf tests run in a quick smoke mode)")
     parser.addini("perfgate", "enable --perfgate by default", type="bool", default=False)
     for spec in SPECS:
-        env = f" [env: {spec.env}]" if spec.env else ""
         group.addoption(spec.flag, dest=f"perfgate_{spec.name}", default=None,
-                        type=_argparse_type(spec.parse),
-                        help=(spec.help + env).replace("%", "%%"))  # argparse formats help
-        parser.addini(spec.ini, spec.help + env, default=None)
+                        type=argparse_type(spec.parse),
+                        help=spec.full_help.replace("%", "%%"))  # argparse formats help
+        parser.addini(spec.ini, spec.full_help, default=None)
 
 
 def build_options(config: pytest.Config) -> Options:
@@ -64,47 +62,30 @@ def pytest_configure(config: pytest.Config) -> None:
             "perfgate: --perfgate cannot run under pytest-xdist: parallel tests steal each "
             "other's CPUs and every measurement would be wrong. Run perf tests with -n0 "
             "(or -p no:xdist), e.g. `pytest --perfgate -n0 perf/`.")
-    session = GateSession(options, config.rootpath)
-    config.stash[session_key] = session
-    if options.enabled and options.ab and session.side_conn is None:
-        _start_ab(config, session)
+    ab = _start_ab(config, options) if options.enabled and options.ab else None
+    hook = config.hook
+    config.stash[session_key] = GateSession(
+        options, config.rootpath, ab=ab,
+        on_verdict=lambda j: hook.pytest_perfgate_verdict(config=config, judged=j),
+        machine_info=lambda info: hook.pytest_perfgate_machine_info(config=config, info=info))
 
 
-def _start_ab(config: pytest.Config, session: GateSession) -> None:
-    """Check out the base revision beside the working tree; removed at unconfigure."""
+def _start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
+    """Check out the base revision beside the working tree; removed at unconfigure.
+    None in a side process (the controller already did)."""
     import contextlib
-    import subprocess
-    from pathlib import Path
 
-    import pytest_perfgate
+    from pytest_perfgate.modes.ab import ABSetupError, is_side_process, start_ab
 
-    from pytest_perfgate.modes.ab import SideError, SideSpec, worktree
-    from pytest_perfgate.history.vcs import git_info, resolve_commit
-
-    root = config.rootpath
-    rev = session.options.ab
-    assert rev is not None
-    if not git_info(root).available:
-        raise pytest.UsageError(f"perfgate: --perfgate-ab {rev}: {root} is not a git checkout; "
-                                "the A/B mode checks the base revision out with git worktree")
+    if is_side_process():
+        return None
+    assert options.ab is not None
     stack = contextlib.ExitStack()
-    try:
-        base_dir = stack.enter_context(worktree(root, rev))
-    except SideError as e:
-        raise pytest.UsageError(f"perfgate: {e}") from None
     config.add_cleanup(stack.close)
-    if session.options.ab_setup:
-        proc = subprocess.run(session.options.ab_setup, shell=True, cwd=base_dir,
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise pytest.UsageError(
-                f"perfgate: --perfgate-ab-setup {session.options.ab_setup!r} failed in the base "
-                f"worktree (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    plugin_root = str(Path(pytest_perfgate.__file__).resolve().parent.parent)
-    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)))
-    head = SideSpec("head", root)
-    commit = resolve_commit(root, rev) or rev
-    session.ab = ABSetup(base, head, commit, rev, plugin_root)
+    try:
+        return start_ab(config.rootpath, options.ab, options.ab_setup, stack)
+    except ABSetupError as e:
+        raise pytest.UsageError(f"perfgate: {e}") from None
 
 
 def _xdist_active(config: pytest.Config) -> bool:
@@ -142,14 +123,14 @@ def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Iterator[None] | Any:
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if call.when != "call":
         return report
     session = item.config.stash.get(session_key, None)
     if session is None:
         return report
-    if report.passed and not session.smoke:
+    if report.passed and session.records:  # not in smoke mode, nor in an A/B side
         _adopt_pytest_benchmark(item, session)
     judged = item.stash.get(_judged_key, [])
     bad = failing(judged)
@@ -204,15 +185,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         gs.finish()
     except (OSError, ValueError) as e:
         # An infrastructure error: say so loudly and fail the run, never as a regression.
-        gs.record_error = f"could not record history in {gs.options.results_dir or 'the results dir'}: {e}"
+        gs.record_error = ("could not record history in "
+                           f"{gs.options.results_dir or 'the results dir'}: {e}")
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     if gs.smoke or not gs.judged:
         return
     from pytest_perfgate.report import render as report
 
-    meta = gs.history.meta if gs._ctx is not None else {}
     if gs.options.json:
-        report.write_json(gs.options.json, gs.judged, meta)
+        report.write_json(gs.options.json, gs.judged, gs.machine_meta)
     if gs.options.markdown:
         with open(gs.options.markdown, "a", encoding="utf-8") as f:
             f.write(report.markdown(gs.judged))

@@ -1,6 +1,6 @@
 """Rendering verdicts: the terminal table, a failure explanation, JSON and markdown.
 
-Pure functions over :class:`~pytest_perfgate.session.session.Judged`, so a CLI renders the same.
+Pure functions over :class:`~pytest_perfgate.core.judged.Judged`, so a CLI renders the same.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from typing import Any, Sequence
 
 from pytest_perfgate.core.gate import Outcome
-from pytest_perfgate.session.session import Judged
+from pytest_perfgate.core.judged import Judged
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
 
@@ -56,7 +56,7 @@ def row(j: Judged) -> tuple[str, ...]:
 def table(judged: Sequence[Judged]) -> list[str]:
     rows = [COLUMNS, *(row(j) for j in judged)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
 
@@ -97,8 +97,9 @@ def explain(j: Judged) -> str:
                      "baseline (medians)")
     ab_base = r.extra.get("ab_base")
     if ab_base is not None:
-        lines.append(f"  baseline: base revision {ab_base} ({str(r.extra.get('ab_base_commit'))[:10]}),"
-                     " measured in alternating turns with head")
+        commit = str(r.extra.get("ab_base_commit"))[:10]
+        lines.append(f"  baseline: base revision {ab_base} ({commit}), measured in alternating "
+                     "turns with head")
     elif j.baseline_commits:
         shown = ", ".join(c[:10] for c in j.baseline_commits)
         lines.append(f"  baseline: {len(j.baseline_commits)} run(s) at {shown}")

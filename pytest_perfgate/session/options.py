@@ -2,14 +2,15 @@
 
 Precedence: command-line flag > ini option > environment variable > default. Each value is
 parsed where it is read, by a ``parse_*`` converter that names the bad value and the fix;
-the same converter serves argparse (``type=``), the ini file and the environment.
+the same converter serves argparse (through :func:`argparse_type`), the ini file and the
+environment. Defaults live in :class:`Options` only; the help texts are derived from it.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -132,35 +133,59 @@ class Spec:
     def ini(self) -> str:
         return "perfgate_" + self.name
 
+    @property
+    def full_help(self) -> str:
+        """The help text with the default that :class:`Options` holds, and the env var."""
+        default = Options.__dataclass_fields__[self.name].default
+        text = self.help if default is None else f"{self.help} (default {_show(default)})"
+        return text + (f" [env: {self.env}]" if self.env else "")
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def argparse_type(parse: Callable[[str], Any],
+                  errors: tuple[type[Exception], ...] = (OptionError,)) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reports a converter's message (naming value and fix)."""
+    import argparse
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except errors as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = parse.__name__  # argparse names the type in some messages
+    return convert
+
 
 SPECS: tuple[Spec, ...] = (
-    Spec("threshold", parse_fraction, "throughput drop that fails a test (default 5%; 2% in "
-         "the A/B mode)"),
-    Spec("alpha", parse_fraction, "significance level of the one-sided test (default 0.01)"),
+    Spec("threshold", parse_fraction, "throughput drop that fails a test (default "
+         f"{HISTORY_THRESHOLD:.0%}; {AB_THRESHOLD:.0%} in the A/B mode)"),
+    Spec("alpha", parse_fraction, "significance level of the one-sided test"),
     Spec("baseline_runs", parse_positive_int,
-         "compare with the newest N runs of ancestor commits on this machine (default 5)"),
+         "compare with the newest N runs of ancestor commits on this machine"),
     Spec("baseline", parse_commit, "compare only with runs of this commit", "PERFGATE_BASELINE"),
     Spec("results_dir", parse_path, "where asv history is kept (default: asv.conf.json's "
          "results_dir, else .perfgate/results)", "PERFGATE_RESULTS_DIR"),
     Spec("machine", parse_machine, "machine name to record and compare under (default: "
          "hostname; set it on ephemeral runners)", "PERFGATE_MACHINE"),
-    Spec("windows", parse_positive_int, "measured windows per benchmark (default 8)"),
-    Spec("window_time", parse_seconds, "seconds per measured window (default 1.0)"),
-    Spec("warmup_max", parse_seconds, "longest warm-up before UNSTABLE, seconds (default 5)"),
+    Spec("windows", parse_positive_int, "measured windows per benchmark"),
+    Spec("window_time", parse_seconds, "seconds per measured window"),
+    Spec("warmup_max", parse_seconds, "longest warm-up before UNSTABLE, seconds"),
     Spec("load_limit", parse_cores, "outside load, in busy cores, that marks a window "
-         "polluted and re-measures it (default 0.5)"),
-    Spec("unstable", parse_policy("fail", "warn"), "UNSTABLE verdicts: fail or warn "
-         "(default fail)"),
-    Spec("inconclusive", parse_policy("fail", "warn"), "INCONCLUSIVE verdicts: fail or warn "
-         "(default warn)"),
+         "polluted and re-measures it"),
+    Spec("unstable", parse_policy("fail", "warn"), "UNSTABLE verdicts: fail or warn"),
+    Spec("inconclusive", parse_policy("fail", "warn"), "INCONCLUSIVE verdicts: fail or warn"),
     Spec("json", parse_path, "write the report as JSON to this path"),
     Spec("markdown", parse_path, "append a markdown summary to this path (default: "
          "$GITHUB_STEP_SUMMARY when set)", "GITHUB_STEP_SUMMARY"),
-    Spec("record", parse_bool, "record results into history (default true)"),
+    Spec("record", parse_bool, "record results into history"),
     Spec("ab", parse_rev, "interleaved A/B mode: measure this base revision and the working "
          "tree in alternating turns, gate on the paired ratio", "PERFGATE_AB"),
-    Spec("ab_turns", parse_positive_int, "A/B turns per side (default 96)"),
-    Spec("ab_turn_time", parse_seconds, "seconds per A/B turn (default 0.1)"),
+    Spec("ab_turns", parse_positive_int, "A/B turns per side"),
+    Spec("ab_turn_time", parse_seconds, "seconds per A/B turn"),
     Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
 )
@@ -222,6 +247,3 @@ class Options:
             p = Path(self.results_dir)
             return p if p.is_absolute() else rootdir / p
         return Path(default_results_dir(rootdir))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,28 +1,34 @@
-"""One gating session: measure benchmarks, judge each against history, record the run.
+"""One gating session: the fixture object a perf test holds, and the session behind it.
 
 Plain classes, no pytest: the plugin, the asv suite and a CLI drive the same objects.
-:class:`PerfGate` is what a perf test holds (``perfgate.measure(step, transitions=N)``);
-:class:`GateSession` owns the machine facts, the loaded history and the verdicts.
+:class:`PerfGate` is what a perf test holds (``perfgate.measure(step, transitions=N)``); it
+names the benchmark, builds its rule and hands the measurement to the session's mode.
+:class:`GateSession` picks that mode once (history or smoke, A/B controller, A/B side;
+see :mod:`pytest_perfgate.modes.base`), receives every verdict through :meth:`add`, and
+records the run at the end.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from pytest_perfgate.core.gate import Rule
+from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
-from pytest_perfgate.core.gate import Outcome, Rule, Verdict, evaluate, no_baseline
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Measurement, Meter, Window, WindowSource
-from pytest_perfgate.session.options import Options
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
+from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
+from pytest_perfgate.modes.base import BenchCall, Mode
+from pytest_perfgate.modes.history import HistoryContext, HistoryMode
+from pytest_perfgate.session.options import Options
 
-SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
+if TYPE_CHECKING:
+    from pytest_perfgate.modes.ab.controller import ABSetup
+
 _NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
@@ -47,53 +53,50 @@ def derive_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", text).strip(".") or "benchmark"
 
 
-def summarize(name: str, m: Measurement, transitions: int, source: str = "perfgate",
-              extra: Mapping[str, Any] | None = None) -> BenchResult:
-    share = m.phase_share()
-    phases = {n: PhaseSummary(st.ms_per_call, share.get(n, 0.0), st.cores)
-              for n, st in m.phases.items()}
-    return BenchResult(name=name, samples=tuple(m.samples), steps_per_s=m.steps_per_s,
-                       cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
-                       warmup_windows=m.warmup_windows, remeasured=m.remeasured,
-                       polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
-                       source=source, extra=dict(extra or {}))
-
-
-@dataclass
-class Judged:
-    """A benchmark result with its verdict and what the verdict was based on."""
-
-    result: BenchResult
-    verdict: Verdict | None  # None in smoke mode
-    rule: Rule
-    test_id: str
-    baseline_commits: list[str] = field(default_factory=list)
-    baseline_steps_per_s: float | None = None
-    baseline_phases: dict[str, float] = field(default_factory=dict)  # median ms per call
-
-
 class GateSession:
-    """Collects results of one session, judges them, records them as history."""
+    """Collects the verdicts of one session and records them as history.
 
-    def __init__(self, options: Options, rootdir: Path, clock: Clock = SYSTEM_CLOCK) -> None:
+    ``ab`` (from :func:`pytest_perfgate.modes.ab.start_ab`) makes this the controller of an
+    interleaved A/B run; a process the controller started is a side whatever it is given.
+    ``on_verdict`` sees every verdict once; ``machine_info`` may add or change machine
+    metadata before it is fingerprinted.
+    """
+
+    def __init__(self, options: Options, rootdir: Path, clock: Clock = SYSTEM_CLOCK, *,
+                 ab: ABSetup | None = None, on_verdict: Callable[[Judged], None] | None = None,
+                 machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
+        from pytest_perfgate.modes.ab.side import is_side_process
+
         self.options = options
         self.rootdir = Path(rootdir)
         self.clock = clock
         self.load_probe: LoadProbe | None = None  # None: /proc/stat (tests inject their own)
-        self.smoke = not options.enabled
         self.judged: list[Judged] = []
         self.started_at = time.time()
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-        self._ctx: _HistoryContext | None = None
         self.record_path: Path | None = None
         self.record_error: str | None = None
-        self.ab: ABSetup | None = None  # controller of an interleaved A/B run
-        self.side_conn: Any = None  # this process is one side of an A/B run
-        if os.environ.get("PERFGATE_SIDE_FD"):
-            from pytest_perfgate.modes.ab import side_connection
+        self._on_verdict = on_verdict
+        self._machine_info = machine_info
+        self._ctx: HistoryContext | None = None
+        side = is_side_process()
+        self.smoke = not options.enabled and not side  # a side measures for real
+        # Judges in-process results in every mode (pytest-benchmark's too).
+        self.history_mode = HistoryMode(self.smoke, self.meter, self.add, self.open_history,
+                                        options.baseline_runs, options.baseline)
+        self.mode: Mode = self._pick_mode(side, ab)
 
-            self.side_conn = side_connection()
-            self.smoke = False  # a side measures for real; the controller judges and records
+    def _pick_mode(self, side: bool, ab: ABSetup | None) -> Mode:
+        if side:
+            from pytest_perfgate.modes.ab.side import ABSide
+
+            return ABSide.from_env()
+        if ab is not None:
+            from pytest_perfgate.modes.ab.controller import ABController
+
+            o = self.options
+            return ABController(ab, self.meter, self.add, o.ab_turns, o.ab_turn_time)
+        return self.history_mode
 
     def meter_config(self, windows: int | None = None,
                      window_time: float | None = None) -> MeasureConfig:
@@ -103,147 +106,68 @@ class GateSession:
         return MeasureConfig(windows=windows or o.windows, window_s=window_time or o.window_time,
                              warmup_max_s=o.warmup_max, load_limit=o.load_limit)
 
-    def meter(self, **kw: Any) -> Meter:
+    def meter(self, windows: int | None = None, window_time: float | None = None) -> Meter:
         from pytest_perfgate.core.load import NullProbe
 
         probe = NullProbe() if self.smoke else self.load_probe
-        return Meter(self.meter_config(**kw), clock=self.clock, load_probe=probe)
+        return Meter(self.meter_config(windows, window_time), clock=self.clock,
+                     load_probe=probe)
 
     def rule(self, threshold: float | None = None) -> Rule:
         o = self.options
         return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
                     alpha=o.alpha, unstable=o.unstable, inconclusive=o.inconclusive)
 
-    @property
-    def history(self) -> _HistoryContext:
+    def open_history(self) -> HistoryContext:
+        """Machine and git facts and past runs, gathered on first use."""
         if self._ctx is None:
-            self._ctx = _HistoryContext(self.options, self.rootdir)
+            o = self.options
+            self._ctx = HistoryContext(self.rootdir, o.results_path(self.rootdir), o.machine,
+                                       self._machine_info)
         return self._ctx
 
+    @property
+    def records(self) -> bool:
+        """Whether this session judges and records (not smoke mode, not an A/B side)."""
+        return self.mode.tag is not None
+
+    @property
+    def machine_meta(self) -> dict[str, Any]:
+        """The machine metadata if this session gathered it, else {} (never gathers it)."""
+        return self._ctx.meta if self._ctx is not None else {}
+
+    def add(self, judged: Judged) -> None:
+        """The one way a verdict reaches the session (the modes' sink)."""
+        self.judged.append(judged)
+        if self._on_verdict is not None:
+            self._on_verdict(judged)
+
     def judge(self, result: BenchResult, test_id: str, threshold: float | None = None) -> Judged:
-        rule = self.rule(threshold)
-        if self.smoke:
-            j = Judged(result, None, rule, test_id)
-        else:
-            j = self.history.judge(result, rule, test_id)
-        self.judged.append(j)
-        return j
+        """Judge a result measured elsewhere (pytest-benchmark's) against history."""
+        return self.history_mode.judge(result, test_id, self.rule(threshold))
 
     def finish(self) -> RunRecord | None:
-        """Record this run (unless smoke, disabled, or empty). Returns what was written."""
-        if self.smoke or not self.options.record or not self.judged:
-            return None
-        run, self.record_path = self.history.record(
-            self.run_id, self.started_at, {j.result.name: j.result for j in self.judged})
+        """Record this run (unless smoke, a side, disabled, or empty). Returns what was
+        written; the run's metadata says which mode measured it."""
+        tag = self.mode.tag
+        if tag is None or not self.options.record or not self.judged:
+            return None  # smoke mode, an A/B side (its controller records), or nothing
+        run, self.record_path = self.open_history().record(
+            self.run_id, self.started_at, {j.result.name: j.result for j in self.judged}, tag)
         return run
-
-
-@dataclass(frozen=True)
-class ABSetup:
-    """An A/B run's two sides: what to start for each test, and what base is."""
-
-    base: Any  # ab.SideSpec
-    head: Any
-    base_commit: str
-    base_label: str
-    plugin_root: str
-
-
-class _HistoryContext:
-    """Machine facts, git facts and past runs, gathered once per session."""
-
-    def __init__(self, options: Options, rootdir: Path) -> None:
-        from pytest_perfgate.history import store as history
-        from pytest_perfgate.history import machine
-        from pytest_perfgate.history import vcs
-
-        self.options = options
-        self.rootdir = rootdir
-        self.meta = machine.collect_metadata(options.machine)
-        self.machine = self.meta["machine"]
-        self.fingerprint = machine.fingerprint(self.meta)
-        self.git = vcs.git_info(rootdir)
-        self.results_dir = options.results_path(rootdir)
-        self.store = history.History(self.results_dir, self.machine)
-        self.runs = self.store.load_runs()
-        self._ancestor_cache: dict[str, bool] = {}
-
-    def is_ancestor(self, commits: set[str]) -> set[str]:
-        from pytest_perfgate.history import vcs
-
-        if not self.git.available:
-            return set(commits)  # outside git every run of this machine counts; README says so
-        todo = {c for c in commits if c not in self._ancestor_cache}
-        if todo:
-            yes = vcs.ancestors_filter(self.rootdir, self.git.commit, todo)
-            self._ancestor_cache.update({c: c in yes for c in todo})
-        return {c for c in commits if self._ancestor_cache[c]}
-
-    def judge(self, result: BenchResult, rule: Rule, test_id: str) -> Judged:
-        from pytest_perfgate.history import store as history
-
-        n = self.options.baseline_runs
-        wide = history.select_baseline(
-            self.runs, result.name, fingerprint=self.fingerprint, head_commit=self.git.commit,
-            is_ancestor=self.is_ancestor, n=max(n, SPREAD_RUNS),
-            explicit_commit=self.options.baseline)
-        wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
-        base = wide[:n]
-        commits = [run.commit for run, _ in base]
-        if not result.steady or base:
-            verdict = evaluate(result.samples, [b.samples for _, b in base], rule,
-                               steady=result.steady, spread=[b.samples for _, b in wide])
-        else:
-            verdict = no_baseline(self._why_no_baseline(result.name))
-        base_sps, base_phases = None, {}
-        if base:
-            import statistics
-
-            base_sps = statistics.median(b.steps_per_s for _, b in base)
-            names = {p for _, b in base for p in b.phases}
-            base_phases = {p: statistics.median(b.phases[p].ms_per_call for _, b in base
-                                                if p in b.phases) for p in names}
-        return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
-
-    def _why_no_baseline(self, name: str) -> str:
-        from pytest_perfgate.history import store as history
-
-        if self.options.baseline:
-            return (f"no run of commit {self.options.baseline} on machine {self.machine!r} "
-                    f"has {name}; recorded, nothing to compare with")
-        other = history.describe_other_fingerprints(self.runs, self.fingerprint, name,
-                                                    current_meta=self.meta)
-        where = f"machine {self.machine!r}, fingerprint {self.fingerprint}"
-        if other:
-            return f"{other}; recorded as the first result of {where}"
-        git = "" if self.git.available else f" (outside git: {self.git.reason})"
-        return (f"no earlier run of {name} on {where} at an ancestor commit{git}; this "
-                "result was recorded and becomes the baseline")
-
-    def record(self, run_id: str, started_at: float,
-               benches: Mapping[str, BenchResult]) -> tuple[RunRecord, Path]:
-        g = self.git
-        run = RunRecord(run_id=run_id, started_at=started_at, commit=g.commit,
-                        commit_date_ms=g.commit_date_ms, branch=g.branch, dirty=g.dirty,
-                        machine=self.machine, fingerprint=self.fingerprint,
-                        metadata=self.meta, benchmarks=dict(benches))
-        return run, self.store.record(run, {})
 
 
 class PerfGate:
     """What a perf test holds: ``measure()`` a step, and ``phase()`` inside it."""
 
     def __init__(self, session: GateSession, test_id: str, default_name: str,
-                 threshold: float | None = None,
-                 on_result: Callable[[Judged], None] | None = None) -> None:
+                 threshold: float | None = None) -> None:
         self.session = session
         self.test_id = test_id
         self._default_name = default_name
         self._threshold = threshold
-        self._on_result = on_result
         self.recorder = PhaseRecorder(session.clock)
         self.results: list[Judged] = []
-        self._pair: Any = None  # ab.Pair, in A/B controller mode
 
     @property
     def smoke(self) -> bool:
@@ -254,7 +178,7 @@ class PerfGate:
     def runs_step(self) -> bool:
         """False in the A/B controller, whose step is never called (the two sides run it):
         a test may skip expensive set-up then."""
-        return self.session.ab is None
+        return self.session.mode.runs_step
 
     def phase(self, name: str) -> Any:
         """``with perfgate.phase("physics"):`` attributes the block's time to a phase."""
@@ -277,66 +201,16 @@ class PerfGate:
         bench = self._name(name)
         if threshold is not None:
             threshold = Rule(threshold=threshold).threshold  # validates
-        threshold = threshold if threshold is not None else self._threshold
-        if self.session.side_conn is not None:
-            j = self._serve_as_side(source, bench, transitions)
-        elif self.session.ab is not None:
-            j = self._measure_ab(bench, transitions, threshold, extra)
-        else:
-            m = self.session.meter(windows=windows, window_time=window_time).measure(source)
-            meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
-            if callable(meta):
-                extra = {**meta(), **dict(extra or {})}
-            result = summarize(bench, m, transitions, extra=extra)
-            j = self.session.judge(result, self.test_id, threshold)
+        rule = self.session.rule(threshold if threshold is not None else self._threshold)
+        call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time,
+                         dict(extra or {}))
+        j = self.session.mode.measure(source, call)
         self.results.append(j)
-        if self._on_result is not None:
-            self._on_result(j)
-        return j
-
-    def _serve_as_side(self, source: WindowSource, bench: str, transitions: int) -> Judged:
-        from pytest_perfgate.modes.ab import Slowed, serve
-
-        slowed = Slowed(source) if isinstance(source, LoopSource) else None
-        windows = serve(self.session.side_conn, source, bench, transitions, slowed)
-        m = Measurement(tuple(Window.of(w) for w in windows), True, 0.0, 0)
-        j = Judged(summarize(bench, m, transitions), None, self.session.rule(), self.test_id)
-        return j
-
-    def _measure_ab(self, bench: str, transitions: int, threshold: float | None,
-                    extra: Mapping[str, Any] | None) -> Judged:
-        from pytest_perfgate.modes.ab import Pair, Side, measure_pair
-        from pytest_perfgate.core.gate import decide, paired_evidence, unstable
-
-        ab, o = self.session.ab, self.session.options
-        assert ab is not None
-        if self._pair is None:
-            self._pair = Pair(Side(ab.base, self.test_id, ab.plugin_root),
-                              Side(ab.head, self.test_id, ab.plugin_root))
-        base_src, head_src = self._pair.next_bench(bench)
-        mb, mh = measure_pair(base_src, head_src, self.session.meter(), o.ab_turns,
-                              o.ab_turn_time)
-        self._pair.done()
-        rule = self.session.rule(threshold)
-        info = {**dict(extra or {}), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
-                "ab_base_samples": mb.samples}
-        result = summarize(bench, mh, transitions, extra=info)
-        if not (mb.steady and mh.steady):
-            side = "base" if not mb.steady else "head"
-            verdict = unstable(f"the {side} side never reached steady state during warm-up")
-        else:
-            verdict = decide(paired_evidence(mb.samples, mh.samples), rule)
-        base = summarize(bench, mb, transitions)
-        j = Judged(result, verdict, rule, self.test_id, [ab.base_commit], base.steps_per_s,
-                   {n: p.ms_per_call for n, p in base.phases.items()})
-        self.session.judged.append(j)
         return j
 
     def close(self) -> None:
-        """End this test's A/B sides, if any (bounded: terminate, then kill)."""
-        if self._pair is not None:
-            self._pair.close()
-            self._pair = None
+        """End what the mode holds for this test (the A/B sides: bounded, terminate, kill)."""
+        self.session.mode.end_test(self.test_id)
 
     def _name(self, name: str | None) -> str:
         taken = {j.result.name for j in self.results}
@@ -350,9 +224,4 @@ class PerfGate:
         return base if base not in taken else f"{base}.{len(self.results) + 1}"
 
 
-def failing(judged: list[Judged]) -> list[Judged]:
-    return [j for j in judged if j.verdict is not None and j.verdict.fails(j.rule)]
-
-
-__all__ = ["GateSession", "PerfGate", "Judged", "PerfgateUsageError", "check_name",
-           "derive_name", "summarize", "failing", "Outcome"]
+__all__ = ["GateSession", "PerfGate", "PerfgateUsageError", "check_name", "derive_name"]

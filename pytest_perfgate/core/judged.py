@@ -1,0 +1,47 @@
+"""A benchmark result with its verdict: what every mode hands the session and the report.
+
+Kept in the core, below the session and the modes, so that rendering (report/), the modes
+(modes/) and the session share one data type without importing each other (docs/design.md
+§8). :func:`summarize` turns a :class:`Measurement` into the recorded
+:class:`BenchResult`; :func:`failing` picks the verdicts that fail a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pytest_perfgate.core.gate import Rule, Verdict
+from pytest_perfgate.core.measure import Measurement
+from pytest_perfgate.core.results import BenchResult, PhaseSummary
+
+
+@dataclass
+class Judged:
+    """A benchmark result with its verdict and what the verdict was based on."""
+
+    result: BenchResult
+    verdict: Verdict | None  # None in smoke mode (and on an A/B side, which only serves)
+    rule: Rule
+    test_id: str
+    baseline_commits: list[str] = field(default_factory=list)
+    baseline_steps_per_s: float | None = None
+    baseline_phases: dict[str, float] = field(default_factory=dict)  # median ms per call
+
+
+def summarize(name: str, m: Measurement, transitions: int,
+              extra: Mapping[str, Any] | None = None) -> BenchResult:
+    """One benchmark's recorded result from its measured windows."""
+    share = m.phase_share()
+    phases = {n: PhaseSummary(st.ms_per_call, share.get(n, 0.0), st.cores)
+              for n, st in m.phases.items()}
+    return BenchResult(name=name, samples=tuple(m.samples), steps_per_s=m.steps_per_s,
+                       cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
+                       warmup_windows=m.warmup_windows, remeasured=m.remeasured,
+                       polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
+                       extra=dict(extra or {}))
+
+
+def failing(judged: Sequence[Judged]) -> list[Judged]:
+    """The verdicts that fail their test under their rule (smoke results never do)."""
+    return [j for j in judged if j.verdict is not None and j.verdict.fails(j.rule)]

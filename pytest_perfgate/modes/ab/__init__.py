@@ -1,0 +1,29 @@
+"""Interleaved A/B: a base process and a head process measured in alternating short turns.
+
+Written by hand: no benchmarking library alternates two live processes (docs/design.md §3).
+
+- :mod:`.remote`: the controller's handle on a side process (:class:`Side`, :class:`Pair`,
+  :class:`RemoteSource`, :class:`SideSpec`, :class:`SideError`);
+- :mod:`.controller`: :class:`ABController`, the mode of the controlling pytest process
+  (ABBA turns, paired verdict), and :func:`start_ab` (the base revision's worktree);
+- :mod:`.side`: :class:`ABSide`, the mode of a side process (serves windows);
+- :mod:`.slowdown`: the slowdown injector, loaded only by calibration sides.
+
+Protocol (over a socketpair inherited by the side process, pickled tuples of plain data):
+side -> ("bench", name, transitions) when its test reaches ``perfgate.measure``;
+controller -> ("window", seconds) and side -> ("raw", RawWindow.to_wire()); controller ->
+("done",) returns from measure; side -> ("error", text) when the step raised. Calibration
+sides also take controller -> ("slowdown", fraction) and answer ("ok", fraction). Only one
+side runs at a time: the other waits idle.
+"""
+
+from pytest_perfgate.modes.ab.controller import (AB, ABController, ABSetup, ABSetupError,
+                                                 interleave, measure_pair, start_ab, worktree)
+from pytest_perfgate.modes.ab.remote import (START_TIMEOUT_S, Pair, RemoteSource, Side, SideError,
+                                             SideSpec, _decode, _encode)
+from pytest_perfgate.modes.ab.side import ABSide, is_side_process, serve, side_connection
+
+__all__ = ["AB", "ABController", "ABSetup", "ABSetupError", "ABSide", "Pair", "RemoteSource",
+           "START_TIMEOUT_S", "Side", "SideError", "SideSpec", "_decode", "_encode",
+           "interleave", "is_side_process", "measure_pair", "serve", "side_connection",
+           "start_ab", "worktree"]

@@ -1,0 +1,170 @@
+"""The A/B controller: a base and a head side measured in alternating turns, judged paired.
+
+The machine's speed drifts by up to 1.5x within seconds (docs/design.md §1); a base and a
+head measured within the same few hundred milliseconds see the same machine, so the
+per-turn ratio cancels the drift. ABBA turns and the trimmed paired estimator:
+docs/design.md §3. :func:`start_ab` sets the run up (the base revision checked out beside
+the working tree); the plugin calls it at configure time and shows its
+:class:`ABSetupError` as a usage error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pytest_perfgate.core.gate import decide, paired_evidence, unstable
+from pytest_perfgate.core.judged import Judged, summarize
+from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.modes.ab.remote import Pair, Side, SideError, SideSpec
+from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
+
+AB = "ab"  # the run's "mode" metadata: kept out of the history mode's baselines
+
+
+@dataclass(frozen=True)
+class ABSetup:
+    """An A/B run's two sides: what to start for each test, and what base is."""
+
+    base: SideSpec
+    head: SideSpec
+    base_commit: str
+    base_label: str  # the revision as the user gave it
+    plugin_root: str  # the sides import this copy of pytest_perfgate
+
+
+# The sides import the controller's copy of pytest_perfgate: the folder holding the package.
+PLUGIN_ROOT = str(Path(__file__).resolve().parents[3])
+
+
+class ABSetupError(SideError):
+    """The A/B run cannot start: not a git checkout, unknown revision, set-up failed."""
+
+
+@contextlib.contextmanager
+def worktree(repo: Path, rev: str) -> Iterator[Path]:
+    """A detached temporary git worktree of ``rev``, removed afterwards."""
+    from pytest_perfgate.history.vcs import resolve_commit
+
+    commit = resolve_commit(repo, rev)
+    if commit is None:
+        raise ABSetupError(f"--perfgate-ab {rev!r}: not a commit of the repository at {repo}; "
+                           "give a branch, tag or hash that `git rev-parse` resolves")
+    tmp = Path(tempfile.mkdtemp(prefix="perfgate-base-"))
+    path = tmp / "base"
+    proc = subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+        raise ABSetupError(f"could not check out {rev} ({commit[:10]}) into a worktree: "
+                           f"{proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=repo,
+                       capture_output=True, timeout=120)
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+
+
+def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack
+             ) -> ABSetup:
+    """Check ``rev`` out beside ``root`` (removed when ``stack`` closes), run the set-up
+    command in it, and say how to start each side."""
+    from pytest_perfgate.history.vcs import git_info, resolve_commit
+
+    if not git_info(root).available:
+        raise ABSetupError(f"--perfgate-ab {rev}: {root} is not a git checkout; "
+                           "the A/B mode checks the base revision out with git worktree")
+    base_dir = stack.enter_context(worktree(root, rev))
+    if setup_cmd:
+        proc = subprocess.run(setup_cmd, shell=True, cwd=base_dir, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise ABSetupError(
+                f"--perfgate-ab-setup {setup_cmd!r} failed in the base worktree "
+                f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)))
+    head = SideSpec("head", root)
+    commit = resolve_commit(root, rev) or rev
+    return ABSetup(base, head, commit, rev, PLUGIN_ROOT)
+
+
+class ABController:
+    """The controlling process's mode: start both sides per test, interleave, judge.
+
+    The controller runs the test body but never the step (the sides do), so a test may skip
+    expensive set-up when ``perfgate.runs_step`` is false.
+    """
+
+    tag = AB
+    runs_step = False
+
+    def __init__(self, setup: ABSetup, meter: MeterFactory, sink: Sink, turns: int,
+                 turn_s: float) -> None:
+        self.setup = setup
+        self.meter = meter
+        self.sink = sink
+        self.turns = turns
+        self.turn_s = turn_s
+        self._pairs: dict[str, Pair] = {}  # test id -> its running sides
+
+    def measure(self, source: WindowSource, call: BenchCall) -> Judged:
+        ab = self.setup
+        pair = self._pairs.get(call.test_id)
+        if pair is None:
+            pair = Pair(Side(ab.base, call.test_id, ab.plugin_root),
+                        Side(ab.head, call.test_id, ab.plugin_root))
+            self._pairs[call.test_id] = pair
+        base_src, head_src = pair.next_bench(call.name)
+        mb, mh = measure_pair(base_src, head_src, self.meter(), self.turns, self.turn_s)
+        pair.done()
+        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
+                "ab_base_samples": mb.samples}
+        result = summarize(call.name, mh, call.transitions, extra=info)
+        if not (mb.steady and mh.steady):
+            side = "base" if not mb.steady else "head"
+            verdict = unstable(f"the {side} side never reached steady state during warm-up")
+        else:
+            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule)
+        base = summarize(call.name, mb, call.transitions)
+        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
+                   {n: p.ms_per_call for n, p in base.phases.items()})
+        self.sink(j)
+        return j
+
+    def end_test(self, test_id: str) -> None:
+        """End this test's sides, if any (bounded: terminate, then kill)."""
+        pair = self._pairs.pop(test_id, None)
+        if pair is not None:
+            pair.close()
+
+
+def measure_pair(base: WindowSource, head: WindowSource, meter: Meter, turns: int,
+                 turn_s: float) -> tuple[Measurement, Measurement]:
+    """Warm both sides up by the usual stability rule, then interleave ``turns`` turns."""
+    warm_b = meter.warm_up(base)
+    warm_h = meter.warm_up(head)
+    b, h = interleave(base, head, turns, turn_s)
+    return (Measurement(tuple(Window.of(w) for w in b), *warm_b),
+            Measurement(tuple(Window.of(w) for w in h), *warm_h))
+
+
+def interleave(base: WindowSource, head: WindowSource, turns: int, turn_s: float
+               ) -> tuple[list[RawWindow], list[RawWindow]]:
+    """ABBA turns: base, head, head, base, ... so a linear drift cancels within each pair."""
+    b: list[RawWindow] = []
+    h: list[RawWindow] = []
+    for i in range(turns):
+        if i % 2 == 0:
+            b.append(base.run_window(turn_s))
+            h.append(head.run_window(turn_s))
+        else:
+            h.append(head.run_window(turn_s))
+            b.append(base.run_window(turn_s))
+    return b, h

@@ -1,0 +1,190 @@
+"""The controller's handle on A/B side processes: start, talk to, and always end them.
+
+A side is a pytest run of one perf test in its own process, connected by a socketpair it
+inherits (the message protocol: :mod:`pytest_perfgate.modes.ab`). Failures of a side are
+:class:`SideError`, an infrastructure error naming the side, never a verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_perfgate.core.measure import RawWindow
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+ENV_FD = "PERFGATE_SIDE_FD"  # the inherited connection's file descriptor
+ENV_CALIBRATION = "PERFGATE_SIDE_CALIBRATION"  # "1": the side takes injected slowdowns
+START_TIMEOUT_S = 180.0  # a side imports the workload (torch, mujoco) before it says hello
+WINDOW_GRACE_S = 60.0  # beyond the window itself: one step may be slow
+EXIT_TIMEOUT_S = 30.0
+TAIL_LINES = 25  # of a failed side's output, shown in its error
+
+
+class SideError(RuntimeError):
+    """A side process failed (crashed, hung, raised); an infrastructure error, not a verdict."""
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """How to start one side: where, and with which import path.
+
+    ``calibration`` starts a side for the verdict-quality study (``perfgate calibrate``):
+    only such a side wraps its step in the slowdown injector and answers slowdown requests.
+    Production A/B sides never do, so their step runs unwrapped.
+    """
+
+    role: str  # "base" or "head"
+    cwd: Path
+    pythonpath: tuple[str, ...] = ()
+    calibration: bool = False
+
+
+def _encode(w: RawWindow) -> tuple[Any, ...]:
+    return ("raw", w.to_wire())
+
+
+def _decode(msg: tuple[Any, ...]) -> RawWindow:
+    return RawWindow.from_wire(msg[1])
+
+
+class Side:
+    """A running side process (a pytest run of one test) and its end of the socketpair."""
+
+    def __init__(self, spec: SideSpec, nodeid: str, plugin_root: str) -> None:
+        from multiprocessing.connection import Pipe
+
+        self.spec = spec
+        self.nodeid = nodeid
+        parent, child = Pipe(duplex=True)
+        self.conn: Connection = parent
+        env = {**os.environ, ENV_FD: str(child.fileno())}
+        env.pop(ENV_CALIBRATION, None)
+        if spec.calibration:
+            env[ENV_CALIBRATION] = "1"
+        env.pop("PYTEST_ADDOPTS", None)
+        env.pop("PYTEST_XDIST_WORKER", None)
+        paths = [*spec.pythonpath, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        # Pin pytest_perfgate to the controller's copy so the protocol always matches, even
+        # when the base revision carries an older plugin; the project itself comes from cwd.
+        boot = ("import sys; sys.path.insert(0, %r); import pytest_perfgate.plugin.hooks; "
+                "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+                % plugin_root)
+        args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
+                "-p", "no:randomly"]
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
+                                     stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        child.close()
+        self.command = shlex.join(args[:1] + ["-m", "pytest", nodeid])
+
+    def recv(self, timeout: float, waiting_for: str) -> tuple[Any, ...]:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.conn.poll(min(0.5, max(0.0, deadline - time.monotonic()))):
+                try:
+                    msg = self.conn.recv()
+                except (EOFError, OSError):
+                    raise self._failure(f"closed its connection while we waited for "
+                                        f"{waiting_for}") from None
+                if msg[0] == "error":
+                    raise SideError(f"{self.spec.role} side: the workload raised:\n{msg[1]}")
+                return msg
+            if self.proc.poll() is not None:
+                raise self._failure(f"exited before {waiting_for}")
+            if time.monotonic() >= deadline:
+                raise self._failure(f"sent nothing for {timeout:.0f} s while we waited for "
+                                    f"{waiting_for}")
+
+    def _failure(self, what: str) -> SideError:
+        try:  # a closed pipe can be seen before the exit status is: wait a little for it
+            code: int | None = self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = ("still running" if code is None else f"exit code {code}" if code >= 0
+               else f"killed by {signal.Signals(-code).name}")
+        return SideError(f"{self.spec.role} side ({self.command} in {self.spec.cwd}) {what} "
+                         f"[{how}]. Its output ends with:\n{self.output_tail()}")
+
+    def output_tail(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self.log.seek(0)
+            text = self.log.read().decode(errors="replace")
+            return "\n".join(text.splitlines()[-TAIL_LINES:])
+        return "(no output)"
+
+    def close(self) -> int | None:
+        """Let the side finish its test, then terminate -> kill; never leaves it running."""
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        try:
+            return self.proc.wait(EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return self.proc.wait(wait)
+        return self.proc.poll()
+
+
+class RemoteSource:
+    """A WindowSource whose windows run in a side process."""
+
+    def __init__(self, side: Side) -> None:
+        self.side = side
+
+    def inject_slowdown(self, fraction: float) -> None:
+        """Calibration only: make every step of this side ``fraction`` slower (0 = off).
+        The side must have been started with ``SideSpec(..., calibration=True)``."""
+        self.side.conn.send(("slowdown", fraction))
+        self.side.recv(WINDOW_GRACE_S, "the slowdown to be calibrated")
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        self.side.conn.send(("window", duration_s))
+        msg = self.side.recv(duration_s + WINDOW_GRACE_S, "a window's result")
+        if msg[0] != "raw":
+            raise SideError(f"{self.side.spec.role} side sent {msg[0]!r}, expected a window")
+        return _decode(msg)
+
+
+@dataclass
+class Pair:
+    """Both sides of one test, started together and closed together."""
+
+    base: Side
+    head: Side
+
+    def close(self) -> None:
+        self.base.close()
+        self.head.close()
+        self.base.log.close()
+        self.head.log.close()
+
+    def next_bench(self, name: str) -> tuple[RemoteSource, RemoteSource]:
+        """Wait until both sides reach the ``measure()`` call of benchmark ``name``."""
+        for side in (self.base, self.head):
+            msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}")
+            if msg[0] != "bench" or msg[1] != name:
+                raise SideError(f"{side.spec.role} side reached {msg[:2]!r}, expected "
+                                f"('bench', {name!r}): do base and head run the same test?")
+        return RemoteSource(self.base), RemoteSource(self.head)
+
+    def done(self) -> None:
+        for side in (self.base, self.head):
+            with contextlib.suppress(OSError):
+                side.conn.send(("done",))

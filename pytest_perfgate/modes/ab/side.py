@@ -1,0 +1,99 @@
+"""The side's end of an A/B run: this process serves windows; the controller judges.
+
+A side is a pytest run of one perf test started by the controller (modes/ab/remote.py).
+When its test reaches ``perfgate.measure`` it announces the benchmark and then runs
+windows on command until the controller says done (docs/design.md §3). Only a side started
+for calibration (``SideSpec(calibration=True)``) wraps its step in the slowdown injector.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from pytest_perfgate.core.judged import Judged, summarize
+from pytest_perfgate.core.measure import LoopSource, Measurement, RawWindow, Window, WindowSource
+from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, SideError, _encode
+from pytest_perfgate.modes.base import BenchCall
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from pytest_perfgate.modes.ab.slowdown import Slowed
+
+NOT_CALIBRATING = ("this A/B side was not started for calibration: only a side started with "
+                   "SideSpec(..., calibration=True), as `perfgate calibrate` does, takes an "
+                   "injected slowdown")
+NOT_A_LOOP = ("this workload cannot take an injected slowdown: only "
+              "perfgate.measure(step, ...) steps can")
+
+
+def is_side_process() -> bool:
+    """True when the A/B controller started this process as one of its sides."""
+    return bool(os.environ.get(ENV_FD))
+
+
+def side_connection() -> Connection | None:
+    """The connection to the controller when this process is an A/B side, else None."""
+    from multiprocessing.connection import Connection
+
+    fd = os.environ.get(ENV_FD)
+    return Connection(int(fd)) if fd else None
+
+
+class ABSide:
+    """The mode of a side process: serve the controller's windows, record nothing."""
+
+    tag: str | None = None  # the controller records the run
+    runs_step = True
+
+    def __init__(self, conn: Any, calibration: bool = False) -> None:
+        self.conn = conn
+        self.calibration = calibration
+
+    @classmethod
+    def from_env(cls) -> ABSide:
+        return cls(side_connection(), os.environ.get(ENV_CALIBRATION) == "1")
+
+    def measure(self, source: WindowSource, call: BenchCall) -> Judged:
+        slowed = None
+        if self.calibration and isinstance(source, LoopSource):
+            from pytest_perfgate.modes.ab.slowdown import Slowed
+
+            slowed = Slowed(source)
+        windows = serve(self.conn, source, call.name, call.transitions, slowed,
+                        self.calibration)
+        m = Measurement(tuple(Window.of(w) for w in windows), True, 0.0, 0)
+        return Judged(summarize(call.name, m, call.transitions), None, call.rule, call.test_id)
+
+    def end_test(self, test_id: str) -> None:
+        pass
+
+
+def serve(conn: Any, source: WindowSource, name: str, transitions: int,
+          slowed: Slowed | None, calibration: bool) -> list[RawWindow]:
+    """Run windows on the controller's command until it says done (the side's measure()).
+    ``slowed`` is the injector around the step of a ``calibration`` side, else None."""
+    conn.send(("bench", name, transitions))
+    served: list[RawWindow] = []
+    while True:
+        msg = conn.recv()
+        if msg[0] == "done":
+            return served
+        if msg[0] == "slowdown":
+            if not calibration or slowed is None:
+                conn.send(("error", NOT_CALIBRATING if not calibration else NOT_A_LOOP))
+                continue
+            slowed.set(float(msg[1]))
+            conn.send(("ok", slowed.fraction))
+            continue
+        if msg[0] != "window":
+            raise SideError(f"unexpected message {msg[0]!r} from the A/B controller")
+        try:
+            w = source.run_window(float(msg[1]))
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+            raise
+        served.append(w)
+        conn.send(_encode(w))

@@ -1,0 +1,200 @@
+"""The comparison modes as plain objects: history judging, A/B sides, the verdict path."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from multiprocessing import Pipe
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from pytest_perfgate.core.gate import Outcome, Rule
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.load import NullProbe
+from pytest_perfgate.core.measure import LoopSource, RawWindow
+from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.timing import FakeClock, PhaseRecorder
+from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT, ABSetupError, start_ab
+from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, Side, SideError, SideSpec
+from pytest_perfgate.modes.ab.side import NOT_A_LOOP, NOT_CALIBRATING, ABSide
+from pytest_perfgate.modes.base import BenchCall
+from pytest_perfgate.modes.history import HistoryMode
+from pytest_perfgate.session.options import Options
+from pytest_perfgate.session.session import GateSession, PerfGate
+
+
+def session(tmp_path: Path, on_verdict: Callable[[Judged], None] | None = None
+            ) -> GateSession:
+    opts = Options(enabled=True, machine="box", results_dir=str(tmp_path / "results"),
+                   windows=3, window_time=0.05)
+    s = GateSession(opts, tmp_path, FakeClock(), on_verdict=on_verdict)
+    s.load_probe = NullProbe()
+    return s
+
+
+def result(name: str = "walk", level: float = 10.0) -> BenchResult:
+    return BenchResult(name, (level, level * 1.01, level * 0.99, level), 1e5)
+
+
+def test_history_session_picks_history_mode_and_records_its_tag(tmp_path: Path) -> None:
+    seen: list[Judged] = []
+    s = session(tmp_path, seen.append)
+    assert isinstance(s.mode, HistoryMode) and s.mode is s.history_mode
+    j = s.judge(result(), "t::walk")
+    assert seen == [j] == s.judged
+    run = s.finish()
+    assert run is not None and run.metadata["mode"] == "history"
+
+
+def test_ab_runs_are_not_history_baselines(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    s.open_history().record("ab-run", 1.0, {"walk": result()}, "ab")
+    j = session(tmp_path).judge(result(), "t::walk")
+    assert j.verdict is not None and j.verdict.outcome is Outcome.NO_BASELINE
+    assert "(1 A/B run(s) of it are not used as history baselines)" in j.verdict.message
+    s.open_history().record("hist-run", 2.0, {"walk": result()}, "history")
+    j = session(tmp_path).judge(result(), "t::walk")
+    assert j.baseline_commits and j.verdict is not None
+    assert j.verdict.outcome is not Outcome.NO_BASELINE
+
+
+def test_smoke_session_judges_nothing_and_records_nothing(tmp_path: Path) -> None:
+    s = GateSession(Options(enabled=False), tmp_path, FakeClock())
+    clock = s.clock
+    assert isinstance(clock, FakeClock)
+    gate = PerfGate(s, "t::walk", "walk")
+    j = gate.measure(lambda: clock.advance(0.001), transitions=4)
+    assert j.verdict is None and s.judged == [j] and gate.runs_step
+    assert s.finish() is None and not (tmp_path / ".perfgate").exists()
+
+
+class Steps:
+    """A source whose step is counted, to see whether a side wrapped it."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.calls = 0
+
+    def step(self) -> None:
+        self.calls += 1
+        self.clock.advance(0.001)
+
+    def loop(self) -> LoopSource:
+        return LoopSource(self.step, 2, PhaseRecorder(self.clock), self.clock)
+
+
+def serve_with(side: ABSide, source: object, *msgs: tuple[object, ...]) -> list[tuple]:
+    ctl, side.conn = Pipe(duplex=True)
+    for m in (*msgs, ("window", 0.01), ("done",)):
+        ctl.send(m)
+    call = BenchCall("walk", "t::walk", 2, Rule())
+    j = side.measure(source, call)  # type: ignore[arg-type]
+    assert j.verdict is None and len(j.result.samples) == 1
+    out = []
+    while ctl.poll():
+        out.append(ctl.recv())
+    return out
+
+
+def test_production_side_runs_its_step_unwrapped_and_refuses_slowdowns() -> None:
+    steps = Steps()
+    src = steps.loop()
+    replies = serve_with(ABSide(None), src, ("slowdown", 0.05))
+    assert src.step == steps.step  # no injector around a production side's step
+    assert replies[0] == ("bench", "walk", 2)
+    assert replies[1] == ("error", NOT_CALIBRATING)
+    assert NOT_CALIBRATING.startswith("this A/B side was not started for calibration")
+    assert replies[2][0] == "raw"
+
+
+def test_calibration_side_takes_slowdowns() -> None:
+    steps = Steps()
+    src = steps.loop()
+    replies = serve_with(ABSide(None, calibration=True), src, ("slowdown", 0.0))
+    assert src.step != steps.step  # wrapped in the injector
+    assert replies[1] == ("ok", 0.0) and replies[2][0] == "raw"
+
+
+def test_calibration_side_says_which_workloads_take_no_slowdown() -> None:
+    class Remote:
+        def run_window(self, duration_s: float) -> RawWindow:
+            return RawWindow(10, duration_s, duration_s, {}, 5)
+
+    replies = serve_with(ABSide(None, calibration=True), Remote(), ("slowdown", 0.1))
+    assert replies[1] == ("error", NOT_A_LOOP)
+    assert NOT_A_LOOP == ("this workload cannot take an injected slowdown: only "
+                          "perfgate.measure(step, ...) steps can")
+
+
+def test_side_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    a, b = Pipe(duplex=True)
+    monkeypatch.setenv(ENV_FD, str(os.dup(b.fileno())))  # each side connection owns its fd
+    monkeypatch.delenv(ENV_CALIBRATION, raising=False)
+    s = GateSession(Options(enabled=False), tmp_path)
+    assert isinstance(s.mode, ABSide) and not s.mode.calibration and not s.smoke
+    assert s.mode.tag is None
+    s.mode.conn.close()
+    monkeypatch.setenv(ENV_FD, str(os.dup(b.fileno())))
+    monkeypatch.setenv(ENV_CALIBRATION, "1")
+    side = ABSide.from_env()
+    assert side.calibration
+    side.conn.close()
+    a.close()
+    b.close()
+
+
+def test_side_refuses_unknown_messages() -> None:
+    ctl, conn = Pipe(duplex=True)
+    ctl.send(("dance",))
+    with pytest.raises(SideError, match="unexpected message 'dance' from the A/B controller"):
+        ABSide(conn).measure(Steps().loop(), BenchCall("walk", "t::walk", 2, Rule()))
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_ab_setup_errors_render(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack, pytest.raises(ABSetupError) as e:
+        start_ab(tmp_path, "main", None, stack)
+    assert str(e.value) == (f"--perfgate-ab main: {tmp_path} is not a git checkout; the A/B "
+                            "mode checks the base revision out with git worktree")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
+        "--allow-empty", "-m", "base")
+    with contextlib.ExitStack() as stack, pytest.raises(ABSetupError) as e:
+        start_ab(tmp_path, "HEAD", "echo building; exit 3", stack)
+    assert str(e.value).startswith("--perfgate-ab-setup 'echo building; exit 3' failed in the "
+                                   "base worktree (exit 3):\nbuilding")
+    assert len(git(tmp_path, "worktree", "list").splitlines()) == 1  # removed again
+
+
+def test_ab_setup_checks_the_base_out_and_removes_it(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
+        "--allow-empty", "-m", "base")
+    with contextlib.ExitStack() as stack:
+        ab = start_ab(tmp_path, "HEAD", "touch built", stack)
+        assert (ab.base.cwd / "built").exists() and ab.head.cwd == tmp_path
+        assert not ab.base.calibration and not ab.head.calibration  # production sides
+        assert ab.base_commit == git(tmp_path, "rev-parse", "HEAD").strip()
+    assert not ab.base.cwd.exists()
+    assert len(git(tmp_path, "worktree", "list").splitlines()) == 1
+
+
+def test_only_calibration_sides_are_started_for_calibration(tmp_path: Path) -> None:
+    (tmp_path / "test_env.py").write_text(
+        "import os, pathlib\n"
+        "def test_env():\n"
+        f"    pathlib.Path('env.txt').write_text(os.environ.get({ENV_CALIBRATION!r}, '-'))\n")
+    for calibration, seen in ((True, "1"), (False, "-")):
+        side = Side(SideSpec("head", tmp_path, calibration=calibration), "test_env.py::test_env",
+                    PLUGIN_ROOT)
+        assert side.close() == 0, side.output_tail()
+        side.log.close()
+        assert (tmp_path / "env.txt").read_text() == seen
