@@ -177,7 +177,7 @@ def paired_evidence(base: Sequence[float], head: Sequence[float],
                          f"{len(base)} base and {len(head)} head")
     if not 0 <= trim < 0.5:
         raise ValueError(f"trim={trim!r} must be in [0, 0.5), e.g. 0.2")
-    diffs = sorted(math.log(h / b) for b, h in zip(base, head))
+    diffs = sorted(math.log(h / b) for b, h in zip(base, head, strict=True))
     n = len(diffs)
     g = int(trim * n)
     core = diffs[g:n - g]

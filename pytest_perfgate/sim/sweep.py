@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from pytest_perfgate.core.files import atomic_write
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 
 def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: int = 1,
-               warmup: int = 1, clock: Clock = SYSTEM_CLOCK) -> dict[str, list[tuple[float, float]]]:
+               warmup: int = 1, clock: Clock = SYSTEM_CLOCK
+               ) -> dict[str, list[tuple[float, float]]]:
     """Run each callable ``per_turn`` times per turn, rotating the order every turn.
 
     Returns, per name, one (wall seconds per call, cores used) sample per turn. Rotating the
@@ -51,7 +51,7 @@ def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: 
 
 def median_ratio(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
     """Median over turns of time(a)/time(b): paired, so the machine's drift cancels."""
-    return statistics.median(x[0] / y[0] for x, y in zip(a, b))
+    return statistics.median(x[0] / y[0] for x, y in zip(a, b, strict=True))
 
 
 @dataclass(frozen=True)
@@ -214,19 +214,8 @@ def resolve_model(name: str) -> str:
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    """Atomic write (temp file + fsync + replace): a killed run never leaves half a file."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".sweep-", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Atomic write: a killed run never leaves half a file."""
+    atomic_write(path, json.dumps(data, indent=1).encode("utf-8"))
 
 
 def _int_list(text: str) -> list[int]:
