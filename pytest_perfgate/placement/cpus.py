@@ -25,6 +25,10 @@ THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                    "BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 _ITEM = re.compile(r"([0-9]+)(?:\s*([-:])\s*([0-9]+))?", re.ASCII)
+_LIST_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
+# Ids at or beyond this in a kernel list are corruption, not CPUs or nodes: a list is never
+# enumerated past it (docs/design.md §4).
+MAX_CPU_ID = 1 << 16
 
 
 class CpuSpecError(ValueError):
@@ -73,6 +77,28 @@ def _intervals(spec: CpuSpec) -> list[tuple[int, int]]:
             out.append((item, item))
         return out
     raise _bad(spec, spec, f"unsupported type {type(spec).__name__}")
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    """A kernel cpulist or nodelist ("0-3,8"; "" for none) as sorted ids.
+
+    ValueError on anything else, including ids >= :data:`MAX_CPU_ID`. This is the kernel's
+    own format (sysfs, /proc/self/status), not the user-facing core spec of :func:`parse_cpus`.
+    """
+    text = text.strip()
+    if not text:
+        return ()
+    out: set[int] = set()
+    for item in text.split(","):
+        m = _LIST_ITEM.fullmatch(item.strip())
+        if m is None:
+            raise ValueError(f"bad item {item!r}")
+        lo = int(m.group(1))
+        hi = int(m.group(2) or lo)
+        if hi < lo or hi >= MAX_CPU_ID:
+            raise ValueError(f"bad range {item!r}")
+        out.update(range(lo, hi + 1))
+    return tuple(sorted(out))
 
 
 def format_cpus(cpus: Iterable[int]) -> str:
@@ -164,7 +190,8 @@ def physical_cpus(cpus: Iterable[int], sysfs_root: str | os.PathLike[str] = "/sy
     for c in sorted(set(cpus)):
         topo = base / f"cpu{c}" / "topology"
         pkg, core = _read_int(topo / "physical_package_id"), _read_int(topo / "core_id")
-        key: tuple[object, ...] = (pkg, core) if pkg is not None and core is not None else ("cpu", c)
+        key: tuple[object, ...] = ((pkg, core) if pkg is not None and core is not None
+                                   else ("cpu", c))
         seen.setdefault(key, c)
     return tuple(sorted(seen.values()))
 
@@ -279,5 +306,5 @@ def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
 
 
 __all__ = ["CpuSpec", "CpuSpecError", "PlacementWarning", "GRAMMAR", "THREAD_ENV_VARS",
-           "parse_cpus", "format_cpus", "usable_cpus", "physical_cpus", "resolve_threads",
+           "MAX_CPU_ID", "parse_cpus", "parse_cpulist", "format_cpus", "usable_cpus", "physical_cpus", "resolve_threads",
            "set_affinity", "cap_threads_env", "cgroup_cpu_quota"]
