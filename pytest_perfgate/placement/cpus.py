@@ -306,5 +306,6 @@ def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
 
 
 __all__ = ["CpuSpec", "CpuSpecError", "PlacementWarning", "GRAMMAR", "THREAD_ENV_VARS",
-           "MAX_CPU_ID", "parse_cpus", "parse_cpulist", "format_cpus", "usable_cpus", "physical_cpus", "resolve_threads",
-           "set_affinity", "cap_threads_env", "cgroup_cpu_quota"]
+           "MAX_CPU_ID", "parse_cpus", "parse_cpulist", "format_cpus", "usable_cpus",
+           "physical_cpus", "resolve_threads", "set_affinity", "cap_threads_env",
+           "cgroup_cpu_quota"]

@@ -299,5 +299,5 @@ def read_numa_maps(pid: int | str = "self",
 
 __all__ = ["Node", "Topology", "discover", "MemPolicy", "get_mempolicy",
            "set_mempolicy", "bind_memory", "NumaMapsProof", "parse_numa_maps",
-           "read_numa_maps", "numa_split", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND", "MPOL_LOCAL",
-           "MPOL_INTERLEAVE", "MPOL_MODE_FLAGS", "MPOL_F_STATIC_NODES"]
+           "read_numa_maps", "numa_split", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND",
+           "MPOL_LOCAL", "MPOL_INTERLEAVE", "MPOL_MODE_FLAGS", "MPOL_F_STATIC_NODES"]
