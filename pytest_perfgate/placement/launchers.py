@@ -1,8 +1,8 @@
 """Plans and launchers behind the ``pinned_workers`` and ``numa_workers`` fixtures.
 
 Plain classes, usable from the asv suite or a script: each ``start()`` turns a user request
-into :class:`~pytest_perfgate.placement.workers.WorkerSpec` s, starts a WorkerGroup and remembers it,
-so ``close()`` (the fixture's teardown) stops every group even when the test failed.
+into :class:`~pytest_perfgate.placement.spec.WorkerSpec` s, starts a WorkerGroup and
+remembers it, so ``close()`` (the fixture's teardown) stops every group even when the test failed.
 Explicit requests (a core spec, a node list) are strict: unhonoured placement is an error.
 Automatic plans only warn.
 """
@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
-from pytest_perfgate.placement.workers import Timeouts, WorkerGroup, WorkerSpec
+from pytest_perfgate.placement.spec import WorkerSpec
+from pytest_perfgate.placement.workers import DEFAULT_TIMEOUTS, Timeouts, WorkerGroup
 
 
 def split_slices(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
@@ -35,7 +36,7 @@ def split_slices(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
 
 
 class _Launcher:
-    def __init__(self, timeouts: Timeouts = Timeouts()) -> None:
+    def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
         self.timeouts = timeouts
         self.groups: list[WorkerGroup] = []
 
@@ -91,7 +92,7 @@ class PinnedWorkers(_Launcher):
 class NumaWorkers(_Launcher):
     """``start(factory, total_batch=4096)``: one worker per usable NUMA node, batch split."""
 
-    def __init__(self, timeouts: Timeouts = Timeouts(), sysfs_root: str = "/sys",
+    def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS, sysfs_root: str = "/sys",
                  proc_root: str = "/proc") -> None:
         super().__init__(timeouts)
         self.sysfs_root, self.proc_root = sysfs_root, proc_root
@@ -119,7 +120,7 @@ class NumaWorkers(_Launcher):
             return [(None, tuple(usable), total_batch)]
         shares = _numa.numa_split(total_batch, [n.id for n in chosen])
         return [(n.id, tuple(c for c in n.cpus if c in set(usable)), share)
-                for n, share in zip(chosen, shares)]
+                for n, share in zip(chosen, shares, strict=True)]
 
     def start(self, factory: str | Callable[..., Callable[[], object]], *, total_batch: int,
               batch_kwarg: str = "num_envs", nodes: Sequence[int] | None = None,
