@@ -28,7 +28,7 @@ import enum
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (ISSUE 5 study)
 
@@ -95,16 +95,19 @@ class Verdict:
         return False
 
 
-def _t_sf(t: float, df: float) -> float:
-    from scipy import stats  # lazy: keep plugin import cheap
+def _t() -> Any:
+    """Student's t from scipy, imported on first use: the plugin import stays cheap."""
+    from scipy import stats  # type: ignore[import-untyped]
 
-    return float(stats.t.sf(t, df))
+    return stats.t
+
+
+def _t_sf(t: float, df: float) -> float:
+    return float(_t().sf(t, df))
 
 
 def _t_ppf(q: float, df: float) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(q, df))
+    return float(_t().ppf(q, df))
 
 
 def _run_noise(runs: Sequence[Sequence[float]]) -> tuple[float | None, int]:
@@ -200,24 +203,26 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
         p_fast = 0.0 if ev.log_ratio < 0 else 1.0
         ci, resolvable = (ratio, ratio), 0.0
     drop = 1 - ratio
-    common = dict(ratio=ratio, ci=ci, p_value=p_slow, resolvable=resolvable, evidence=ev)
+    def verdict(outcome: Outcome, message: str) -> Verdict:
+        return Verdict(outcome, message, ratio=ratio, ci=ci, p_value=p_slow,
+                       resolvable=resolvable, evidence=ev)
+
     where = _basis(ev)
     if p_slow < rule.alpha and drop > rule.threshold:
-        return Verdict(Outcome.REGRESSION,
+        return verdict(Outcome.REGRESSION,
                        f"throughput fell {drop:.1%} (threshold {rule.threshold:.0%}), "
-                       f"p={p_slow:.2g} {where}", **common)
+                       f"p={p_slow:.2g} {where}")
     if p_fast < rule.alpha and -drop > rule.threshold:
-        return Verdict(Outcome.IMPROVEMENT,
+        return verdict(Outcome.IMPROVEMENT,
                        f"throughput rose {-drop:.1%}, p={p_fast:.2g} {where}; "
-                       "the baseline will move up once this lands", **common)
+                       "the baseline will move up once this lands")
     if resolvable > rule.threshold:
-        return Verdict(Outcome.INCONCLUSIVE,
+        return verdict(Outcome.INCONCLUSIVE,
                        f"measured {_signed(drop)}, but the noise {where} can only resolve "
                        f"drops of {resolvable:.1%} or more, above the {rule.threshold:.0%} "
-                       f"threshold. {_advice(ev)}", **common)
-    return Verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
-                   f"{rule.threshold:.0%} threshold (resolves drops >= {resolvable:.1%})",
-                   **common)
+                       f"threshold. {_advice(ev)}")
+    return verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
+                   f"{rule.threshold:.0%} threshold (resolves drops >= {resolvable:.1%})")
 
 
 def _signed(drop: float) -> str:
