@@ -8,7 +8,7 @@ Two kinds of evidence feed the same decision:
 
 * history: the current run against the newest runs of the same machine. The unit of
   replication is the run: each run is summarised by the median of its windows, and the
-  spread between runs (which includes the machine's drift, FIELD-NOTES 7) sets the
+  spread between runs (which includes the machine's drift, docs/design.md §1) sets the
   uncertainty. Windows of one run are not independent samples of the machine's speed, so
   a run's own precision is estimated from how its two halves disagree, not from the
   window count (see ``history_evidence``).
@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (ISSUE 5 study)
+PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (docs/design.md §3)
 
 class Outcome(enum.Enum):
     OK = "OK"
@@ -171,7 +171,7 @@ def paired_evidence(base: Sequence[float], head: Sequence[float],
 
     The per-turn log ratios are summarised by their ``trim``-trimmed mean with the
     Tukey-McLaughlin (Yuen) standard error: a neighbour taking the core for one turn makes
-    that turn's ratio wild, and on a shared 2-vCPU runner (ISSUE 5 study, 90 trials) the
+    that turn's ratio wild, and on a shared 2-vCPU runner (90 trials, docs/design.md §3) the
     20% trimmed mean cut A/A false alarms from 2/50 to 0/50 while catching +5% in 8/10
     trials instead of 5/10. ``trim=0`` is the plain mean and t.
     """

@@ -23,7 +23,7 @@ from pytest_perfgate.placement.cpus import cgroup_cpu_quota as _cgroup_cpu_quota
 from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
 
 # Distributions whose version is recorded. "mujoco" 4.x is a meta-package over "mujoco-core",
-# which carries the physics (FIELD-NOTES 4): both are kept, the core decides the fingerprint.
+# which carries the physics (docs/design.md §7): both are kept, the core decides the fingerprint.
 VERSIONED = ("numpy", "torch", "mujoco", "mujoco-core", "asv", "scipy", "psutil",
              "pytest", "pytest-perfgate")
 FINGERPRINT_KEYS = ("machine", "cpu_model", "cpu_logical", "affinity", "cgroup_cpu_quota",
@@ -106,7 +106,7 @@ def _affinity(root: Path, live: bool) -> set[int] | None:
 def cgroup_cpu_quota(root: Path) -> float | None:
     """Effective cgroup CPU limit in CPUs under a (fake or real) filesystem root, or None.
 
-    cpu.max never shows up in the affinity mask (FIELD-NOTES 5), so a 2-CPU quota on a
+    cpu.max never shows up in the affinity mask (docs/design.md §4), so a 2-CPU quota on a
     64-CPU box is only visible here. The reading itself is :func:`cpus.cgroup_cpu_quota`.
     """
     q = _cgroup_cpu_quota(root / "sys/fs/cgroup", root / "proc/self/cgroup")

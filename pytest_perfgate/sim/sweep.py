@@ -1,6 +1,6 @@
 """Thread-scaling sweep: nthread x pinned/unpinned, measured interleaved, sizing rule marked.
 
-Why interleaved: this machine class drifts up to 1.5x over seconds (FIELD-NOTES 7), so
+Why interleaved: this machine class drifts up to 1.5x over seconds (docs/design.md §1), so
 configurations measured back to back compare the machine's moods, not the configurations.
 Here every configuration runs a short turn in rotation and we keep the medians of many
 turns; every pool steps the same held state, so each call does identical physics.
@@ -78,7 +78,7 @@ class SweepResult:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> str:
-        """The report, in the shape of the field notes' pool table."""
+        """The report, one row per (threads, pinned) configuration."""
         meta = self.metadata
         lines = [f"MuJoCo pool thread sweep: {meta.get('source', '?')}, {self.num_envs} envs x "
                  f"{self.frame_skip} substeps, usable CPUs {meta.get('usable_cpus', '?')}, "
