@@ -108,6 +108,7 @@ print(json.dumps({"after_plugin": after_plugin,
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_plugin_import_and_live_metadata_leave_heavy_modules_unimported() -> None:
     """In a fresh interpreter: numpy, torch, mujoco, asv, multiprocessing... stay unloaded
     after importing the plugin and collecting the live machine's metadata (versions come
