@@ -15,8 +15,8 @@ from pytest_perfgate.history.machine import describe_mismatch, fingerprint_field
 
 def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: str,
                     head_commit: str, is_ancestor: Callable[[set[str]], set[str]], n: int = 5,
-                    explicit_commit: str | None = None, exclude_run_id: str | None = None,
-                    include_dirty: bool = True) -> list[tuple[RunRecord, BenchResult]]:
+                    explicit_commit: str | None = None
+                    ) -> list[tuple[RunRecord, BenchResult]]:
     """The newest ``n`` runs (by started_at) that may serve as ``bench_name``'s baseline.
 
     Only runs on the same machine fingerprint that measured the benchmark count. By default
@@ -26,8 +26,7 @@ def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: 
     """
     if n < 1:
         raise ValueError(f"baseline size n={n} must be at least 1: use the default 5")
-    pool = [r for r in runs if r.fingerprint == fingerprint and bench_name in r.benchmarks
-            and r.run_id != exclude_run_id and (include_dirty or not r.dirty)]
+    pool = [r for r in runs if r.fingerprint == fingerprint and bench_name in r.benchmarks]
     if explicit_commit is not None:
         want = explicit_commit.strip().lower()
         if not want:

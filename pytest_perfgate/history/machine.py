@@ -17,7 +17,7 @@ import platform
 import re
 import socket
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from pytest_perfgate.placement.cpus import cgroup_cpu_quota as _cgroup_cpu_quota
 from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
@@ -164,9 +164,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def package_versions(get: Callable[[str], str | None] = _version) -> dict[str, str | None]:
+def package_versions() -> dict[str, str | None]:
     """Installed versions without importing anything (importing torch costs seconds)."""
-    return {name: get(name) for name in VERSIONED}
+    return {name: _version(name) for name in VERSIONED}
 
 
 def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike[str] = "/",
