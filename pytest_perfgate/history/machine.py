@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_perfgate.placement.cpus import cgroup_cpu_quota as _cgroup_cpu_quota
+from pytest_perfgate.placement.cgroup import cgroup_cpu_quota as _cgroup_cpu_quota
 from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
 
 # Distributions whose version is recorded. "mujoco" 4.x is a meta-package over "mujoco-core",
@@ -107,7 +107,8 @@ def cgroup_cpu_quota(root: Path) -> float | None:
     """Effective cgroup CPU limit in CPUs under a (fake or real) filesystem root, or None.
 
     cpu.max never shows up in the affinity mask (docs/design.md §4), so a 2-CPU quota on a
-    64-CPU box is only visible here. The reading itself is :func:`cpus.cgroup_cpu_quota`.
+    64-CPU box is only visible here. The reading itself is
+    :func:`pytest_perfgate.placement.cgroup.cgroup_cpu_quota`.
     """
     q = _cgroup_cpu_quota(root / "sys/fs/cgroup", root / "proc/self/cgroup")
     return round(q, 3) if q is not None else None

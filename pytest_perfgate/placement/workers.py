@@ -27,6 +27,7 @@ from typing import Any, NoReturn, Sequence
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement.cgroup import cgroup_cpu_quota
 from pytest_perfgate.placement.child import placed_like, worker_main
 from pytest_perfgate.placement.oom import OomWatch
 from pytest_perfgate.placement.spec import (Placement, WorkerSpec, placement_failure,
@@ -116,7 +117,7 @@ class WorkerGroup:
         if self._procs or self._closed:
             raise WorkerError("this WorkerGroup was already started; create a new one")
         usable = _cpus.usable_cpus()
-        self.notes = placement_notes(self.specs, usable, _cpus.cgroup_cpu_quota())
+        self.notes = placement_notes(self.specs, usable, cgroup_cpu_quota())
         self._oom = OomWatch.snapshot(s.node for s in self.specs if s.node is not None)
         for i, spec in enumerate(self.specs):
             try:
