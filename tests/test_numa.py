@@ -14,9 +14,10 @@ import pytest
 
 from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import PlacementWarning
+from pytest_perfgate.placement.launchers import numa_split
 from pytest_perfgate.placement.numa import (MPOL_BIND, MPOL_F_STATIC_NODES, MPOL_PREFERRED,
                                             MemPolicy, Node, bind_memory, discover,
-                                            get_mempolicy, numa_split, parse_numa_maps,
+                                            get_mempolicy, parse_numa_maps,
                                             set_mempolicy)
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux") or

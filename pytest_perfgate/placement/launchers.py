@@ -35,6 +35,21 @@ def split_slices(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
     return out
 
 
+def numa_split(total_batch: int, nodes: Sequence[int]) -> list[int]:
+    """Split a total batch evenly over one worker per node; indivisible is an error."""
+    n = len(nodes)
+    if isinstance(total_batch, bool) or not isinstance(total_batch, int) or total_batch < 1:
+        raise ValueError(f"total batch {total_batch!r}: pass a positive int")
+    if n < 1:
+        raise ValueError("numa_split needs at least one node")
+    if total_batch % n:
+        lo = total_batch - total_batch % n
+        raise ValueError(f"total batch size {total_batch} is not divisible by {n} workers "
+                         f"(one per NUMA node {_cpus.format_cpus(nodes)}): use a multiple of "
+                         f"{n}, e.g. {lo or n} or {lo + n}")
+    return [total_batch // n] * n
+
+
 class _Launcher:
     def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
         self.timeouts = timeouts
@@ -118,7 +133,7 @@ class NumaWorkers(_Launcher):
                 "no usable NUMA node found (no /sys/devices/system/node?): running one "
                 "worker without memory binding"), stacklevel=3)
             return [(None, tuple(usable), total_batch)]
-        shares = _numa.numa_split(total_batch, [n.id for n in chosen])
+        shares = numa_split(total_batch, [n.id for n in chosen])
         return [(n.id, tuple(c for c in n.cpus if c in set(usable)), share)
                 for n, share in zip(chosen, shares, strict=True)]
 
@@ -143,4 +158,4 @@ def _int_or_none(threads: int | str | None) -> int | None:
     return _cpus.resolve_threads(threads, ())
 
 
-__all__ = ["PinnedWorkers", "NumaWorkers", "split_slices"]
+__all__ = ["PinnedWorkers", "NumaWorkers", "split_slices", "numa_split"]

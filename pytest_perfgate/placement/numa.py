@@ -18,7 +18,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from pytest_perfgate.placement.cpus import PlacementWarning, format_cpus, parse_cpulist
 
@@ -231,21 +231,6 @@ def bind_memory(nodes: Iterable[int], mode: str = "bind") -> bool:
     return set_mempolicy(MemPolicy(modes[mode], 0, nodes))
 
 
-def numa_split(total_batch: int, nodes: Sequence[int]) -> list[int]:
-    """Split a total batch evenly over one worker per node; indivisible is an error."""
-    n = len(nodes)
-    if isinstance(total_batch, bool) or not isinstance(total_batch, int) or total_batch < 1:
-        raise ValueError(f"total batch {total_batch!r}: pass a positive int")
-    if n < 1:
-        raise ValueError("numa_split needs at least one node")
-    if total_batch % n:
-        lo = total_batch - total_batch % n
-        raise ValueError(f"total batch size {total_batch} is not divisible by {n} workers "
-                         f"(one per NUMA node {format_cpus(nodes)}): use a multiple of "
-                         f"{n}, e.g. {lo or n} or {lo + n}")
-    return [total_batch // n] * n
-
-
 # ---- proof of binding -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -299,5 +284,5 @@ def read_numa_maps(pid: int | str = "self",
 
 __all__ = ["Node", "Topology", "discover", "MemPolicy", "get_mempolicy",
            "set_mempolicy", "bind_memory", "NumaMapsProof", "parse_numa_maps",
-           "read_numa_maps", "numa_split", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND",
+           "read_numa_maps", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND",
            "MPOL_LOCAL", "MPOL_INTERLEAVE", "MPOL_MODE_FLAGS", "MPOL_F_STATIC_NODES"]
