@@ -13,6 +13,7 @@ import pytest
 
 from pytest_perfgate.core import files
 from pytest_perfgate.core.files import TMP_SUFFIX, atomic_write, sweep_stale_temps
+from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
 from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, asv_name
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
@@ -170,6 +171,21 @@ def test_corrupt_sidecars_are_skipped_with_one_warning_each(h: History) -> None:
                       "perfgate_format 99 (this version reads 1) (delete or move it to "
                       "silence this warning)")
     assert any("missing key 'run_id'" in m for m in messages)
+
+
+def test_one_name_rule_for_every_on_disk_name() -> None:
+    for ok in ("gh-runner_2.large", "_private", "a+b@c", "x" * 128):
+        assert safe_name(ok, "machine name", "ci-runner-4core") == ok
+    for bad in ("-lead", ".hidden", "a..b", "x" * 129, "a b", "é", 7):
+        with pytest.raises(ValueError):
+            safe_name(bad, "machine name", "ci-runner-4core")
+    with pytest.raises(ValueError) as exc:
+        safe_name("../../etc/x", "benchmark name", "name='humanoid_256'",
+                  shown="name='../../etc/x'")
+    assert str(exc.value) == (
+        "name='../../etc/x' is not a usable benchmark name: use 1-128 letters, digits, '.', "
+        "'_', '+', '@' or '-', starting with a letter, digit or '_', without '..', e.g. "
+        "name='humanoid_256'")
 
 
 def test_machine_and_run_names_cannot_leave_the_results_dir(tmp_path: Path) -> None:
