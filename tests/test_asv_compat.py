@@ -76,6 +76,7 @@ def test_results_dir_comes_from_asv_conf(asv_project: tuple[Path, str, str]) -> 
     assert data["results"][ASV_NAME][3] == 1000000  # started_at in ms
 
 
+@pytest.mark.slow  # runs asv in a subprocess
 def test_asv_compare_shows_slower_commit_as_worse(asv_project: tuple[Path, str, str]) -> None:
     repo, c1, c2 = asv_project
     proc = _run([sys.executable, "-m", "asv", "compare", c1, c2, "--machine", "ci-box",
@@ -91,6 +92,7 @@ def test_asv_compare_shows_slower_commit_as_worse(asv_project: tuple[Path, str, 
     assert "Error" not in proc.stderr and "Skipping" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # runs asv in a subprocess
 def test_asv_publish_builds_graphs_for_our_benchmarks(asv_project: tuple[Path, str, str]) -> None:
     repo, c1, c2 = asv_project
     proc = _run([sys.executable, "-m", "asv", "publish", "--no-pull",

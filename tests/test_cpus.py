@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.placement import cpus
-from pytest_perfgate.placement.cpus import (GRAMMAR, CpuSpecError, PlacementWarning, cap_threads_env,
-                                  cgroup_cpu_quota, format_cpus, parse_cpus, physical_cpus,
-                                  resolve_threads, set_affinity, usable_cpus)
+from pytest_perfgate.placement.cgroup import cgroup_cpu_quota
+from pytest_perfgate.placement.cpus import (GRAMMAR, MAX_CPU_ID, CpuSpecError, PlacementWarning,
+                                            cap_threads_env, format_cpus,
+                                            parse_cpulist, parse_cpus, physical_cpus,
+                                            resolve_threads, set_affinity, usable_cpus)
 
 EIGHT = tuple(range(8))
 
@@ -87,6 +89,15 @@ def test_spec_with_no_usable_core_is_an_error() -> None:
 
 def test_default_usable_set_is_the_affinity_mask() -> None:
     assert parse_cpus(list(usable_cpus())) == usable_cpus()
+
+
+def test_kernel_lists_parse_through_the_one_cpulist_parser() -> None:
+    assert parse_cpulist("0-2,8\n") == (0, 1, 2, 8)
+    assert parse_cpulist("\n") == ()
+    assert parse_cpulist(" 3 , 1-2,2") == (1, 2, 3)
+    for bad in ("1-0", "x", "0-99999999", f"0-{MAX_CPU_ID}", "1,,2", "-1", "0:3"):
+        with pytest.raises(ValueError):
+            parse_cpulist(bad)
 
 
 def test_format_cpus() -> None:

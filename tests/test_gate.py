@@ -44,7 +44,7 @@ def test_faster_is_improvement_and_passes() -> None:
 
 
 def test_drifting_history_is_inconclusive_not_a_guess() -> None:
-    noisy = runs([100, 130, 90, 120, 95], seed=1)  # the 1.5x drift of FIELD-NOTES 7
+    noisy = runs([100, 130, 90, 120, 95], seed=1)  # the 1.5x drift of docs/design.md §1
     v = evaluate(runs([108], seed=2)[0], noisy, Rule(threshold=0.05))
     assert v.outcome is Outcome.INCONCLUSIVE
     assert v.resolvable > 0.05

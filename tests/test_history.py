@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.history import store as hist
-from pytest_perfgate.history.store import (ASV_RESULT_COLUMNS, History, HistoryWarning, asv_name,
-                                     atomic_write, default_results_dir,
-                                     describe_other_fingerprints, select_baseline,
-                                     sweep_stale_temps, validate_path_name)
+from pytest_perfgate.core import files
+from pytest_perfgate.core.files import TMP_SUFFIX, atomic_write, sweep_stale_temps
+from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, asv_name
+from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
+from pytest_perfgate.history.files import HistoryWarning, default_results_dir, strip_comments
+from pytest_perfgate.history.store import History, validate_path_name
 
 META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2,
                         "python": "3.11.7", "arch": "x86_64", "system": "Linux", "kernel": "6.1",
@@ -118,7 +120,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_dies(
     def crash(src: str, dst: str) -> None:
         raise KeyboardInterrupt  # killed between write and rename
 
-    monkeypatch.setattr(hist.os, "replace", crash)
+    monkeypatch.setattr(files.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         atomic_write(target, b'{"new": 1}' * 1000)
     assert target.read_bytes() == b'{"old": 1}'
@@ -128,7 +130,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_dies(
 def test_record_crash_leaves_history_readable(h: History, monkeypatch: pytest.MonkeyPatch) -> None:
     h.record(run("r1"))
     before = (h.results_dir / "benchmarks.json").read_bytes()
-    monkeypatch.setattr(hist.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+    monkeypatch.setattr(files.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
     with pytest.raises(OSError):
         h.record(run("r2", C2, 200.0, benches=("walk", "jump")))
     monkeypatch.undo()
@@ -139,8 +141,8 @@ def test_record_crash_leaves_history_readable(h: History, monkeypatch: pytest.Mo
 
 
 def test_stale_temp_files_of_ours_are_swept(tmp_path: Path) -> None:
-    old = tmp_path / f".x.json.abc{hist.TMP_SUFFIX}"
-    fresh = tmp_path / f".y.json.def{hist.TMP_SUFFIX}"
+    old = tmp_path / f".x.json.abc{TMP_SUFFIX}"
+    fresh = tmp_path / f".y.json.def{TMP_SUFFIX}"
     foreign = tmp_path / ".someone-elses.tmp"
     for p in (old, fresh, foreign):
         p.write_text("partial")
@@ -171,17 +173,33 @@ def test_corrupt_sidecars_are_skipped_with_one_warning_each(h: History) -> None:
     assert any("missing key 'run_id'" in m for m in messages)
 
 
+def test_one_name_rule_for_every_on_disk_name() -> None:
+    for ok in ("gh-runner_2.large", "_private", "a+b@c", "x" * 128):
+        assert safe_name(ok, "machine name", "ci-runner-4core") == ok
+    for bad in ("-lead", ".hidden", "a..b", "x" * 129, "a b", "é", 7):
+        with pytest.raises(ValueError):
+            safe_name(bad, "machine name", "ci-runner-4core")
+    with pytest.raises(ValueError) as exc:
+        safe_name("../../etc/x", "benchmark name", "name='humanoid_256'",
+                  shown="name='../../etc/x'")
+    assert str(exc.value) == (
+        "name='../../etc/x' is not a usable benchmark name: use 1-128 letters, digits, '.', "
+        "'_', '+', '@' or '-', starting with a letter, digit or '_', without '..', e.g. "
+        "name='humanoid_256'")
+
+
 def test_machine_and_run_names_cannot_leave_the_results_dir(tmp_path: Path) -> None:
     for bad in ("../up", "a/b", "..", "", "x\x00y", " lead", "a" * 129):
         with pytest.raises(ValueError) as exc:
             History(tmp_path, bad)
         assert str(exc.value) == (
-            f"machine name {bad!r} cannot be used as a folder name under the results dir: use "
-            "1-128 letters, digits, '.', '_', '+', '@' or '-', starting with a letter or digit "
-            "(e.g. 'ci-runner-4core')")
+            f"{bad!r} is not a usable machine name: use 1-128 letters, digits, '.', '_', '+', "
+            "'@' or '-', starting with a letter, digit or '_', without '..', e.g. "
+            "ci-runner-4core")
     assert validate_path_name("gh-runner_2.large") == "gh-runner_2.large"
     h = History(tmp_path / "r", "box")
-    with pytest.raises(ValueError, match=r"^run id '\.\./x' cannot be used as a file name"):
+    with pytest.raises(ValueError,
+                       match=r"^'\.\./x' is not a usable run id: .*, e.g. 20240101T120000-ab12cd$"):
         h.record(run("../x"))
     with pytest.raises(ValueError) as exc:
         History(tmp_path / "r", "other").record(run("r1"))
@@ -223,7 +241,7 @@ def test_default_results_dir(tmp_path: Path) -> None:
 
 def test_comment_stripper_fallback_keeps_strings() -> None:
     text = '{"url": "http://x//y", /* c */ "a": 1 // end\n}'
-    assert json.loads(hist._strip_comments(text)) == {"url": "http://x//y", "a": 1}
+    assert json.loads(strip_comments(text)) == {"url": "http://x//y", "a": 1}
 
 
 class Ancestry:
@@ -245,9 +263,6 @@ def test_baseline_is_newest_n_same_fingerprint_ancestors() -> None:
     assert [r.run_id for r, _ in got] == ["d", "c", "b"]
     assert all(b is r.benchmarks["walk"] for r, b in got)
     assert anc.calls == [{C1, C2, SIDE}]  # asked once; HEAD itself needs no question
-    got = select_baseline(runs, "walk", fingerprint="fpA", head_commit=C3, is_ancestor=anc,
-                          exclude_run_id="d", include_dirty=False)
-    assert [r.run_id for r, _ in got] == ["c", "b", "a"]
     assert select_baseline(runs, "jump", fingerprint="fpA", head_commit=C3, is_ancestor=anc) == []
 
 

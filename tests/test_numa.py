@@ -14,9 +14,11 @@ import pytest
 
 from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import PlacementWarning
-from pytest_perfgate.placement.numa import (MPOL_BIND, MPOL_F_STATIC_NODES, MPOL_PREFERRED, MemPolicy,
-                                  Node, bind_memory, discover, get_mempolicy, numa_split,
-                                  parse_list, parse_numa_maps, set_mempolicy)
+from pytest_perfgate.placement.launchers import numa_split
+from pytest_perfgate.placement.numa import (MPOL_BIND, MPOL_F_STATIC_NODES, MPOL_PREFERRED,
+                                            MemPolicy, Node, bind_memory, discover,
+                                            get_mempolicy, parse_numa_maps,
+                                            set_mempolicy)
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux") or
                                 platform.machine() not in ("x86_64", "aarch64"),
@@ -80,14 +82,6 @@ def test_missing_online_and_has_memory_fall_back_to_dirs_and_meminfo(tmp_path: P
     (base / "node1/meminfo").write_text("Node 1 MemTotal:           0 kB\n")
     topo = discover(sysfs, proc)
     assert [(n.id, n.has_memory) for n in topo.nodes] == [(0, True), (1, False)]
-
-
-def test_parse_list() -> None:
-    assert parse_list("0-2,8\n") == (0, 1, 2, 8)
-    assert parse_list("\n") == ()
-    for bad in ("1-0", "x", "0-99999999"):
-        with pytest.raises(ValueError):
-            parse_list(bad)
 
 
 def test_numa_split() -> None:

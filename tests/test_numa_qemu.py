@@ -92,7 +92,7 @@ def qemu_command(qemu: str, kernel: str, initrd: str) -> list[str]:
     cmd = [qemu, "-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
            "-m", f"{total}M", "-smp", f"{sum(len(c) for _, c, _ in NODES)},"
            f"sockets={sum(len(c) for _, c, _ in NODES)},cores=1,threads=1"]
-    for nid, cpus, mib in NODES:
+    for nid, _cpus, mib in NODES:
         if mib:
             cmd += ["-object", f"memory-backend-ram,id=mem{nid},size={mib}M",
                     "-numa", f"node,nodeid={nid},memdev=mem{nid}"]

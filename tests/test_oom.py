@@ -10,7 +10,8 @@ from pytest_perfgate.placement.oom import (NodeMemory, OomWatch, kernel_oom_line
 KMSG = """\
 6,1,0,-;Command line: console=ttyS0
 4,812,9812801,-;oom-kill:constraint=CONSTRAINT_MEMORY_POLICY,nodemask=4,cpuset=/,mems_allowed=0-4,global_oom,task_memcg=/,task=python3.11,pid=131,uid=0
-3,813,9812802,-;Out of memory: Killed process 131 (python3.11) total-vm:54448kB, anon-rss:38540kB, file-rss:4kB, shmem-rss:7420kB
+3,813,9812802,-;Out of memory: Killed process 131 (python3.11) total-vm:54448kB, \
+anon-rss:38540kB, file-rss:4kB, shmem-rss:7420kB
  SUBSYSTEM=memory
 3,814,9812803,-;Out of memory: Killed process 1312 (other) total-vm:1kB
 """
@@ -106,8 +107,8 @@ def test_an_ordinary_kill_is_not_called_an_oom_kill(tmp_path: Path) -> None:
                               kmsg=str(tmp_path / "kmsg"))
     assert watch.explain(1, 500, "the window", 1, "preferred") == (
         "worker 1 (pid 500) was killed by SIGKILL during the window on node 1, mempolicy "
-        "preferred (256 MiB, 195 MiB free before the start): the workload crashed or something killed "
-        "it (the kernel logged no OOM kill of it, so an OOM kill cannot be told apart from "
+        "preferred (256 MiB, 195 MiB free before the start): the workload crashed or something "
+        "killed it (the kernel logged no OOM kill of it, so an OOM kill cannot be told apart from "
         "another kill)")
     closed = OomWatch.snapshot([], cgroup_root=str(tmp_path / "none"),
                                kmsg=str(tmp_path / "absent"))

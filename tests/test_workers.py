@@ -17,18 +17,25 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+import ctypes
+import errno
+
 import psutil
 import pytest
 
-from pytest_perfgate.placement import cpus as _cpus
-from pytest_perfgate.placement.launchers import NumaWorkers, PinnedWorkers, split_slices
 from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.timing import phase
-from pytest_perfgate.placement.workers import (Placement, PlacementError, Timeouts, WorkerCrashed,
-                                     WorkerError, WorkerGroup, WorkerSpec, WorkerTimeout,
-                                     placement_notes, render_placement)
+from pytest_perfgate.placement import child
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement.launchers import NumaWorkers, PinnedWorkers, split_slices
+from pytest_perfgate.placement.spec import (Placement, WorkerSpec, placement_failure,
+                                            placement_line, placement_notes, render_placement,
+                                            worker_warnings)
+from pytest_perfgate.placement.workers import (PlacementError, Timeouts, WorkerCrashed,
+                                               WorkerError, WorkerGroup, WorkerTimeout)
 
 FAST = Timeouts(start=60.0, step=5.0, stop=2.0, term=1.0)
+slow = pytest.mark.slow  # spawns worker processes
 HERE = Path(__file__).parent
 
 
@@ -107,17 +114,26 @@ def two_cpus() -> tuple[int, int]:
 
 
 # ---- the happy path --------------------------------------------------------------------------
+@slow
 def test_pinned_group_measures_synchronised_windows() -> None:
     a, b = two_cpus()
-    specs = [WorkerSpec(spin, cpus=(a,), transitions=4), WorkerSpec(spin, cpus=(b,), transitions=4)]
+    specs = [WorkerSpec(spin, cpus=(a,), transitions=4),
+             WorkerSpec(spin, cpus=(b,), transitions=4)]
     with WorkerGroup(specs, FAST) as g:
+        t0 = time.monotonic()
         w = g.run_window(0.3)
-        assert w.wall_s == 0.3
-        assert w.calls > 10 and w.transitions == 4 * w.calls
+        span = time.monotonic() - t0
+        assert span >= 0.3  # the replies came after the whole window, not before its end
+        assert w.streams == 2 and w.transitions == 4 * w.calls
+        # Each call spins >= 0.5 ms and only calls finishing inside the window count: at
+        # most 600 per worker (+1 straddling the start), at least some on a loaded machine.
+        assert 10 < w.calls <= 2 * (600 + 1), w.calls
         assert w.phases["physics"].calls == w.calls  # phases cover exactly the counted calls
         assert 0 < w.cpu_s < 2 * 0.3 * 1.5  # two busy workers, never more than ~2 cores
         assert [p.actual_cpus for p in g.placements] == [(a,), (b,)]
         assert all(p.verified and p.pinned for p in g.placements)
+        # PR_SET_PDEATHSIG took (prctl returned 0): no worker reports an orphan risk.
+        assert [p.warnings for p in g.placements] == [(), ()] and g.notes == []
         lat = g.latency(5)
         assert [len(x) for x in lat] == [5, 5] and all(t > 0 for x in lat for t in x)
         m = Meter(MeasureConfig.smoke()).measure(g)
@@ -130,6 +146,7 @@ def test_pinned_group_measures_synchronised_windows() -> None:
     assert g.exitcodes == [0, 0]  # stopped politely, not killed
 
 
+@slow
 def test_thread_cap_reaches_the_worker_and_parent_is_restored() -> None:
     a, b = two_cpus()
     aff, env = os.sched_getaffinity(0), os.environ.get("OMP_NUM_THREADS")
@@ -139,12 +156,14 @@ def test_thread_cap_reaches_the_worker_and_parent_is_restored() -> None:
     assert os.sched_getaffinity(0) == aff and os.environ.get("OMP_NUM_THREADS") == env
 
 
+@slow
 def test_factory_by_module_string() -> None:
     with WorkerGroup([WorkerSpec("test_workers:spin", kwargs={"ms": 0.1})], FAST) as g:
         assert g.run_window(0.1).calls > 0
     assert "unpinned" in g.notes[0]
 
 
+@slow
 def test_memory_bound_worker_proves_its_pages_landed_on_the_node() -> None:
     from pytest_perfgate.placement import numa
 
@@ -162,6 +181,7 @@ def test_memory_bound_worker_proves_its_pages_landed_on_the_node() -> None:
 
 
 # ---- failures ---------------------------------------------------------------------------------
+@slow
 def test_exception_in_setup_carries_the_worker_traceback() -> None:
     g = WorkerGroup([WorkerSpec(spin), WorkerSpec(boom_in_setup)], FAST)
     with pytest.raises(WorkerError) as info:
@@ -173,6 +193,7 @@ def test_exception_in_setup_carries_the_worker_traceback() -> None:
     assert 'raise ValueError("boom in setup")' in (info.value.worker_traceback or "")
 
 
+@slow
 def test_os_exit_in_setup_is_a_crash_with_its_exit_code() -> None:
     g = WorkerGroup([WorkerSpec(exit_in_setup)], FAST)
     with pytest.raises(WorkerCrashed) as info:
@@ -182,6 +203,7 @@ def test_os_exit_in_setup_is_a_crash_with_its_exit_code() -> None:
                                "3; the workload crashed or was killed")
 
 
+@slow
 def test_sigkill_mid_window_is_detected_promptly() -> None:
     with WorkerGroup([WorkerSpec(spin), WorkerSpec(spin)], FAST) as g:
         pid = g.pids[1]
@@ -204,6 +226,7 @@ def test_sigkill_mid_window_is_detected_promptly() -> None:
     assert "OOM killer" not in msg
 
 
+@slow
 def test_hang_in_setup_times_out_then_is_killed() -> None:
     g = WorkerGroup([WorkerSpec(hang_in_setup)], Timeouts(start=2.0, stop=0.5, term=1.0))
     with pytest.raises(WorkerTimeout) as info:
@@ -214,6 +237,7 @@ def test_hang_in_setup_times_out_then_is_killed() -> None:
     assert g.exitcodes == [-signal.SIGTERM]
 
 
+@slow
 def test_hang_mid_window_times_out() -> None:
     with WorkerGroup([WorkerSpec(spin), WorkerSpec(hang_in_step)],
                      Timeouts(step=1.0, stop=0.5, term=1.0)) as g:
@@ -224,6 +248,7 @@ def test_hang_mid_window_times_out() -> None:
     assert g.exitcodes == [0, -signal.SIGTERM]
 
 
+@slow
 def test_worker_ignoring_sigterm_is_killed() -> None:
     with WorkerGroup([WorkerSpec(hang_in_step, kwargs={"ignore_sigterm": True})],
                      Timeouts(step=1.0, stop=0.5, term=0.5)) as g:
@@ -232,6 +257,7 @@ def test_worker_ignoring_sigterm_is_killed() -> None:
     assert g.exitcodes == [-signal.SIGKILL]
 
 
+@slow
 def test_exception_mid_window_carries_the_traceback() -> None:
     with WorkerGroup([WorkerSpec(boom_in_step)], FAST) as g:
         with pytest.raises(WorkerError) as info:
@@ -252,6 +278,7 @@ def test_unpicklable_spec_is_refused_before_spawning() -> None:
     assert g.pids == []
 
 
+@slow
 def test_unimportable_factory_names_it() -> None:
     g = WorkerGroup([WorkerSpec("no_such_module_xyz:make")], FAST)
     with pytest.raises(WorkerError) as info:
@@ -261,6 +288,7 @@ def test_unimportable_factory_names_it() -> None:
         "'no_such_module_xyz' (in start (importing factory 'no_such_module_xyz:make'))")
 
 
+@slow
 def test_factory_returning_a_non_callable() -> None:
     with pytest.raises(WorkerError) as info:
         WorkerGroup([WorkerSpec(not_a_step)], FAST).start()
@@ -280,6 +308,7 @@ def test_spec_validation_messages() -> None:
     assert str(info.value) == "mempolicy='local': use 'bind', 'preferred' or 'interleave'"
 
 
+@slow
 def test_workers_die_with_their_parent(tmp_path: Path) -> None:
     # Workers hung inside step() never read their pipe: only PR_SET_PDEATHSIG can end them.
     script = textwrap.dedent(f"""
@@ -320,17 +349,54 @@ def _running(pid: int) -> bool:
 
 # ---- placement report and plans (no processes) -------------------------------------------
 def test_placement_failure_is_an_error_when_explicit() -> None:
-    from pytest_perfgate.placement.workers import _placement_failure
-
     p = Placement(0, 11, (2, 3), (0, 1, 2, 3), False, 1, "default", False, 2)
-    assert _placement_failure(p) == "requested CPUs 2-3 but runs on 0-3"
+    assert placement_failure(p) == "requested CPUs 2-3 but runs on 0-3"
     assert not p.verified
     assert render_placement([p]) == ["worker 0 pid 11: cpus 2-3 -> 0-3, node 1, mempolicy "
                                      "default, threads 2: NOT verified"]
     q = Placement(1, 12, None, (0,), False, 1, "default", False, None)
-    assert _placement_failure(q) == ("requested memory policy on node 1 but the policy is "
+    assert placement_failure(q) == ("requested memory policy on node 1 but the policy is "
                                       "default")
     assert issubclass(PlacementError, WorkerError)
+
+
+class FakeLibc:
+    def __init__(self, rc: int, err: int = 0) -> None:
+        self.rc, self.err = rc, err
+        self.calls: list[tuple[int, ...]] = []
+
+    def prctl(self, *args: int) -> int:
+        self.calls.append(args)
+        ctypes.set_errno(self.err)
+        return self.rc
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_failed_pdeathsig_is_reported_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    ok = FakeLibc(0)
+    monkeypatch.setattr(child, "_libc", lambda: ok)
+    assert child._die_with_parent(os.getppid()) is None
+    assert ok.calls == [(child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)]
+    monkeypatch.setattr(child, "_libc", lambda: FakeLibc(-1, errno.EPERM))
+    refused = child._die_with_parent(os.getppid())
+    assert refused == ("prctl(PR_SET_PDEATHSIG) failed (Operation not permitted): this worker "
+                       "is not killed with its parent; a killed parent can leave it running "
+                       "if it hangs inside step()")
+    monkeypatch.setattr(child, "_libc", lambda: object())  # a libc without prctl
+    missing = child._die_with_parent(os.getppid())
+    assert missing is not None and missing.startswith("prctl is unavailable (")
+    # The ready reply carries it; the parent reports it with the placement.
+    p = Placement(0, 11, None, (0,), False, None, None, None, None, warnings=[refused])
+    assert p.warnings == (refused,)
+    notes = worker_warnings([p])
+    assert notes == [f"worker 0: {refused}"]
+    assert render_placement([p], notes)[1] == f"warning: worker 0: {refused}"
+
+
+def test_placement_line_renders_the_stored_form() -> None:
+    p = Placement(2, 7, None, (0, 1), False, None, None, None, None)
+    assert placement_line(p.as_dict()) == ("worker 2 pid 7: cpus unpinned -> 0-1, node -, "
+                                           "mempolicy -, threads -: verified")
 
 
 def test_placement_notes_render() -> None:
@@ -390,6 +456,7 @@ def test_numa_plan_without_numa_runs_one_unbound_worker(tmp_path: Path) -> None:
                                    "running one worker without memory binding")
 
 
+@slow
 def test_launchers_start_and_always_clean_up() -> None:
     a, b = two_cpus()
     with PinnedWorkers(FAST) as pinned, NumaWorkers(FAST) as per_node:
@@ -402,6 +469,7 @@ def test_launchers_start_and_always_clean_up() -> None:
     assert g.exitcodes and h.exitcodes  # both closed by the launchers
 
 
+@slow
 def test_fixture_cleans_up_after_a_failing_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_inner=f"""
         import sys
@@ -419,6 +487,7 @@ def test_fixture_cleans_up_after_a_failing_test(pytester: pytest.Pytester) -> No
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@slow
 def test_explicit_placement_that_cannot_be_honoured_is_an_error() -> None:
     # CPU 999 passes WorkerSpec (no parsing there) but the kernel refuses it.
     g = WorkerGroup([WorkerSpec(spin, cpus=(999,))], FAST)
@@ -429,16 +498,18 @@ def test_explicit_placement_that_cannot_be_honoured_is_an_error() -> None:
         "pass cpus=None / node=None to run unplaced, or fix the request")
 
 
+@slow
 def test_automatic_placement_that_fails_only_warns() -> None:
     with pytest.warns(_cpus.PlacementWarning) as rec:
         with WorkerGroup([WorkerSpec(spin, cpus=(999,), strict=False)], FAST) as g:
             assert not g.placements[0].verified
-            assert g.run_window(0.05).wall_s == 0.05
+            assert g.run_window(0.05).calls > 0
     msg = f"worker 0: requested CPUs 999 but runs on {_cpus.format_cpus(_cpus.usable_cpus())}"
     assert [str(w.message) for w in rec] == [msg]
     assert msg in g.notes and f"warning: {msg}" in g.report_lines()
 
 
+@slow
 def test_group_misuse_messages() -> None:
     g = WorkerGroup([WorkerSpec(spin)], FAST)
     with g:

@@ -8,7 +8,7 @@ Two kinds of evidence feed the same decision:
 
 * history: the current run against the newest runs of the same machine. The unit of
   replication is the run: each run is summarised by the median of its windows, and the
-  spread between runs (which includes the machine's drift, FIELD-NOTES 7) sets the
+  spread between runs (which includes the machine's drift, docs/design.md §1) sets the
   uncertainty. Windows of one run are not independent samples of the machine's speed, so
   a run's own precision is estimated from how its two halves disagree, not from the
   window count (see ``history_evidence``).
@@ -28,9 +28,9 @@ import enum
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
-PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (ISSUE 5 study)
+PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (docs/design.md §3)
 
 class Outcome(enum.Enum):
     OK = "OK"
@@ -95,16 +95,19 @@ class Verdict:
         return False
 
 
-def _t_sf(t: float, df: float) -> float:
-    from scipy import stats  # lazy: keep plugin import cheap
+def _t() -> Any:
+    """Student's t from scipy, imported on first use: the plugin import stays cheap."""
+    from scipy import stats  # type: ignore[import-untyped]
 
-    return float(stats.t.sf(t, df))
+    return stats.t
+
+
+def _t_sf(t: float, df: float) -> float:
+    return float(_t().sf(t, df))
 
 
 def _t_ppf(q: float, df: float) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(q, df))
+    return float(_t().ppf(q, df))
 
 
 def _run_noise(runs: Sequence[Sequence[float]]) -> tuple[float | None, int]:
@@ -168,7 +171,7 @@ def paired_evidence(base: Sequence[float], head: Sequence[float],
 
     The per-turn log ratios are summarised by their ``trim``-trimmed mean with the
     Tukey-McLaughlin (Yuen) standard error: a neighbour taking the core for one turn makes
-    that turn's ratio wild, and on a shared 2-vCPU runner (ISSUE 5 study, 90 trials) the
+    that turn's ratio wild, and on a shared 2-vCPU runner (90 trials, docs/design.md §3) the
     20% trimmed mean cut A/A false alarms from 2/50 to 0/50 while catching +5% in 8/10
     trials instead of 5/10. ``trim=0`` is the plain mean and t.
     """
@@ -177,7 +180,7 @@ def paired_evidence(base: Sequence[float], head: Sequence[float],
                          f"{len(base)} base and {len(head)} head")
     if not 0 <= trim < 0.5:
         raise ValueError(f"trim={trim!r} must be in [0, 0.5), e.g. 0.2")
-    diffs = sorted(math.log(h / b) for b, h in zip(base, head))
+    diffs = sorted(math.log(h / b) for b, h in zip(base, head, strict=True))
     n = len(diffs)
     g = int(trim * n)
     core = diffs[g:n - g]
@@ -200,24 +203,26 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
         p_fast = 0.0 if ev.log_ratio < 0 else 1.0
         ci, resolvable = (ratio, ratio), 0.0
     drop = 1 - ratio
-    common = dict(ratio=ratio, ci=ci, p_value=p_slow, resolvable=resolvable, evidence=ev)
+    def verdict(outcome: Outcome, message: str) -> Verdict:
+        return Verdict(outcome, message, ratio=ratio, ci=ci, p_value=p_slow,
+                       resolvable=resolvable, evidence=ev)
+
     where = _basis(ev)
     if p_slow < rule.alpha and drop > rule.threshold:
-        return Verdict(Outcome.REGRESSION,
+        return verdict(Outcome.REGRESSION,
                        f"throughput fell {drop:.1%} (threshold {rule.threshold:.0%}), "
-                       f"p={p_slow:.2g} {where}", **common)
+                       f"p={p_slow:.2g} {where}")
     if p_fast < rule.alpha and -drop > rule.threshold:
-        return Verdict(Outcome.IMPROVEMENT,
+        return verdict(Outcome.IMPROVEMENT,
                        f"throughput rose {-drop:.1%}, p={p_fast:.2g} {where}; "
-                       "the baseline will move up once this lands", **common)
+                       "the baseline will move up once this lands")
     if resolvable > rule.threshold:
-        return Verdict(Outcome.INCONCLUSIVE,
+        return verdict(Outcome.INCONCLUSIVE,
                        f"measured {_signed(drop)}, but the noise {where} can only resolve "
                        f"drops of {resolvable:.1%} or more, above the {rule.threshold:.0%} "
-                       f"threshold. {_advice(ev)}", **common)
-    return Verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
-                   f"{rule.threshold:.0%} threshold (resolves drops >= {resolvable:.1%})",
-                   **common)
+                       f"threshold. {_advice(ev)}")
+    return verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
+                   f"{rule.threshold:.0%} threshold (resolves drops >= {resolvable:.1%})")
 
 
 def _signed(drop: float) -> str:

@@ -1,6 +1,6 @@
 """Whole-machine CPU load from /proc/stat, to flag windows polluted by outside work.
 
-Note (FIELD-NOTES section 7): the machine-speed drift seen on shared hosts does not show up
+Note (docs/design.md §1): the machine-speed drift seen on shared hosts does not show up
 here; this guard catches only load inside our own machine (another job on the runner).
 """
 

@@ -2,7 +2,7 @@
 
 A *run* is one session of the suite on one machine at one commit; it holds one
 :class:`BenchResult` per benchmark. The run, not the window, is the unit the gate
-replicates over (FIELD-NOTES section 7).
+replicates over (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -17,18 +17,17 @@ import platform
 import re
 import socket
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from pytest_perfgate.placement.cpus import cgroup_cpu_quota as _cgroup_cpu_quota
-from pytest_perfgate.placement.cpus import format_cpus
+from pytest_perfgate.placement.cgroup import cgroup_cpu_quota as _cgroup_cpu_quota
+from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
 
 # Distributions whose version is recorded. "mujoco" 4.x is a meta-package over "mujoco-core",
-# which carries the physics (FIELD-NOTES 4): both are kept, the core decides the fingerprint.
+# which carries the physics (docs/design.md §7): both are kept, the core decides the fingerprint.
 VERSIONED = ("numpy", "torch", "mujoco", "mujoco-core", "asv", "scipy", "psutil",
              "pytest", "pytest-perfgate")
 FINGERPRINT_KEYS = ("machine", "cpu_model", "cpu_logical", "affinity", "cgroup_cpu_quota",
                     "numa_nodes", "python", "mujoco", "numpy", "torch")
-MAX_CPU_ID = 1 << 16  # ids beyond this in a cpulist are garbage, not CPUs (FIELD-NOTES 5)
 
 
 def _read(root: Path, rel: str) -> str | None:
@@ -39,28 +38,14 @@ def _read(root: Path, rel: str) -> str | None:
         return None
 
 
-def parse_cpulist(text: str | None) -> set[int] | None:
-    """Kernel cpulist ("0-3,7") to a set; None when malformed. Bounded: never enumerates
-    a huge range."""
+def _cpus(text: str | None) -> set[int] | None:
+    """A kernel cpulist read from a file as a set; None when missing or malformed."""
     if text is None:
         return None
-    text = text.strip()
-    if not text:
-        return set()
-    cpus: set[int] = set()
-    for part in text.split(","):
-        lo_s, sep, hi_s = part.strip().partition("-")
-        try:
-            lo, hi = int(lo_s), int(hi_s) if sep else int(lo_s)
-        except ValueError:
-            return None
-        if lo < 0 or hi < lo or hi >= MAX_CPU_ID:
-            return None
-        cpus.update(range(lo, hi + 1))
-    return cpus
-
-
-format_cpulist = format_cpus  # kernel compact form: {0,1,2,5} -> "0-2,5"
+    try:
+        return set(parse_cpulist(text))
+    except ValueError:
+        return None
 
 
 def _cpuinfo(root: Path) -> list[dict[str, str]]:
@@ -97,7 +82,7 @@ def _physical_cores(root: Path, blocks: list[dict[str, str]]) -> int | None:
         cpu_dirs = []
     for d in cpu_dirs:
         sib = _read(d, "topology/core_cpus_list") or _read(d, "topology/thread_siblings_list")
-        if sib and parse_cpulist(sib) is not None:
+        if sib and _cpus(sib) is not None:
             groups.add(sib.strip())
     if groups:
         return len(groups)
@@ -114,15 +99,16 @@ def _affinity(root: Path, live: bool) -> set[int] | None:
             pass
     for line in (_read(root, "proc/self/status") or "").splitlines():
         if line.startswith("Cpus_allowed_list:"):
-            return parse_cpulist(line.split(":", 1)[1])
+            return _cpus(line.split(":", 1)[1])
     return None
 
 
 def cgroup_cpu_quota(root: Path) -> float | None:
     """Effective cgroup CPU limit in CPUs under a (fake or real) filesystem root, or None.
 
-    cpu.max never shows up in the affinity mask (FIELD-NOTES 5), so a 2-CPU quota on a
-    64-CPU box is only visible here. The reading itself is :func:`cpus.cgroup_cpu_quota`.
+    cpu.max never shows up in the affinity mask (docs/design.md §4), so a 2-CPU quota on a
+    64-CPU box is only visible here. The reading itself is
+    :func:`pytest_perfgate.placement.cgroup.cgroup_cpu_quota`.
     """
     q = _cgroup_cpu_quota(root / "sys/fs/cgroup", root / "proc/self/cgroup")
     return round(q, 3) if q is not None else None
@@ -179,9 +165,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def package_versions(get: Callable[[str], str | None] = _version) -> dict[str, str | None]:
+def package_versions() -> dict[str, str | None]:
     """Installed versions without importing anything (importing torch costs seconds)."""
-    return {name: get(name) for name in VERSIONED}
+    return {name: _version(name) for name in VERSIONED}
 
 
 def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike[str] = "/",
@@ -197,8 +183,8 @@ def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike
     blocks = _cpuinfo(base)
     logical = os.cpu_count() if live else None
     if logical is None:
-        logical = parse_cpulist(_read(base, "sys/devices/system/cpu/online"))
-        logical = len(logical) if logical else (len(blocks) or None)
+        online = _cpus(_read(base, "sys/devices/system/cpu/online"))
+        logical = len(online) if online else (len(blocks) or None)
     physical = _physical_cores(base, blocks)
     affinity = _affinity(base, live)
     smt_active = _read(base, "sys/devices/system/cpu/smt/active")
@@ -213,7 +199,7 @@ def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike
         "cpu_physical": physical,
         "smt": smt,
         "numa_nodes": _numa_nodes(base),
-        "affinity": format_cpulist(affinity) if affinity else None,
+        "affinity": format_cpus(affinity) if affinity else None,
         "affinity_count": len(affinity) if affinity else None,
         "cgroup_cpu_quota": cgroup_cpu_quota(base),
         "governor": _governor(base),

@@ -29,15 +29,37 @@ from pytest_perfgate.core.timing import PhaseRecorder, activate
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this worker when the parent thread that spawned it exits (Linux only)."""
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent(parent_pid: int) -> str | None:
+    """Have the kernel SIGKILL this worker when the parent thread that spawned it exits.
+
+    Linux only (PR_SET_PDEATHSIG, docs/design.md §5). prctl's return value is checked: when
+    the guard cannot be set (prctl refused, e.g. by a seccomp profile, or missing from libc)
+    the reason is returned, the worker carries it in its ready reply and the parent shows it
+    as a placement warning. The worker still runs: between commands it polls its pipe and
+    exits when the parent is gone, so only a worker stuck inside ``step()`` could outlive a
+    killed parent, and the warning says so. None means the guard is in place (or, off
+    Linux, that there is none to set).
+    """
+    problem = None
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-        except (OSError, AttributeError):
-            pass
+            rc = _libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            err = ctypes.get_errno() if rc != 0 else 0
+        except (OSError, AttributeError) as exc:
+            rc, err = -1, 0
+            problem = f"prctl is unavailable ({exc})"
+        if rc != 0 and problem is None:
+            problem = f"prctl(PR_SET_PDEATHSIG) failed ({os.strerror(err) if err else rc})"
+        if problem is not None:
+            problem += (": this worker is not killed with its parent; a killed parent can "
+                        "leave it running if it hangs inside step()")
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+    return problem
 
 
 def _place(cpus: tuple[int, ...] | None, node: int | None, mempolicy: str,
@@ -138,7 +160,8 @@ def _send(conn: Any, tag: str, body: dict[str, Any]) -> None:
 
 
 class placed_like:
-    """Give the calling (parent) thread a worker's affinity, mempolicy and thread env; restore after.
+    """Give the calling (parent) thread a worker's affinity, mempolicy and thread env, then
+    restore them.
 
     Affinity and memory policy are per thread and inherited through fork+exec, so the spawn
     child starts placed before its interpreter imports anything.
@@ -178,12 +201,13 @@ class placed_like:
 def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: int,
                 parent_pid: int) -> None:
     """Entry point of a spawn worker: place, build, then serve window/steps/proof/stop."""
-    _die_with_parent(parent_pid)
+    orphan_risk = _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     stage = "start"
     try:
         info = _place(*placement)
         info["index"] = index
+        info["warnings"] = [orphan_risk] if orphan_risk else []
         stage = "start (loading the WorkerSpec)"
         spec = pickle.loads(payload)
         stage = f"start (importing factory {spec.factory!r})"

@@ -25,6 +25,10 @@ THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                    "BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 _ITEM = re.compile(r"([0-9]+)(?:\s*([-:])\s*([0-9]+))?", re.ASCII)
+_LIST_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
+# Ids at or beyond this in a kernel list are corruption, not CPUs or nodes: a list is never
+# enumerated past it (docs/design.md §4).
+MAX_CPU_ID = 1 << 16
 
 
 class CpuSpecError(ValueError):
@@ -73,6 +77,28 @@ def _intervals(spec: CpuSpec) -> list[tuple[int, int]]:
             out.append((item, item))
         return out
     raise _bad(spec, spec, f"unsupported type {type(spec).__name__}")
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    """A kernel cpulist or nodelist ("0-3,8"; "" for none) as sorted ids.
+
+    ValueError on anything else, including ids >= :data:`MAX_CPU_ID`. This is the kernel's
+    own format (sysfs, /proc/self/status), not the user-facing core spec of :func:`parse_cpus`.
+    """
+    text = text.strip()
+    if not text:
+        return ()
+    out: set[int] = set()
+    for item in text.split(","):
+        m = _LIST_ITEM.fullmatch(item.strip())
+        if m is None:
+            raise ValueError(f"bad item {item!r}")
+        lo = int(m.group(1))
+        hi = int(m.group(2) or lo)
+        if hi < lo or hi >= MAX_CPU_ID:
+            raise ValueError(f"bad range {item!r}")
+        out.update(range(lo, hi + 1))
+    return tuple(sorted(out))
 
 
 def format_cpus(cpus: Iterable[int]) -> str:
@@ -145,7 +171,8 @@ def usable_cpus() -> tuple[int, ...]:
     return tuple(range(os.cpu_count() or 1))
 
 
-def _read_int(path: Path) -> int | None:
+def read_int(path: Path) -> int | None:
+    """The integer in a sysfs/cgroup file, or None when missing or not an integer."""
     try:
         return int(path.read_text().strip())
     except (OSError, ValueError):
@@ -163,8 +190,9 @@ def physical_cpus(cpus: Iterable[int], sysfs_root: str | os.PathLike[str] = "/sy
     seen: dict[tuple[object, ...], int] = {}
     for c in sorted(set(cpus)):
         topo = base / f"cpu{c}" / "topology"
-        pkg, core = _read_int(topo / "physical_package_id"), _read_int(topo / "core_id")
-        key: tuple[object, ...] = (pkg, core) if pkg is not None and core is not None else ("cpu", c)
+        pkg, core = read_int(topo / "physical_package_id"), read_int(topo / "core_id")
+        key: tuple[object, ...] = ((pkg, core) if pkg is not None and core is not None
+                                   else ("cpu", c))
         seen.setdefault(key, c)
     return tuple(sorted(seen.values()))
 
@@ -209,75 +237,6 @@ def cap_threads_env(n: int) -> dict[str, str]:
     return {k: str(n) for k in THREAD_ENV_VARS}
 
 
-def _quota_v2(path: Path) -> float | None:
-    try:
-        quota, period = path.read_text().split()[:2]
-    except (OSError, ValueError):
-        return None
-    if quota == "max":
-        return None
-    try:
-        return int(quota) / int(period) if int(period) > 0 else None
-    except ValueError:
-        return None
-
-
-def _quota_v1(dirpath: Path) -> float | None:
-    q, p = _read_int(dirpath / "cpu.cfs_quota_us"), _read_int(dirpath / "cpu.cfs_period_us")
-    if q is None or p is None or q <= 0 or p <= 0:
-        return None  # -1 means unlimited
-    return q / p
-
-
-def own_cgroup(proc_cgroup: Path, controller: str = "cpu") -> tuple[str | None, str | None]:
-    """(v2 path, v1 path of ``controller``) of our cgroup, from /proc/self/cgroup."""
-    v2 = v1 = None
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None, None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            v2 = parts[2]
-        elif controller in parts[1].split(","):
-            v1 = parts[2]
-    return v2, v1
-
-
-def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
-                     proc_cgroup: str | os.PathLike[str] = "/proc/self/cgroup") -> float | None:
-    """The tightest cgroup CPU quota in cores along our cgroup's ancestry, or None.
-
-    The quota (cpu.max, or cpu.cfs_quota_us on v1) is invisible in the affinity mask, so it
-    is read only to warn that fewer cores than CPUs are really available.
-    """
-    root = Path(root)
-    v2, v1 = own_cgroup(Path(proc_cgroup))
-    found: list[float] = []
-    candidates: list[tuple[Path, bool]] = []
-    if v2 is not None:
-        candidates.append((root, True))
-    for sub in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        if (root / sub).is_dir():
-            candidates.append((root / sub, False))
-    for base, is_v2 in candidates:
-        rel = (v2 if is_v2 else v1) or "/"
-        d = base / rel.lstrip("/")
-        # Walk up to the hierarchy root: a parent's limit binds its children too. Inside a
-        # container the namespace root is the container's own cgroup.
-        while True:
-            q = _quota_v2(d / "cpu.max") if is_v2 else _quota_v1(d)
-            if q is not None:
-                found.append(q)
-            if d == base or base not in d.parents:
-                break
-            d = d.parent
-    return min(found) if found else None
-
-
 __all__ = ["CpuSpec", "CpuSpecError", "PlacementWarning", "GRAMMAR", "THREAD_ENV_VARS",
-           "parse_cpus", "format_cpus", "usable_cpus", "physical_cpus", "resolve_threads",
-           "set_affinity", "cap_threads_env", "cgroup_cpu_quota"]
+           "MAX_CPU_ID", "parse_cpus", "parse_cpulist", "format_cpus", "usable_cpus",
+           "physical_cpus", "resolve_threads", "set_affinity", "cap_threads_env"]

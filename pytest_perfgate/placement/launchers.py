@@ -1,8 +1,8 @@
 """Plans and launchers behind the ``pinned_workers`` and ``numa_workers`` fixtures.
 
 Plain classes, usable from the asv suite or a script: each ``start()`` turns a user request
-into :class:`~pytest_perfgate.placement.workers.WorkerSpec` s, starts a WorkerGroup and remembers it,
-so ``close()`` (the fixture's teardown) stops every group even when the test failed.
+into :class:`~pytest_perfgate.placement.spec.WorkerSpec` s, starts a WorkerGroup and
+remembers it, so ``close()`` (the fixture's teardown) stops every group even when the test failed.
 Explicit requests (a core spec, a node list) are strict: unhonoured placement is an error.
 Automatic plans only warn.
 """
@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
-from pytest_perfgate.placement.workers import Timeouts, WorkerGroup, WorkerSpec
+from pytest_perfgate.placement.spec import WorkerSpec
+from pytest_perfgate.placement.workers import DEFAULT_TIMEOUTS, Timeouts, WorkerGroup
 
 
 def split_slices(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
@@ -34,8 +35,23 @@ def split_slices(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
     return out
 
 
+def numa_split(total_batch: int, nodes: Sequence[int]) -> list[int]:
+    """Split a total batch evenly over one worker per node; indivisible is an error."""
+    n = len(nodes)
+    if isinstance(total_batch, bool) or not isinstance(total_batch, int) or total_batch < 1:
+        raise ValueError(f"total batch {total_batch!r}: pass a positive int")
+    if n < 1:
+        raise ValueError("numa_split needs at least one node")
+    if total_batch % n:
+        lo = total_batch - total_batch % n
+        raise ValueError(f"total batch size {total_batch} is not divisible by {n} workers "
+                         f"(one per NUMA node {_cpus.format_cpus(nodes)}): use a multiple of "
+                         f"{n}, e.g. {lo or n} or {lo + n}")
+    return [total_batch // n] * n
+
+
 class _Launcher:
-    def __init__(self, timeouts: Timeouts = Timeouts()) -> None:
+    def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
         self.timeouts = timeouts
         self.groups: list[WorkerGroup] = []
 
@@ -91,7 +107,7 @@ class PinnedWorkers(_Launcher):
 class NumaWorkers(_Launcher):
     """``start(factory, total_batch=4096)``: one worker per usable NUMA node, batch split."""
 
-    def __init__(self, timeouts: Timeouts = Timeouts(), sysfs_root: str = "/sys",
+    def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS, sysfs_root: str = "/sys",
                  proc_root: str = "/proc") -> None:
         super().__init__(timeouts)
         self.sysfs_root, self.proc_root = sysfs_root, proc_root
@@ -117,9 +133,9 @@ class NumaWorkers(_Launcher):
                 "no usable NUMA node found (no /sys/devices/system/node?): running one "
                 "worker without memory binding"), stacklevel=3)
             return [(None, tuple(usable), total_batch)]
-        shares = _numa.numa_split(total_batch, [n.id for n in chosen])
+        shares = numa_split(total_batch, [n.id for n in chosen])
         return [(n.id, tuple(c for c in n.cpus if c in set(usable)), share)
-                for n, share in zip(chosen, shares)]
+                for n, share in zip(chosen, shares, strict=True)]
 
     def start(self, factory: str | Callable[..., Callable[[], object]], *, total_batch: int,
               batch_kwarg: str = "num_envs", nodes: Sequence[int] | None = None,
@@ -142,4 +158,4 @@ def _int_or_none(threads: int | str | None) -> int | None:
     return _cpus.resolve_threads(threads, ())
 
 
-__all__ = ["PinnedWorkers", "NumaWorkers", "split_slices"]
+__all__ = ["PinnedWorkers", "NumaWorkers", "split_slices", "numa_split"]

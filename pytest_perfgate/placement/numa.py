@@ -18,9 +18,9 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
-from pytest_perfgate.placement.cpus import PlacementWarning, format_cpus
+from pytest_perfgate.placement.cpus import PlacementWarning, format_cpus, parse_cpulist
 
 MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL = 0, 1, 2, 3, 4
 MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING = 1 << 15, 1 << 14, 1 << 13
@@ -31,7 +31,6 @@ MODE_NAMES = {MPOL_DEFAULT: "default", MPOL_PREFERRED: "preferred", MPOL_BIND: "
 _SYSCALLS = {"x86_64": (238, 239), "amd64": (238, 239), "aarch64": (237, 236),
              "arm64": (237, 236)}
 _MASK_BITS = 1024  # the kernel's MAX_NUMNODES is at most 1024
-_MAX_LIST = 1 << 16  # a cpulist naming more CPUs than this is corrupt, not a machine
 
 _warned: set[str] = set()
 
@@ -40,24 +39,6 @@ def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(PlacementWarning(message), stacklevel=3)
-
-
-def parse_list(text: str) -> tuple[int, ...]:
-    """Parse a kernel list ("0-3,8", "" for none); ValueError on anything else."""
-    text = text.strip()
-    if not text:
-        return ()
-    out: list[int] = []
-    for item in text.split(","):
-        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", item.strip(), re.ASCII)
-        if m is None:
-            raise ValueError(f"bad item {item!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2) or lo)
-        if hi < lo or hi - lo + len(out) > _MAX_LIST:
-            raise ValueError(f"bad range {item!r}")
-        out.extend(range(lo, hi + 1))
-    return tuple(sorted(set(out)))
 
 
 @dataclass(frozen=True)
@@ -73,9 +54,6 @@ class Topology:
     nodes: tuple[Node, ...]
     mems_allowed: tuple[int, ...] | None  # None when /proc did not say
     problems: tuple[str, ...] = ()  # unreadable files, named, for the placement report
-
-    def node(self, node_id: int) -> Node | None:
-        return next((n for n in self.nodes if n.id == node_id), None)
 
     def usable_nodes(self, cpus: Iterable[int]) -> tuple[Node, ...]:
         """Nodes with memory, allowed by Mems_allowed, owning a CPU in ``cpus``."""
@@ -104,7 +82,7 @@ def discover(sysfs_root: str | os.PathLike[str] = "/sys",
 
     def read_list(path: Path) -> tuple[int, ...] | None:
         try:
-            return parse_list(path.read_text())
+            return parse_cpulist(path.read_text())
         except OSError:
             return None
         except ValueError as exc:
@@ -145,7 +123,7 @@ def _mems_allowed(proc_root: Path) -> tuple[int, ...] | None:
     try:
         for line in (proc_root / "self/status").read_text().splitlines():
             if line.startswith("Mems_allowed_list:"):
-                return parse_list(line.split(":", 1)[1])
+                return parse_cpulist(line.split(":", 1)[1])
     except (OSError, ValueError):
         pass
     return None
@@ -253,21 +231,6 @@ def bind_memory(nodes: Iterable[int], mode: str = "bind") -> bool:
     return set_mempolicy(MemPolicy(modes[mode], 0, nodes))
 
 
-def numa_split(total_batch: int, nodes: Sequence[int]) -> list[int]:
-    """Split a total batch evenly over one worker per node; indivisible is an error."""
-    n = len(nodes)
-    if isinstance(total_batch, bool) or not isinstance(total_batch, int) or total_batch < 1:
-        raise ValueError(f"total batch {total_batch!r}: pass a positive int")
-    if n < 1:
-        raise ValueError("numa_split needs at least one node")
-    if total_batch % n:
-        lo = total_batch - total_batch % n
-        raise ValueError(f"total batch size {total_batch} is not divisible by {n} workers "
-                         f"(one per NUMA node {format_cpus(nodes)}): use a multiple of "
-                         f"{n}, e.g. {lo or n} or {lo + n}")
-    return [total_batch // n] * n
-
-
 # ---- proof of binding -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -319,7 +282,7 @@ def read_numa_maps(pid: int | str = "self",
         return None
 
 
-__all__ = ["Node", "Topology", "discover", "parse_list", "MemPolicy", "get_mempolicy",
+__all__ = ["Node", "Topology", "discover", "MemPolicy", "get_mempolicy",
            "set_mempolicy", "bind_memory", "NumaMapsProof", "parse_numa_maps",
-           "read_numa_maps", "numa_split", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND", "MPOL_LOCAL",
-           "MPOL_INTERLEAVE", "MPOL_MODE_FLAGS", "MPOL_F_STATIC_NODES"]
+           "read_numa_maps", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND",
+           "MPOL_LOCAL", "MPOL_INTERLEAVE", "MPOL_MODE_FLAGS", "MPOL_F_STATIC_NODES"]

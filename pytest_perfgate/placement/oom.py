@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from pytest_perfgate.placement.cpus import own_cgroup
+from pytest_perfgate.placement.cgroup import own_cgroup
 
 _KMSG_MAX_BYTES = 8 << 20  # the kernel ring buffer is far smaller; bounds a strange file
 # "Out of memory: Killed process 131 (python3.11) ..." (also "Memory cgroup out of memory:")

@@ -1,14 +1,16 @@
 """Spawn workers placed on CPUs and NUMA nodes, measured in synchronised windows.
 
-A :class:`WorkerGroup` is a :class:`~pytest_perfgate.core.measure.WindowSource`: the Meter drives
-its warm-up and windows exactly like an in-process loop. Supervision follows pyperf and
+A :class:`WorkerGroup` is a :class:`~pytest_perfgate.core.measure.WindowSource`: the Meter
+drives its warm-up and windows exactly like an in-process loop. Supervision follows pyperf and
 xdist: every wait is bounded, a dead worker is seen through its sentinel (not a timeout),
 and cleanup escalates stop -> SIGTERM -> SIGKILL -> join, so nothing outlives the group.
 
 Placement happens twice: the parent sets its own thread's affinity, memory policy and
 thread-cap env around ``Process.start()`` (so the child's interpreter, and whatever spawn
 re-imports as ``__mp_main__``, already start placed), then restores them exactly; the child
-re-applies and reads everything back, so the report says what really happened.
+re-applies and reads everything back, so the report says what really happened
+(docs/design.md §4, §5). The specs and placement reports are :mod:`.spec`; the worker side
+is :mod:`.child`.
 """
 
 from __future__ import annotations
@@ -19,15 +21,19 @@ import pickle
 import signal
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
-from pytest_perfgate.placement import cpus as _cpus
-from pytest_perfgate.placement.child import placed_like, worker_main
 from pytest_perfgate.core.measure import RawWindow
-from pytest_perfgate.placement.numa import numa_split
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement.cgroup import cgroup_cpu_quota
+from pytest_perfgate.placement.child import placed_like, worker_main
 from pytest_perfgate.placement.oom import OomWatch
+from pytest_perfgate.placement.spec import (Placement, WorkerSpec, placement_failure,
+                                            placement_line, placement_notes, render_placement,
+                                            worker_warnings)
+
 
 class WorkerError(RuntimeError):
     """A worker failed; ``worker_traceback`` holds its traceback when it raised."""
@@ -51,108 +57,6 @@ class PlacementError(WorkerError):
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """One worker: what to run and where. Picklable; it travels to a spawn child.
-
-    ``factory`` is "module:callable" (imported in the child, after placement) or a picklable
-    callable; ``factory(**kwargs)`` returns ``step()``, each call advancing ``transitions``
-    env-steps. ``strict`` makes a placement that cannot be honoured an error, not a warning.
-    """
-
-    factory: str | Callable[..., Callable[[], object]]
-    cpus: tuple[int, ...] | None = None
-    node: int | None = None
-    mempolicy: str = "bind"
-    threads: int | None = None  # thread cap; default: len(cpus), else unset
-    transitions: int = 1
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    strict: bool = True
-
-    def __post_init__(self) -> None:
-        if isinstance(self.factory, str):
-            mod, _, attr = self.factory.partition(":")
-            if not mod or not attr:
-                raise ValueError(f"factory={self.factory!r}: use 'package.module:callable'")
-        elif not callable(self.factory):
-            raise TypeError(f"factory={self.factory!r} is neither 'module:callable' nor "
-                            "callable")
-        if isinstance(self.transitions, bool) or not isinstance(self.transitions, int) \
-                or self.transitions < 1:
-            raise ValueError(f"transitions={self.transitions!r}: pass the env-steps one "
-                             "step() call advances, a positive int (e.g. num_envs)")
-        if self.cpus is not None:
-            object.__setattr__(self, "cpus", tuple(self.cpus))
-        if self.mempolicy not in ("bind", "preferred", "interleave"):
-            raise ValueError(f"mempolicy={self.mempolicy!r}: use 'bind', 'preferred' or "
-                             "'interleave'")
-
-    @property
-    def thread_cap(self) -> int | None:
-        return self.threads or (len(self.cpus) if self.cpus else None)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Requested vs actual placement of one worker, as the worker read it back."""
-
-    index: int
-    pid: int
-    requested_cpus: tuple[int, ...] | None
-    actual_cpus: tuple[int, ...]
-    pinned: bool  # affinity read back equal to the request
-    node: int | None
-    mempolicy: str | None  # the policy read back, e.g. "bind:1"
-    membound: bool | None  # None: no node requested
-    threads: int | None
-    proof: Mapping[str, Any] | None = None  # /proc/self/numa_maps summary
-
-    @property
-    def verified(self) -> bool:
-        return (self.requested_cpus is None or self.pinned) and self.membound is not False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"worker": self.index, "pid": self.pid,
-                "requested_cpus": None if self.requested_cpus is None
-                else _cpus.format_cpus(self.requested_cpus),
-                "actual_cpus": _cpus.format_cpus(self.actual_cpus), "pinned": self.pinned,
-                "node": self.node, "mempolicy": self.mempolicy, "membound": self.membound,
-                "threads": self.threads, "verified": self.verified,
-                "numa_maps": dict(self.proof) if self.proof else None}
-
-
-def render_placement(placements: Sequence[Placement], notes: Sequence[str] = ()) -> list[str]:
-    """Terminal lines: one per worker, then the placement warnings."""
-    lines = []
-    for p in placements:
-        req = "unpinned" if p.requested_cpus is None else _cpus.format_cpus(p.requested_cpus)
-        node = "-" if p.node is None else str(p.node)
-        lines.append(f"worker {p.index} pid {p.pid}: cpus {req} -> "
-                     f"{_cpus.format_cpus(p.actual_cpus)}, node {node}, mempolicy "
-                     f"{p.mempolicy or '-'}, threads {p.threads or '-'}: "
-                     + ("verified" if p.verified else "NOT verified"))
-    return lines + [f"warning: {n}" for n in notes]
-
-
-def placement_notes(specs: Sequence[WorkerSpec], usable: Sequence[int],
-                    quota: float | None) -> list[str]:
-    """Warnings about a plan: unpinned workers, oversubscription, a cgroup CPU quota."""
-    notes = []
-    unpinned = [i for i, s in enumerate(specs) if s.cpus is None]
-    if unpinned:
-        notes.append(f"worker(s) {_cpus.format_cpus(unpinned)} unpinned: the scheduler may "
-                     "move them between cores mid-window; pass cpus= to pin")
-    want = sum(s.thread_cap or 1 for s in specs)
-    if want > len(usable):
-        notes.append(f"{len(specs)} worker(s) want {want} threads but only {len(usable)} CPUs "
-                     f"({_cpus.format_cpus(usable)}) are usable: oversubscribed; use fewer "
-                     "workers or threads")
-    if quota is not None and quota < len(usable):
-        notes.append(f"cgroup CPU quota is {quota:g} cores but {len(usable)} CPUs are "
-                     "usable: throughput is capped by the quota, not the CPU count")
-    return notes
-
-
-@dataclass(frozen=True)
 class Timeouts:
     """Bounds on every wait, in seconds. Spawn + a torch import can take ~10 s on CI."""
 
@@ -161,6 +65,9 @@ class Timeouts:
     lead: float = 0.05  # windows start this long after the broadcast
     stop: float = 3.0  # polite stop before SIGTERM
     term: float = 2.0  # SIGTERM before SIGKILL
+
+
+DEFAULT_TIMEOUTS = Timeouts()
 
 
 def _describe_exit(code: int | None) -> str:
@@ -181,7 +88,7 @@ class WorkerGroup:
     the *thread* that spawned a worker exits, not only when the process does.
     """
 
-    def __init__(self, specs: Sequence[WorkerSpec], timeouts: Timeouts = Timeouts()) -> None:
+    def __init__(self, specs: Sequence[WorkerSpec], timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
         if not specs:
             raise ValueError("WorkerGroup needs at least one WorkerSpec")
         self.specs = tuple(specs)
@@ -210,7 +117,7 @@ class WorkerGroup:
         if self._procs or self._closed:
             raise WorkerError("this WorkerGroup was already started; create a new one")
         usable = _cpus.usable_cpus()
-        self.notes = placement_notes(self.specs, usable, _cpus.cgroup_cpu_quota())
+        self.notes = placement_notes(self.specs, usable, cgroup_cpu_quota())
         self._oom = OomWatch.snapshot(s.node for s in self.specs if s.node is not None)
         for i, spec in enumerate(self.specs):
             try:
@@ -229,12 +136,16 @@ class WorkerGroup:
                 proc.start()
             child.close()
             self._procs.append(proc)
+            assert proc.pid is not None  # set by start()
             self._pids.append(proc.pid)
             self._conns.append(parent)
         replies = self._gather("ready", time.monotonic() + self.timeouts.start, "start")
         self.placements = [Placement(**r) for r in replies]
-        for p, spec in zip(self.placements, self.specs):
-            bad = _placement_failure(p)
+        for note in worker_warnings(self.placements):  # they run, but the report says so
+            self.notes.append(note)
+            warnings.warn(_cpus.PlacementWarning(note), stacklevel=2)
+        for p, spec in zip(self.placements, self.specs, strict=True):
+            bad = placement_failure(p)
             if bad and spec.strict:
                 self.close()
                 raise PlacementError(f"worker {p.index}: {bad}; pass cpus=None / node=None "
@@ -309,7 +220,7 @@ class WorkerGroup:
         self._broadcast(("proof",))
         replies = self._gather("proof", time.monotonic() + self.timeouts.step, "proof")
         self.placements = [replace(p, proof=r["proof"])
-                           for p, r in zip(self.placements, replies)]
+                           for p, r in zip(self.placements, replies, strict=True)]
         return self.placements
 
     def report_lines(self) -> list[str]:
@@ -323,7 +234,7 @@ class WorkerGroup:
     def _broadcast(self, msg: tuple[Any, ...]) -> None:
         if self._closed:
             raise WorkerError("the worker group is closed; start a new one")
-        for i, conn in enumerate(self._conns):
+        for conn in self._conns:
             try:
                 conn.send(msg)
             except (OSError, ValueError):
@@ -333,7 +244,7 @@ class WorkerGroup:
         """One reply per worker, or fail fast: dead worker, worker error, or deadline."""
         replies: dict[int, dict[str, Any]] = {}
         by_obj: dict[Any, int] = {}
-        for i, (c, p) in enumerate(zip(self._conns, self._procs)):
+        for i, (c, p) in enumerate(zip(self._conns, self._procs, strict=True)):
             by_obj[c] = by_obj[p.sentinel] = i
         while len(replies) < len(self._procs):
             pending = [o for o, i in by_obj.items() if i not in replies]
@@ -387,16 +298,7 @@ class WorkerGroup:
                             f"{_describe_exit(code)}; the workload crashed or was killed")
 
 
-def _placement_failure(p: Placement) -> str | None:
-    if p.requested_cpus is not None and not p.pinned:
-        return (f"requested CPUs {_cpus.format_cpus(p.requested_cpus)} but runs on "
-                f"{_cpus.format_cpus(p.actual_cpus)}")
-    if p.membound is False:
-        return (f"requested memory policy on node {p.node} but the policy is "
-                f"{p.mempolicy or 'unknown'}")
-    return None
-
-
-__all__ = ["WorkerSpec", "WorkerGroup", "Timeouts", "Placement", "WorkerError",
-           "WorkerCrashed", "WorkerTimeout", "PlacementError", "numa_split",
-           "render_placement", "placement_notes"]
+__all__ = ["WorkerGroup", "Timeouts", "DEFAULT_TIMEOUTS", "WorkerError", "WorkerCrashed",
+           "WorkerTimeout", "PlacementError",
+           # defined in .spec, importable from here as before:
+           "WorkerSpec", "Placement", "render_placement", "placement_line", "placement_notes"]

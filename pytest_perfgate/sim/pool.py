@@ -1,109 +1,27 @@
 """MujocoPool: N copies of a model stepped by mujoco.batch, sized to the CPUs we may use.
 
-Why a pool of our own rather than raw Batch: the field reports (FIELD-NOTES 1b) lost 11-16%
-to a default of 2 x cpu_count threads, and Batch's own default (nthread=0) ignores the
-affinity mask. The pool applies one sizing rule, optionally pins its threads, times every
-part of an env step as a named phase (so reports show where the time goes and how many
-cores each part used), and can hold its state so a benchmark steps identical physics on
-every call (FIELD-NOTES 7: otherwise the cost drifts 2x as humanoids fall).
+Why a pool of our own rather than raw Batch: field reports lost 11-16% to a default of
+2 x cpu_count threads, and Batch's own default (nthread=0) ignores the affinity mask
+(docs/design.md §7). The pool applies one sizing rule (:mod:`.threads`), optionally pins its
+threads, times every part of an env step as a named phase (so reports show where the time
+goes and how many cores each part used), and can hold its state so a benchmark steps
+identical physics on every call (otherwise the cost drifts 2x as humanoids fall,
+docs/design.md §1 and §7). About 300 lines: one class (the env step and its state) and
+its default reward hook; thread sizing lives in :mod:`.threads`.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from pytest_perfgate.sim.models import load_model, model_fingerprint, require_mujoco
 from pytest_perfgate.core.timing import phase
+from pytest_perfgate.sim.models import load_model, model_fingerprint, require_mujoco
+from pytest_perfgate.sim.threads import (OversubscriptionWarning, ThreadPlan, plan_threads,
+                                         positive_int, thread_ids)
 
 # reward_fn(pool, obs, actions) -> (reward (n,), terminated (n,) bool)
 RewardFn = Callable[["MujocoPool", Any, Any], "tuple[Any, Any]"]
-
-
-class OversubscriptionWarning(UserWarning):
-    """More pool threads than CPUs to run them: it works, but costs 11-16% on Linux hosts."""
-
-
-@dataclass(frozen=True)
-class ThreadPlan:
-    """How many threads a pool runs and where: the sizing rule's answer, with its reason."""
-
-    nthread: int
-    cpu_ids: tuple[int, ...] | None  # pinned set, or None for "wherever the OS puts them"
-    usable: tuple[int, ...]
-    reason: str
-
-    @property
-    def oversubscribed(self) -> bool:
-        return self.nthread > len(self.cpu_ids if self.cpu_ids is not None else self.usable)
-
-
-def _positive_int(name: str, value: object, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r}: {fix}")
-    return value
-
-
-def _strict_cpus(cpu_ids: object, usable: tuple[int, ...]) -> tuple[int, ...]:
-    """cpu_ids resolved against the usable set; any CPU outside it is an error, not a drop."""
-    from pytest_perfgate.placement import cpus
-
-    where = f"the usable CPUs are {cpus.format_cpus(usable)} (this process's affinity mask)"
-    if isinstance(cpu_ids, str):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", cpus.PlacementWarning)
-            try:
-                chosen = cpus.parse_cpus(cpu_ids, usable)
-            except (cpus.PlacementWarning, cpus.CpuSpecError) as exc:
-                raise ValueError(f"cpu_ids={cpu_ids!r}: {exc}; {where}") from None
-        assert chosen is not None
-        return chosen
-    if isinstance(cpu_ids, int) and not isinstance(cpu_ids, bool):
-        cpu_ids = (cpu_ids,)
-    if not isinstance(cpu_ids, (list, tuple, range, set, frozenset)) or not cpu_ids or any(
-            isinstance(c, bool) or not isinstance(c, int) for c in cpu_ids):
-        raise ValueError(f"cpu_ids={cpu_ids!r}: pass a non-empty list of CPU ids, a core spec "
-                         f"such as '0:3,7', or None for no pinning; {where}")
-    outside = sorted(set(cpu_ids) - set(usable))
-    if outside:
-        raise ValueError(f"cpu_ids={cpu_ids!r}: CPUs {cpus.format_cpus(outside)} are outside "
-                         f"the usable set; {where}")
-    return tuple(sorted(set(cpu_ids)))
-
-
-def plan_threads(num_envs: int, cpu_ids: object = None,
-                 threads: int | str | None = None) -> ThreadPlan:
-    """The sizing rule (FIELD-NOTES 1b): the gain comes from the thread count, not pinning.
-
-    explicit cpu_ids -> len(cpu_ids), pinned there; otherwise min(num_envs, usable CPUs);
-    threads="physical" -> physical cores of that set; an int overrides (warns if it
-    oversubscribes). Never more threads than simulations unless asked explicitly.
-    """
-    from pytest_perfgate.placement import cpus
-
-    num_envs = _positive_int("num_envs", num_envs,
-                             "pass the number of simulations, a positive int (e.g. 1024)")
-    usable = cpus.usable_cpus()
-    pinned = None if cpu_ids is None else _strict_cpus(cpu_ids, usable)
-    base = pinned if pinned is not None else usable
-    where = f"{len(base)} {'pinned' if pinned is not None else 'usable'} CPUs"
-    if threads is None or threads == "logical":
-        n, reason = min(num_envs, len(base)), f"min(num_envs={num_envs}, {where})"
-    elif threads == "physical":
-        phys = len(cpus.physical_cpus(base))
-        n, reason = min(num_envs, phys), f"min(num_envs={num_envs}, {phys} physical cores)"
-    else:
-        n = _positive_int("threads", threads,
-                          "use a positive int, None (one per usable CPU) or 'physical'")
-        reason = f"threads={n} requested"
-    plan = ThreadPlan(n, pinned, usable, reason)
-    if plan.oversubscribed:
-        warnings.warn(OversubscriptionWarning(
-            f"threads={n} oversubscribes {where} (measured cost 11-16% on Linux hosts); "
-            "pass threads=None to size to the CPUs"), stacklevel=3)
-    return plan
 
 
 class MujocoPool:
@@ -119,11 +37,11 @@ class MujocoPool:
                  obs: Sequence[str] = ("qpos", "qvel"), reward_fn: RewardFn | None = None,
                  seed: int = 0, hold_state: bool = False, keyframe: int | str | None = None,
                  reset_noise: float = 0.0) -> None:
-        mujoco = require_mujoco()
+        require_mujoco()
         import mujoco.batch
         import numpy as np
 
-        self.frame_skip = _positive_int("frame_skip", frame_skip,
+        self.frame_skip = positive_int("frame_skip", frame_skip,
                                         "pass the number of physics substeps per env step, >= 1")
         self.plan = plan_threads(num_envs, cpu_ids, threads)
         self.num_envs = num_envs
@@ -177,7 +95,7 @@ class MujocoPool:
         """Build the Batch; pinned pools build it on a pinned caller (threads inherit it)."""
         from pytest_perfgate.placement import cpus
 
-        before = _tasks()
+        before = thread_ids()
         if self.plan.cpu_ids is None:
             batch = batch_cls(self.model, self.num_envs, self.plan.nthread)
         else:
@@ -190,7 +108,7 @@ class MujocoPool:
                 batch = batch_cls(self.model, self.num_envs, self.plan.nthread)
             finally:
                 os.sched_setaffinity(0, saved)
-        self.worker_tids = tuple(sorted(_tasks() - before))
+        self.worker_tids = tuple(sorted(thread_ids() - before))
         return batch
 
     # the env step -------------------------------------------------------------------
@@ -253,7 +171,7 @@ class MujocoPool:
                             "(integer or bool controls are almost always a bug)")
 
     def _gather(self, ids: Any) -> None:
-        for view, sl in zip(self._views, self._slices):
+        for view, sl in zip(self._views, self._slices, strict=True):
             flat = view.reshape(self.num_envs, -1)
             if ids is None:
                 self._obs[:, sl] = flat
@@ -388,13 +306,6 @@ class FallDetector:
         return (~terminated).astype(float), terminated
 
 
-def _tasks() -> set[int]:
-    """Thread ids of this process (Linux); empty elsewhere, where we cannot see them."""
-    try:
-        return {int(t) for t in os.listdir("/proc/self/task")}
-    except OSError:
-        return set()
-
-
-__all__ = ["MujocoPool", "ThreadPlan", "plan_threads", "OversubscriptionWarning",
-           "FallDetector", "RewardFn"]
+__all__ = ["MujocoPool", "FallDetector", "RewardFn",
+           # from .threads, importable from here as before:
+           "ThreadPlan", "plan_threads", "OversubscriptionWarning"]

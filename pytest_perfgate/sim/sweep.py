@@ -1,6 +1,6 @@
 """Thread-scaling sweep: nthread x pinned/unpinned, measured interleaved, sizing rule marked.
 
-Why interleaved: this machine class drifts up to 1.5x over seconds (FIELD-NOTES 7), so
+Why interleaved: this machine class drifts up to 1.5x over seconds (docs/design.md §1), so
 configurations measured back to back compare the machine's moods, not the configurations.
 Here every configuration runs a short turn in rotation and we keep the medians of many
 turns; every pool steps the same held state, so each call does identical physics.
@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from pytest_perfgate.core.files import atomic_write
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 
 def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: int = 1,
-               warmup: int = 1, clock: Clock = SYSTEM_CLOCK) -> dict[str, list[tuple[float, float]]]:
+               warmup: int = 1, clock: Clock = SYSTEM_CLOCK
+               ) -> dict[str, list[tuple[float, float]]]:
     """Run each callable ``per_turn`` times per turn, rotating the order every turn.
 
     Returns, per name, one (wall seconds per call, cores used) sample per turn. Rotating the
@@ -51,7 +51,7 @@ def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: 
 
 def median_ratio(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
     """Median over turns of time(a)/time(b): paired, so the machine's drift cancels."""
-    return statistics.median(x[0] / y[0] for x, y in zip(a, b))
+    return statistics.median(x[0] / y[0] for x, y in zip(a, b, strict=True))
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class SweepResult:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> str:
-        """The report, in the shape of the field notes' pool table."""
+        """The report, one row per (threads, pinned) configuration."""
         meta = self.metadata
         lines = [f"MuJoCo pool thread sweep: {meta.get('source', '?')}, {self.num_envs} envs x "
                  f"{self.frame_skip} substeps, usable CPUs {meta.get('usable_cpus', '?')}, "
@@ -214,19 +214,8 @@ def resolve_model(name: str) -> str:
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    """Atomic write (temp file + fsync + replace): a killed run never leaves half a file."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".sweep-", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Atomic write: a killed run never leaves half a file."""
+    atomic_write(path, json.dumps(data, indent=1).encode("utf-8"))
 
 
 def _int_list(text: str) -> list[int]:

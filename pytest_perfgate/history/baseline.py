@@ -1,0 +1,70 @@
+"""Which recorded runs may serve as a benchmark's baseline, and why none did.
+
+The gate compares only like with like: same machine fingerprint, a commit on HEAD's own
+line of history (docs/design.md §2). When nothing qualifies, the explanation names the
+fingerprints that do hold the benchmark and what differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.history.machine import describe_mismatch, fingerprint_fields
+
+
+def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: str,
+                    head_commit: str, is_ancestor: Callable[[set[str]], set[str]], n: int = 5,
+                    explicit_commit: str | None = None
+                    ) -> list[tuple[RunRecord, BenchResult]]:
+    """The newest ``n`` runs (by started_at) that may serve as ``bench_name``'s baseline.
+
+    Only runs on the same machine fingerprint that measured the benchmark count. By default
+    their commit must be HEAD or one of its ancestors (``is_ancestor`` is asked once, with
+    every distinct candidate commit), so one pull request's runs never become another's
+    baseline. With ``explicit_commit`` (full hash or prefix) only that commit's runs count.
+    """
+    if n < 1:
+        raise ValueError(f"baseline size n={n} must be at least 1: use the default 5")
+    pool = [r for r in runs if r.fingerprint == fingerprint and bench_name in r.benchmarks]
+    if explicit_commit is not None:
+        want = explicit_commit.strip().lower()
+        if not want:
+            raise ValueError("explicit baseline commit is empty: give a commit hash or prefix")
+        matched = {r.commit for r in pool if r.commit.lower().startswith(want)}
+        if len(matched) > 1:
+            raise ValueError(f"baseline commit prefix {explicit_commit!r} matches several "
+                             f"recorded commits ({', '.join(sorted(c[:12] for c in matched))})"
+                             ": give more digits")
+        chosen = [r for r in pool if r.commit in matched]
+    else:
+        others = {r.commit for r in pool if r.commit != head_commit and set(r.commit) != {"0"}}
+        ok = (is_ancestor(others) & others) if others else set()
+        chosen = [r for r in pool if r.commit == head_commit or r.commit in ok]
+    chosen.sort(key=lambda r: r.started_at, reverse=True)
+    return [(r, r.benchmarks[bench_name]) for r in chosen[:n]]
+
+
+def describe_other_fingerprints(runs: Sequence[RunRecord], fingerprint: str, bench: str, *,
+                                current_meta: Mapping[str, Any] | None = None) -> str | None:
+    """Explain an empty baseline: which other fingerprints hold ``bench`` and how they
+    differ from ours. None when no other fingerprint has it either."""
+    groups: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        if r.fingerprint != fingerprint and bench in r.benchmarks:
+            groups.setdefault(r.fingerprint, []).append(r)
+    if not groups:
+        return None
+    ours = fingerprint_fields(current_meta) if current_meta is not None else None
+    parts = []
+    for fp, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        part = f"{len(rs)} {'run exists' if len(rs) == 1 else 'runs exist'} on fingerprint {fp}"
+        if ours is not None:
+            theirs = fingerprint_fields(max(rs, key=lambda r: r.started_at).metadata)
+            part += f" which differs in: {describe_mismatch(theirs, ours)}"
+        parts.append(part)
+    return (f"no results for {bench} on this machine fingerprint ({fingerprint}); "
+            + "; ".join(parts))
+
+
+__all__ = ["select_baseline", "describe_other_fingerprints"]
