@@ -46,8 +46,15 @@ def test_parse_fraction(text: str, value: float) -> None:
     (parse_seconds, "0", "'0' is too small: use a number of seconds > 0, e.g. 1.5"),
     (parse_seconds, "inf", "'inf' is not a finite number: use e.g. 1.5"),
     (parse_bool, "maybe", "'maybe' is not a boolean: use true or false"),
-    (parse_machine, "../etc", "'../etc' is not a usable machine name: use letters, digits, "
-     "'.', '_' and '-' only, e.g. runner-gpu-03"),
+    (parse_machine, "../etc", "'../etc' is not a usable machine name: use 1-128 letters, "
+     "digits, '.', '_', '+', '@' or '-', starting with a letter, digit or '_', without '..', "
+     "e.g. runner-gpu-03"),
+    (parse_machine, ".hidden", "'.hidden' is not a usable machine name: use 1-128 letters, "
+     "digits, '.', '_', '+', '@' or '-', starting with a letter, digit or '_', without '..', "
+     "e.g. runner-gpu-03"),
+    (parse_machine, "x" * 129, f"'{'x' * 129}' is not a usable machine name: use 1-128 "
+     "letters, digits, '.', '_', '+', '@' or '-', starting with a letter, digit or '_', "
+     "without '..', e.g. runner-gpu-03"),
     (parse_commit, "main", "'main' is not a commit hash: give 4-40 hex digits, e.g. the "
      "output of `git rev-parse --short main`"),
 ])

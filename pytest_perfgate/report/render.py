@@ -10,6 +10,7 @@ import math
 from typing import Any, Sequence
 
 from pytest_perfgate.core.gate import Outcome
+from pytest_perfgate.placement.spec import placement_line
 from pytest_perfgate.core.judged import Judged
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
@@ -69,12 +70,7 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         if v is not None and v.outcome is not Outcome.OK:
             out.append(f"{r.name}: {v.outcome.value}: {v.message}")
         for w in r.extra.get("workers") or []:
-            req = w.get("requested_cpus") or "unpinned"
-            node = "-" if w.get("node") is None else w["node"]
-            out.append(f"{r.name}: worker {w.get('worker')} pid {w.get('pid')}: cpus {req} -> "
-                       f"{w.get('actual_cpus')}, node {node}, mempolicy "
-                       f"{w.get('mempolicy') or '-'}: "
-                       f"{'verified' if w.get('verified') else 'NOT verified'}")
+            out.append(f"{r.name}: {placement_line(w)}")
         for warn in r.extra.get("placement_warnings") or []:
             out.append(f"{r.name}: placement warning: {warn}")
         if r.remeasured or r.polluted_kept:

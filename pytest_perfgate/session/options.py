@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from pytest_perfgate.core.names import safe_name
+
 
 HISTORY_THRESHOLD = 0.05
 AB_THRESHOLD = 0.02  # what docs/verdict-quality.md measured the A/B mode at
@@ -84,14 +86,11 @@ def parse_bool(text: str) -> bool:
 
 
 def parse_machine(text: str) -> str:
-    """A machine name becomes a folder name: keep it to a safe alphabet."""
-    s = str(text).strip()
-    ok = s and s not in (".", "..") and all(c.isascii() and (c.isalnum() or c in "._-")
-                                            for c in s)
-    if not ok:
-        raise OptionError(f"{text!r} is not a usable machine name: use letters, digits, "
-                          "'.', '_' and '-' only, e.g. runner-gpu-03")
-    return s
+    """A machine name becomes a folder name: the one safe-name rule (core/names.py)."""
+    try:
+        return safe_name(str(text).strip(), "machine name", "runner-gpu-03", shown=repr(text))
+    except ValueError as e:
+        raise OptionError(str(e)) from None
 
 
 def parse_commit(text: str) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
 from pytest_perfgate.core.results import BenchResult, RunRecord
@@ -29,7 +30,6 @@ from pytest_perfgate.session.options import Options
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab.controller import ABSetup
 
-_NAME_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 class PerfgateUsageError(ValueError):
@@ -37,12 +37,11 @@ class PerfgateUsageError(ValueError):
 
 
 def check_name(name: str) -> str:
-    """Benchmark names end up in asv file names: keep them to a safe alphabet."""
-    if not isinstance(name, str) or not _NAME_OK.match(name) or ".." in name:
-        raise PerfgateUsageError(
-            f"name={name!r} is not a usable benchmark name: use letters, digits, '_', '.' "
-            "and '-' (no '..', no '/'), e.g. name='humanoid_256'")
-    return name
+    """Benchmark names end up in asv file names: the one safe-name rule (core/names.py)."""
+    try:
+        return safe_name(name, "benchmark name", "name='humanoid_256'", shown=f"name={name!r}")
+    except ValueError as e:
+        raise PerfgateUsageError(str(e)) from None
 
 
 def derive_name(nodeid: str) -> str:
