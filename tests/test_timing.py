@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_perfgate.core.load import LoadSample, NullProbe, ProcStatProbe
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, RawWindow, is_steady
+from pytest_perfgate.core.measure import (LoopSource, MeasureConfig, MeasureError, Meter,
+                                           RawWindow, is_steady)
 from pytest_perfgate.core.timing import FakeClock, PhaseRecorder, activate, phase
 
 
@@ -157,3 +158,37 @@ def test_step_slower_than_warmup_budget_still_gets_a_stability_check() -> None:
                         warmup_max_s=1.0)
     m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
     assert m.steady and m.warmup_windows == 4
+
+
+class SlowStepSource:
+    """Completes a step only in windows of at least ``step_s``, like a worker group whose
+    step is slower than the window (or that the scheduler did not run meanwhile)."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.asked: list[float] = []
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        self.asked.append(duration_s)
+        n = int(duration_s // self.step_s)
+        return RawWindow(n * 4, duration_s, duration_s, calls=n)
+
+
+def test_window_without_a_completed_step_is_measured_again_longer() -> None:
+    cfg = MeasureConfig(windows=2, window_s=0.01, warmup_window_s=0.01, warmup_span=1,
+                        warmup_max_s=0.0, stability_tol=float("inf"))
+    src = SlowStepSource(0.035)
+    m = Meter(cfg, clock=FakeClock(), load_probe=NullProbe()).measure(src)
+    assert src.asked[:3] == [0.01, 0.02, 0.04]  # doubled until a step completed
+    assert all(w.transitions > 0 for w in m.windows)
+    assert m.steps_per_s == pytest.approx(4 / 0.04)
+
+
+def test_a_source_that_never_completes_a_step_is_an_error_naming_the_fix() -> None:
+    cfg = MeasureConfig(windows=1, window_s=0.5, warmup_window_s=0.5, warmup_span=1)
+    with pytest.raises(MeasureError) as e:
+        Meter(cfg, clock=FakeClock(), load_probe=NullProbe()).measure(SlowStepSource(1e9))
+    assert str(e.value) == (
+        "the workload completed no env-step in windows of up to 32 s: its step is slower "
+        "than that, or it never ran; pass a larger window_time= (or --perfgate-window-time) "
+        "or check that the step returns")

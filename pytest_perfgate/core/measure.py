@@ -130,6 +130,13 @@ class LoopSource:
                          self.recorder.take(), calls)
 
 
+MAX_WIDENINGS = 6  # a window with no completed step is re-run up to 2**6 = 64x longer
+
+
+class MeasureError(RuntimeError):
+    """The workload produced nothing measurable; the message says what to change."""
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
     """How long and how carefully to measure. Defaults keep one benchmark under ~15 s."""
@@ -241,7 +248,7 @@ class Meter:
         t0 = self._clock.wall_ns()
         rates: list[float] = []
         while True:
-            raw = source.run_window(cfg.warmup_window_s)
+            raw = self._run(source, cfg.warmup_window_s)
             rates.append(raw.transitions / raw.wall_s if raw.wall_s > 0 else 0.0)
             elapsed = (self._clock.wall_ns() - t0) / 1e9
             if is_steady(rates, cfg.warmup_span, cfg.stability_tol):
@@ -250,9 +257,29 @@ class Meter:
             if elapsed >= cfg.warmup_max_s and len(rates) >= 2 * cfg.warmup_span:
                 return False, elapsed, len(rates)
 
+    @staticmethod
+    def _run(source: WindowSource, duration_s: float) -> RawWindow:
+        """One window that completed at least one env-step.
+
+        A source that counts only steps completed inside the window (worker groups) can
+        complete none when its step is slower than the window, or when a loaded machine
+        did not schedule it meanwhile; such a window has no rate. It is measured again,
+        twice as long each time, up to 64x.
+        """
+        d = duration_s
+        for _ in range(MAX_WIDENINGS + 1):
+            raw = source.run_window(d)
+            if raw.transitions > 0:
+                return raw
+            d *= 2
+        raise MeasureError(
+            f"the workload completed no env-step in windows of up to {d / 2:g} s: its step "
+            "is slower than that, or it never ran; pass a larger window_time= (or "
+            "--perfgate-window-time) or check that the step returns")
+
     def _window(self, source: WindowSource, duration_s: float) -> Window:
         before = self._probe.sample()
-        raw = source.run_window(duration_s)
+        raw = self._run(source, duration_s)
         after = self._probe.sample()
         busy = other = None
         polluted = False
@@ -265,5 +292,5 @@ class Meter:
                       raw.streams, busy, other, polluted)
 
 
-__all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig",
+__all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig", "MeasureError",
            "Measurement", "Meter", "is_steady"]
