@@ -8,6 +8,9 @@ import subprocess
 import psutil
 import pytest
 
+
+pytestmark = pytest.mark.slow  # real side processes and git worktrees
+
 PERF = """
 import time
 SLOW = {slow}

@@ -174,6 +174,7 @@ def test_ab_setup_errors_render(tmp_path: Path) -> None:
     assert len(git(tmp_path, "worktree", "list").splitlines()) == 1  # removed again
 
 
+@pytest.mark.slow
 def test_ab_setup_checks_the_base_out_and_removes_it(tmp_path: Path) -> None:
     git(tmp_path, "init", "-q")
     git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
@@ -187,6 +188,7 @@ def test_ab_setup_checks_the_base_out_and_removes_it(tmp_path: Path) -> None:
     assert len(git(tmp_path, "worktree", "list").splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_only_calibration_sides_are_started_for_calibration(tmp_path: Path) -> None:
     (tmp_path / "test_env.py").write_text(
         "import os, pathlib\n"

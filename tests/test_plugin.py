@@ -225,6 +225,7 @@ def test_markdown_summary_and_no_record(sandbox: pytest.Pytester,
     assert "recorded run" not in res.stdout.str()
 
 
+@pytest.mark.slow
 def test_worker_group_placement_is_reported(sandbox: pytest.Pytester) -> None:
     sandbox.makepyfile(test_workers_perf="""
         import time
