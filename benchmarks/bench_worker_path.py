@@ -1,7 +1,7 @@
 """Cost of the spawn-worker path: the same MuJoCo batch in-process vs in one spawn worker.
 
 Both sides step gymnasium's humanoid with mujoco.batch.Batch, restoring a fixed state before
-every call so each call does identical physics (FIELD-NOTES 7). The machine's speed drifts
+every call so each call does identical physics (docs/design.md §7). The machine's speed drifts
 by up to 1.5x over seconds, so the two paths are measured INTERLEAVED in short turns (ABBA
 order) and compared by the median of per-pair ratios; back-to-back runs would measure drift.
 
