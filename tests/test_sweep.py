@@ -132,7 +132,7 @@ def test_cli_writes_json(tmp_path, capsys):
     assert "| 2 | no |" in text and "<- sizing rule" in text
     data = json.loads(out.read_text())
     assert data["format"] == 1 and [r["threads"] for r in data["rows"]] == [1, 2]
-    assert not list(tmp_path.glob(".sweep-*"))
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]  # no temp file left
 
 
 def test_cli_bad_model_file(tmp_path, capsys):
