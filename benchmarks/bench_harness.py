@@ -5,7 +5,7 @@ the median of per-pair ratios, so the machine's drift cancels (docs/design.md §
 
     python benchmarks/bench_harness.py [--turns 40] [--turn-s 0.25] [--step-ms 1.0]
 
-Targets (issue 2): <= 1% throughput cost for a step of >= 1 ms; <= 2 us per phase entry.
+Targets: <= 1% throughput cost for a step of >= 1 ms; <= 2 us per phase entry.
 """
 
 from __future__ import annotations
