@@ -216,6 +216,7 @@ def test_save_load_roundtrip_and_bad_file(tmp_path: Path) -> None:
     (["--pin", "99"], "argument --pin: '99': core spec '99' selects no usable CPU"),
     (["--levers", "6,x"], "'6,x' is not a list of whole numbers >= 1: use e.g. 1,2,4"),
     (["--estimator", "mean"], "argument --estimator: invalid choice: 'mean'"),
+    (["--seed", "x"], "argument --seed: 'x' is not a whole number: use e.g. 50"),
 ])
 def test_cli_argument_errors(args: list[str], message: str,
                              capsys: pytest.CaptureFixture[str]) -> None:

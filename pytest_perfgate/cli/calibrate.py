@@ -71,7 +71,8 @@ class Calibrate(Command):
         c.add_argument("--levers", type=argparse_type(parse_int_list), metavar="TURNS",
                        help="also re-analyse offline with every estimator at these turn "
                        "counts, e.g. 10,20,40")
-        c.add_argument("--seed", type=int, default=0, help="trial order seed (default 0)")
+        c.add_argument("--seed", type=argparse_type(parse_count), default=0,
+                       help="trial order seed (default 0)")
         c.add_argument("--save", type=Path, help="write the raw trials as JSON to this file")
         c.add_argument("--analyse", type=Path, metavar="FILE",
                        help="re-analyse a saved study instead of measuring")

@@ -8,23 +8,22 @@ argparse by :func:`argparse_type`.
 from __future__ import annotations
 
 import argparse
-from typing import Callable, TypeVar
+from typing import Any, Callable
 
 from pytest_perfgate.session.options import OptionError, parse_fraction, parse_positive_int
 
-T = TypeVar("T")
 
+def argparse_type(parse: Callable[[str], Any],
+                  errors: tuple[type[Exception], ...] = (OptionError,)) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reports a converter's message (naming value and fix)."""
 
-def argparse_type(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """An argparse ``type=`` that reports the converter's own message (value and fix)."""
-
-    def convert(text: str) -> T:
+    def convert(text: str) -> Any:
         try:
             return parse(text)
-        except OptionError as exc:
+        except errors as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
-    convert.__name__ = parse.__name__
+    convert.__name__ = parse.__name__  # argparse names the type in some messages
     return convert
 
 
