@@ -17,13 +17,20 @@ import math
 import os
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from pytest_perfgate.core.gate import (PAIRED_TRIM, Evidence, Outcome, Rule, decide,
                                        history_evidence, paired_evidence)
 from pytest_perfgate.modes.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
 
 BOOTSTRAP_RESAMPLES = 4000
+
+
+def _stats() -> Any:
+    """scipy.stats, imported on first use: the CLI's import stays cheap."""
+    from scipy import stats  # type: ignore[import-untyped]
+
+    return stats
 
 # ---- judging -------------------------------------------------------------------------------
 
@@ -57,11 +64,9 @@ def estimator_evidence(base: Sequence[float], head: Sequence[float],
 
 def _hodges_lehmann(d: Sequence[float]) -> tuple[float, float]:
     """The Walsh averages' median, and (upper - lower) / (2 z) of the signed-rank interval."""
-    from scipy.stats import norm
-
     n = len(d)
     walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
-    z = float(norm.ppf(0.975))
+    z = float(_stats().norm.ppf(0.975))
     k = int(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
     k = min(max(k, 0), (len(walsh) - 1) // 2)
     return statistics.median(walsh), (walsh[-k - 1] - walsh[k]) / (2 * z)
@@ -139,9 +144,7 @@ class Rate:
     def ci(self) -> tuple[float, float]:
         if not self.n:
             return (float("nan"), float("nan"))
-        from scipy.stats import binomtest
-
-        ci = binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
+        ci = _stats().binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
         return (float(ci.low), float(ci.high))
 
     def __str__(self) -> str:
@@ -198,8 +201,7 @@ def measured_slowdown(trials: Sequence[TrialRecord], turns: int | None = None
     Each trial contributes the mean of its per-turn log ratios; trials are the replicates,
     so the interval reflects trial-to-trial variation (including the calibration's).
     """
-    from scipy import stats
-
+    stats = _stats()
     means = [statistics.fmean(t.diffs[:turns or len(t.base)]) for t in trials]
     if not means:
         return None
@@ -358,8 +360,6 @@ def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
     A probe that tracked the drift would correlate strongly; the guard can only drop
     windows it can see.
     """
-    from scipy.stats import spearmanr
-
     xs: dict[str, list[float]] = {}
     ys: list[float] = []
     for t in trials:
@@ -376,7 +376,7 @@ def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
     out = {}
     for k, rates in xs.items():
         if len(rates) == len(ys) and len(set(rates)) > 1:
-            out[k] = float(spearmanr(rates, ys).statistic)
+            out[k] = float(_stats().spearmanr(rates, ys).statistic)
     return out
 
 
