@@ -2,6 +2,8 @@
 # The two README commands. Each sets up .venv on first use (Python 3.11+), then:
 #   bash run.sh perf [pytest args]   the shipped perf suite under `pytest --perfgate`
 #   bash run.sh test [pytest args]   the test suite
+# and, for CI and development:
+#   bash run.sh lint                 import layers, ruff, mypy (all run; fails if any fails)
 set -euo pipefail
 cd "$(dirname "$0")"
 what="${1:-}"; shift || true
@@ -26,5 +28,12 @@ case "$what" in
     # pytest exit 5 = "no tests collected": not a failure of the suite itself.
     [ "$rc" -eq 5 ] && rc=0
     exit "$rc" ;;
-  *) echo "usage: bash run.sh perf|test [pytest args]" >&2; exit 2 ;;
+  lint)
+    rc=0
+    # lint-imports: the layer contracts in pyproject.toml (docs/design.md §8)
+    "$VENV/bin/lint-imports" || rc=1
+    "$VENV/bin/ruff" check pytest_perfgate tests benchmarks perf || rc=1
+    "$VENV/bin/mypy" || rc=1  # files and strictness: [tool.mypy] in pyproject.toml
+    exit "$rc" ;;
+  *) echo "usage: bash run.sh perf|test [pytest args] | lint" >&2; exit 2 ;;
 esac

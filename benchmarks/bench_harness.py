@@ -1,11 +1,11 @@
 """Harness cost: a bare loop vs the same loop under perfgate's measure() with two phases.
 
 Interleaved: bare and measured turns alternate (short turns, same minute), and the ratio is
-the median of per-pair ratios, so the machine's drift cancels (FIELD-NOTES 7).
+the median of per-pair ratios, so the machine's drift cancels (docs/design.md §1).
 
     python benchmarks/bench_harness.py [--turns 40] [--turn-s 0.25] [--step-ms 1.0]
 
-Targets (issue 2): <= 1% throughput cost for a step of >= 1 ms; <= 2 us per phase entry.
+Targets: <= 1% throughput cost for a step of >= 1 ms; <= 2 us per phase entry.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main() -> None:
             with ph:
                 pass
         per_entry.append(time.perf_counter_ns() - t0)
-    cost = statistics.median(p - e for p, e in zip(per_entry, empty)) / reps
+    cost = statistics.median(p - e for p, e in zip(per_entry, empty, strict=True)) / reps
     print(f"phase entry+exit: median {cost / 1e3:.3f} us over {k} x {reps} "
           "(target <= 2 us)")
     rec2 = PhaseRecorder()

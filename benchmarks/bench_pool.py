@@ -5,7 +5,7 @@
 Every contender steps the same held state (a contact-rich state settled from 64 distinct
 trajectories, tiled) once per call, so each call does identical physics; the contenders
 run in short turns, rotated, and each ratio is the median over turns of the paired time
-ratio (FIELD-NOTES 7: the machine's speed drifts 1.5x over seconds, pairing cancels it).
+ratio (the machine's speed drifts 1.5x over seconds, pairing cancels it: docs/design.md §1).
 All contenders are first checked to produce bit-identical states from the held state.
 The pool runs with a never-terminating hook here so that it does the same work as the raw
 loops; its reward/reset phases are then just the hook call.
@@ -187,7 +187,8 @@ def main() -> None:
 
     def line(label, other, note=""):
         r = median_ratio(s[other], s["pool"])  # time(other)/time(pool): >1 = pool faster
-        q = statistics.quantiles([o[0] / p[0] for o, p in zip(s[other], s["pool"])], n=4)
+        paired = zip(s[other], s["pool"], strict=True)
+        q = statistics.quantiles([o[0] / p[0] for o, p in paired], n=4)
         print(f"| {label} | {ms['pool']:.1f} ({cores['pool']:.2f}) | {ms[other]:.1f} "
               f"({cores[other]:.2f}) | {r:.3f}x [{q[0]:.3f}-{q[2]:.3f}] | {note} |")
 

@@ -1,11 +1,11 @@
 """Cost of the spawn-worker path: the same MuJoCo batch in-process vs in one spawn worker.
 
 Both sides step gymnasium's humanoid with mujoco.batch.Batch, restoring a fixed state before
-every call so each call does identical physics (FIELD-NOTES 7). The machine's speed drifts
-by up to 1.5x over seconds, so the two paths are measured INTERLEAVED in short turns (ABBA
+every call so each call does identical physics (docs/design.md §7). The machine's speed drifts
+by up to 1.5x over seconds (§1), so the two paths are measured INTERLEAVED in short turns (ABBA
 order) and compared by the median of per-pair ratios; back-to-back runs would measure drift.
 
-    /tmp/venv0/bin/python benchmarks/bench_worker_path.py [--turns 40] [--turn-s 0.5]
+    python benchmarks/bench_worker_path.py [--turns 40] [--turn-s 0.5]
 
 With several usable NUMA nodes it also measures one worker per node (whole-machine rate).
 Target: worker path within 3% of in-process at steady state.

@@ -1,4 +1,4 @@
-"""Lever pilot for the verdict-quality study (ISSUE 5): turn length x pinning, A/A only.
+"""Lever pilot for the verdict-quality study: turn length x pinning, A/A only.
 
 Two pairs of side processes of the same checkout stay alive side by side: one free to run
 anywhere, one started with this process pinned to one CPU (the sides inherit it, so their
@@ -9,7 +9,8 @@ trial of ~``--seconds`` per side; what matters is the spread of the trial's mean
 
     python benchmarks/study_verdicts.py --rounds 6 --seconds 5 --out /tmp/levers.json
 
-The full study is ``perfgate calibrate`` (pytest_perfgate/cli.py).
+The full study is ``perfgate calibrate`` (pytest_perfgate/cli/calibrate.py); the figures
+are in docs/verdict-quality.md.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from pathlib import Path
 import psutil
 
 import pytest_perfgate
-from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec, interleave
-from pytest_perfgate.cli.main import DEFAULT_NODEID
+from pytest_perfgate.cli.calibrate import DEFAULT_NODEID
+from pytest_perfgate.modes.ab import (START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec,
+                                      interleave)
 
 
 def start_pair(root: Path, nodeid: str, cpus: set[int] | None) -> Pair:
@@ -36,8 +38,8 @@ def start_pair(root: Path, nodeid: str, cpus: set[int] | None) -> Pair:
     if cpus:
         os.sched_setaffinity(0, cpus)
     try:
-        pair = Pair(Side(SideSpec("base", root), nodeid, plugin_root),
-                    Side(SideSpec("head", root), nodeid, plugin_root))
+        pair = Pair(Side(SideSpec("base", root, calibration=True), nodeid, plugin_root),
+                    Side(SideSpec("head", root, calibration=True), nodeid, plugin_root))
     finally:
         os.sched_setaffinity(0, before)
     for side in (pair.base, pair.head):
@@ -67,8 +69,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/levers.json"))
     ns = ap.parse_args()
     root = Path.cwd()
+    pinned = {int(c) for c in ns.pin.split(",")}
     pairs = {"free": start_pair(root, DEFAULT_NODEID, None),
-             f"pinned{ns.pin}": start_pair(root, DEFAULT_NODEID, {int(c) for c in ns.pin.split(",")})}
+             f"pinned{ns.pin}": start_pair(root, DEFAULT_NODEID, pinned)}
     turn_times = [float(x) for x in ns.turn_times.split(",")]
     rows = []
     try:
@@ -89,7 +92,7 @@ def main() -> None:
                 pb, ph = pairs[k].base.proc.pid, pairs[k].head.proc.pid
                 bw, hw = interleave(IdleWatch(b, ph, idle), IdleWatch(h, pb, idle), turns, t)
                 d = [math.log((y.wall_s / y.transitions) / (x.wall_s / x.transitions))
-                     for x, y in zip(bw, hw)]
+                     for x, y in zip(bw, hw, strict=True)]
                 rows.append({"round": r, "pair": k, "turn_s": t, "turns": turns,
                              "mean": statistics.fmean(d), "sd": statistics.stdev(d),
                              "median": statistics.median(d),

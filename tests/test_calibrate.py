@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_perfgate.cli import main
 from pytest_perfgate.modes import calibrate as cal
 from pytest_perfgate.modes import calibrate_analysis as ana
-from pytest_perfgate.cli.main import main
 from pytest_perfgate.core.gate import Outcome, Rule, decide, paired_evidence
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock
@@ -92,19 +92,20 @@ def test_drift_cancels_in_ab_but_makes_history_inconclusive() -> None:
     assert ana.analyse(trials, rule).false_alarms.k == 0  # the paired turns cancel it
 
 
-def test_offline_estimators_agree_with_the_shipped_gate() -> None:
-    """judge_stat must apply gate.decide's rule exactly: "trimmed" is the gate, "t" trim 0."""
-    rng = random.Random(3)
-    rule = Rule(threshold=0.02, alpha=0.01)
-    for _ in range(200):
-        n = rng.randint(3, 30)
-        shift, sd = rng.uniform(-0.06, 0.06), rng.uniform(0.001, 0.05)
-        base = [rng.uniform(50, 80) for _ in range(n)]
-        head = [b * math.exp(shift + rng.gauss(0, sd)) for b in base]
-        diffs = [math.log(h / b) for b, h in zip(base, head)]
-        for est, trim in (("trimmed", 0.2), ("t", 0.0)):
-            ev = decide(paired_evidence(base, head, trim), rule)
-            assert ana.judge_stat(ana.paired_stat(diffs, rule.alpha, est), rule) is ev.outcome
+def _turns(diffs: list[float]) -> tuple[list[float], list[float]]:
+    """Base and head per-turn times whose log ratios are ``diffs``."""
+    base = [50.0 + i % 7 for i in range(len(diffs))]
+    return base, [b * math.exp(d) for b, d in zip(base, diffs, strict=True)]
+
+
+def _verdict(diffs: list[float], est: str, rule: Rule) -> Outcome:
+    return decide(ana.estimator_evidence(*_turns(diffs), est), rule).outcome
+
+
+def test_the_trimmed_estimator_is_the_gate_and_t_its_untrimmed_form() -> None:
+    base, head = _turns([0.01 * ((i * 7) % 11 - 5) + 0.03 for i in range(40)])
+    assert ana.estimator_evidence(base, head, "trimmed") == paired_evidence(base, head)
+    assert ana.estimator_evidence(base, head, "t") == paired_evidence(base, head, trim=0.0)
 
 
 @pytest.mark.parametrize("est", cal.ESTIMATORS)
@@ -113,26 +114,32 @@ def test_every_estimator_sees_a_clear_shift_and_no_shift(est: str) -> None:
     rule = Rule(threshold=0.02, alpha=0.01)
     slow = [0.08 + rng.gauss(0, 0.01) for _ in range(30)]
     same = [rng.gauss(0, 0.002) for _ in range(30)]
-    assert ana.judge_stat(ana.paired_stat(slow, 0.01, est), rule) is Outcome.REGRESSION
-    assert ana.judge_stat(ana.paired_stat(same, 0.01, est), rule) is Outcome.OK
-    assert ana.judge_stat(ana.paired_stat([-x for x in slow], 0.01, est), rule) \
-        is Outcome.IMPROVEMENT
+    assert _verdict(slow, est, rule) is Outcome.REGRESSION
+    assert _verdict(same, est, rule) is Outcome.OK
+    assert _verdict([-x for x in slow], est, rule) is Outcome.IMPROVEMENT
+    noisy = [rng.gauss(0, 0.2) for _ in range(30)]  # resolves nothing near 2%
+    assert _verdict(noisy, est, rule) is Outcome.INCONCLUSIVE
 
 
 def test_robust_estimators_shrug_off_one_wild_turn() -> None:
     d = [0.001 * ((i % 5) - 2) for i in range(30)] + [0.9]
     rule = Rule(threshold=0.02, alpha=0.01)
-    assert ana.judge_stat(ana.paired_stat(d, 0.01, "t"), rule) is Outcome.INCONCLUSIVE
+    assert _verdict(d, "t", rule) is Outcome.INCONCLUSIVE
     for est in ("wilcoxon", "trimmed"):
-        assert ana.judge_stat(ana.paired_stat(d, 0.01, est), rule) is Outcome.OK
-    base = [50.0] * len(d)
-    head = [b * math.exp(x) for b, x in zip(base, d)]
-    assert decide(paired_evidence(base, head), rule).outcome is Outcome.OK  # the gate too
+        assert _verdict(d, est, rule) is Outcome.OK
+
+
+def test_estimators_on_identical_turns_and_bad_input() -> None:
+    rule = Rule(threshold=0.02, alpha=0.01)
+    for est in cal.ESTIMATORS:
+        assert _verdict([0.0] * 10, est, rule) is Outcome.OK
+    with pytest.raises(cal.StudyError, match="1 base and 1 head turns: an estimator needs"):
+        ana.estimator_evidence([1.0], [1.0], "wilcoxon")
 
 
 def test_unknown_estimator_names_the_choices() -> None:
     with pytest.raises(cal.StudyError, match="estimator=.mean.: use one of trimmed, t, wilcoxon"):
-        ana.paired_stat([0.1, 0.2], 0.01, "mean")
+        ana.estimator_evidence([1.0, 2.0], [1.0, 2.0], "mean")
 
 
 def test_rate_uses_clopper_pearson() -> None:
@@ -206,7 +213,10 @@ def test_save_load_roundtrip_and_bad_file(tmp_path: Path) -> None:
     (["--threshold", "2"], "'2' is out of range: use a fraction between 0 and 1"),
     (["--trials", "-3"], "'-3' is negative: use a whole number >= 0, e.g. 50"),
     (["--turn-time", "0"], "'0' is too small: use a number of seconds > 0"),
-    (["--pin", "99"], "--pin '99'"),
+    (["--pin", "99"], "argument --pin: '99': core spec '99' selects no usable CPU"),
+    (["--levers", "6,x"], "'6,x' is not a list of whole numbers >= 1: use e.g. 1,2,4"),
+    (["--estimator", "mean"], "argument --estimator: invalid choice: 'mean'"),
+    (["--seed", "x"], "argument --seed: 'x' is not a whole number: use e.g. 50"),
 ])
 def test_cli_argument_errors(args: list[str], message: str,
                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,9 +227,32 @@ def test_cli_argument_errors(args: list[str], message: str,
 
 
 def test_cli_missing_test_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         main(["calibrate", "perf/nope.py::test_x", "--cwd", str(tmp_path)])
-    assert "'perf/nope.py::test_x' is not a test file under" in capsys.readouterr().err
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: perfgate calibrate ")
+    assert (f"perfgate calibrate: error: 'perf/nope.py::test_x' is not a test file under "
+            f"{tmp_path.resolve()}: give a perf test's node id relative to --cwd, e.g. "
+            "perf/test_perf_mujoco.py::test_humanoid_batch_256") in err
+
+
+def test_cli_bad_study_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--analyse", str(tmp_path / "none.json")])
+    assert exc.value.code == 2
+    assert (f"perfgate calibrate: error: cannot read study file {tmp_path / 'none.json'}"
+            in capsys.readouterr().err)
+
+
+def test_calibrate_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: perfgate calibrate [-h]")
+    assert "Run A/A trials and trials with injected slowdowns through the real gate" in out
+    assert "--estimator {trimmed,t,wilcoxon,bootstrap}" in out
 
 
 def test_cli_reanalyses_a_saved_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -265,3 +298,32 @@ def test_probed_study_records_per_turn_rates() -> None:
     trials = cal.run_study(FakeSide(m), FakeSide(m), cfg, clock=clock, probe=probe)
     assert all(len(t.probes) == 8 and "cores" in t.probes[0] for t in trials)
     assert set(ana.probe_correlations(trials)) <= {"busy_ticks", "cores"}
+
+
+STEP = """
+import time
+def test_walk(perfgate):
+    perfgate.measure(lambda: time.sleep(0.002), transitions=8)
+"""
+
+
+@pytest.mark.slow
+def test_cli_runs_a_study_on_real_side_processes(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The production A/B sides, started for calibration, through the whole command."""
+    import psutil
+
+    (tmp_path / "test_perf.py").write_text(STEP)
+    save = tmp_path / "study.json"
+    rc = main(["calibrate", "test_perf.py::test_walk", "--cwd", str(tmp_path),
+               "--aa-trials", "2", "--trials", "1", "--slowdowns", "50%", "--turns", "4",
+               "--turn-time", "0.05", "--threshold", "10%", "--no-history", "--save", str(save)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "perfgate calibrate: test_perf.py::test_walk (test_perf.test_walk)" in out
+    assert "| A/B (4 turns, trimmed, threshold 10.0%, alpha 0.01) |" in out
+    assert "injected +50%: measured" in out
+    cfg, trials, meta = cal.load(save)
+    assert sorted(t.slowdown for t in trials) == [0.0, 0.0, 0.5] and "partial" not in meta
+    assert not [c for c in psutil.Process().children(recursive=True)
+                if "pytest_perfgate.plugin.hooks" in " ".join(c.cmdline())]

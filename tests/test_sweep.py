@@ -1,4 +1,4 @@
-"""The thread sweep: interleaving logic on a fake clock (exact), the table, the CLI."""
+"""The thread sweep: interleaving logic on a fake clock (exact), the table, ``perfgate sweep``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from pytest_perfgate.cli import main
 from pytest_perfgate.sim import sweep
 from pytest_perfgate.core.timing import FakeClock
 
@@ -74,6 +75,31 @@ def test_table_marks_the_rule_and_names_the_fastest():
     ]
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--threads", "1,x"], "argument --threads: '1,x' is not a list of whole numbers >= 1: "
+                           "use e.g. 1,2,4"),
+    (["--threads", "0"], "argument --threads: '0' is not a list of whole numbers >= 1"),
+    (["--envs", "0"], "argument --envs: '0' is too small: use a whole number >= 1, e.g. 5"),
+    (["--turns", "x"], "argument --turns: 'x' is not a whole number: use e.g. 5"),
+    (["--settle", "-1"], "argument --settle: '-1' is negative: use a whole number >= 0"),
+])
+def test_cli_argument_errors(args, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: perfgate sweep ") and f"perfgate sweep: error: {message}" in err
+
+
+def test_sweep_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: perfgate sweep [-h] [--model MODEL]")
+    assert "humanoid, g1, tiny or a model path" in out
+
+
 pytest.importorskip("mujoco.batch")
 
 
@@ -99,28 +125,21 @@ def test_run_sweep_on_the_tiny_model():
 
 def test_cli_writes_json(tmp_path, capsys):
     out = tmp_path / "sweep.json"
-    rc = sweep.main(["--model", "tiny", "--envs", "4", "--threads", "1,2", "--turns", "2",
-                     "--no-pinned", "--json", str(out)])
+    rc = main(["sweep", "--model", "tiny", "--envs", "4", "--threads", "1,2", "--turns", "2",
+               "--no-pinned", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
     assert "| 2 | no |" in text and "<- sizing rule" in text
     data = json.loads(out.read_text())
     assert data["format"] == 1 and [r["threads"] for r in data["rows"]] == [1, 2]
-    assert not list(tmp_path.glob(".sweep-*"))
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]  # no temp file left
 
 
-def test_cli_bad_threads(capsys):
-    with pytest.raises(SystemExit) as e:
-        sweep.main(["--threads", "1,x"])
-    assert e.value.code == 2
-    assert ("argument --threads: --threads '1,x': pass comma-separated positive ints, e.g. "
-            "1,2,4") in capsys.readouterr().err
-
-
-def test_cli_bad_envs(capsys):
-    assert sweep.main(["--model", "tiny", "--envs", "0"]) == 2
-    assert capsys.readouterr().err == ("error: num_envs=0: pass the number of simulations, a "
-                                       "positive int (e.g. 1024)\n")
+def test_cli_bad_model_file(tmp_path, capsys):
+    missing = tmp_path / "none.xml"
+    assert main(["sweep", "--model", str(missing), "--envs", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perfgate sweep: error: ") and str(missing) in err
 
 
 def test_cli_g1_missing(monkeypatch):

@@ -1,0 +1,65 @@
+"""The ``perfgate`` command line, laid out like asv's ``commands/``: one module per command.
+
+Each module in this package (other than ``common_args``) defines one :class:`Command`
+subclass; :func:`make_parser` imports them all, so a new command is one new file. The
+command line never imports pytest: commands that need pytest start it in side processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Any, ClassVar, Sequence
+
+
+class Command:
+    """One subcommand: its arguments, and what it does with them."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    description: ClassVar[str]
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        """Add this command's parser to ``subparsers`` and return it."""
+        parser: argparse.ArgumentParser = subparsers.add_parser(
+            cls.name, help=cls.help, description=cls.description)
+        return parser
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        """Run on parsed arguments; return the exit status. Usage errors call
+        ``args.parser.error`` (exit 2, naming the value and the fix)."""
+        raise NotImplementedError
+
+
+def commands() -> list[type[Command]]:
+    """Every command of this package, in name order."""
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_") and mod.name != "common_args":
+            importlib.import_module(f"{__name__}.{mod.name}")
+    return sorted(Command.__subclasses__(), key=lambda c: c.name)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfgate", description="pytest-perfgate's tools beside the pytest plugin: "
+        "how far this runner's verdicts can be trusted, how to size a MuJoCo pool.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for cmd in commands():
+        p = cmd.setup_arguments(sub)
+        p.set_defaults(run=cmd.run_from_args, parser=p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script ``perfgate``: parse, then run the chosen command."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    ns = make_parser().parse_args(args)
+    ns.command_line = "perfgate " + " ".join(args)
+    return int(ns.run(ns))
+
+
+__all__ = ["Command", "commands", "main", "make_parser"]

@@ -1,18 +1,19 @@
 """Verdict quality: how often the gate cries wolf, and how small a slowdown it catches.
 
 The gate is only worth what its verdicts are worth, and on a shared runner the machine's
-speed drifts by up to 1.5x within seconds (FIELD-NOTES 7), so the answer is a property of
-the runner, not of the code. This module measures it on the runner itself, through the real
-gate: one base and one head side process of the *same* checkout, trials in random order,
-A/A (nothing injected) and with a calibrated extra spin inside the head's step
-(``RemoteSource.inject_slowdown``). Each trial keeps its raw per-turn samples, so levers that
-do not need new measurements (the estimator, fewer turns, another threshold) are judged
-offline on the same data (:func:`analyse`), and the study can be saved and re-analysed.
+speed drifts by up to 1.5x within seconds (docs/design.md §1), so the answer is a property
+of the runner, not of the code. This module measures it on the runner itself, through the
+real gate: one base and one head side process of the *same* checkout, trials in random
+order, A/A (nothing injected) and with a calibrated extra spin inside the head's step
+(``RemoteSource.inject_slowdown``; only sides started with ``calibration=True`` accept it).
+Each trial keeps its raw per-turn samples, so levers that do not need new measurements (the
+estimator, fewer turns, another threshold) are judged offline on the same data
+(:mod:`calibrate_analysis`), and the study can be saved and re-analysed.
 
 History mode is emulated from the same sides: each trial also measures a non-interleaved
 "run" of K consecutive windows of each side; the head's run is judged by
 ``history_evidence`` against the base runs of the previous trials, as a team without a base
-build would be.
+build would be (docs/design.md §2).
 
 Pure logic over :class:`Injectable` sources: the CLI drives real side processes, the tests
 drive scripted fakes.
@@ -22,12 +23,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow, WindowSource
@@ -50,7 +50,7 @@ class Injectable(WindowSource, Protocol):
 
 @dataclass(frozen=True)
 class StudyConfig:
-    """What to run. Defaults: the settings the ISSUE 5 study chose; ~45 min on 2 vCPUs."""
+    """What to run. Defaults: the settings docs/verdict-quality.md chose; ~45 min on 2 vCPUs."""
 
     aa_trials: int = 50
     trials: int = 10  # per injected slowdown
@@ -127,7 +127,7 @@ class TrialRecord:
     @property
     def diffs(self) -> list[float]:
         """Per-turn log(head / base): > 0 means head took longer."""
-        return [math.log(h / b) for b, h in zip(self.base, self.head)]
+        return [math.log(h / b) for b, h in zip(self.base, self.head, strict=True)]
 
 
 # ---- running -------------------------------------------------------------------------------
@@ -256,6 +256,7 @@ def save(path: Path, cfg: StudyConfig, trials: Sequence[TrialRecord],
 
 
 def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
+    """Read a study written by :func:`save`; a bad file is a :class:`StudyError`."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -275,20 +276,5 @@ def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
     return StudyConfig(**c), trials, dict(data.get("meta", {}))
 
 
-def pin_pids(pids: Iterable[int], cpus: set[int]) -> bool:
-    """Pin every thread of the given processes to ``cpus``; False where the OS refuses."""
-    ok = True
-    for pid in pids:
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            tids = [pid]
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, cpus)
-            except OSError:
-                ok = False
-    return ok
-
-
-__all__ = ['StudyConfig', 'TrialRecord', 'Injectable', 'run_trial', 'run_study', 'system_probe', 'save', 'load', 'pin_pids', 'StudyError', 'ESTIMATORS']
+__all__ = ["ESTIMATORS", "FORMAT", "TARGETS", "Injectable", "StudyConfig", "StudyError",
+           "TrialRecord", "load", "run_study", "run_trial", "save", "system_probe"]

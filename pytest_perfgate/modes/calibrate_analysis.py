@@ -1,8 +1,14 @@
-"""Judging a calibration study: estimators over paired per-turn ratios, rates, reports.
+"""Judging a calibration study: every estimator's verdict through the gate's own rule.
 
 Split from :mod:`calibrate` (which measures): everything here is pure over saved
 :class:`~pytest_perfgate.modes.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
-re-judges a study offline at another threshold, estimator or turn count.
+re-judges a study offline at another threshold, estimator or turn count. Each estimator only
+reads the paired turns into an :class:`~pytest_perfgate.core.gate.Evidence` (a log ratio,
+its standard error and degrees of freedom); ``core.gate.decide`` turns every one of them
+into a verdict, so the study judges exactly as the shipped gate does (docs/design.md §3).
+
+Over 300 lines because judging, counting and the report's tables are one study's three
+views of the same records; they change together.
 """
 
 from __future__ import annotations
@@ -11,85 +17,69 @@ import math
 import os
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+from pytest_perfgate.core.gate import (PAIRED_TRIM, Evidence, Outcome, Rule, decide,
+                                       history_evidence, paired_evidence)
 from pytest_perfgate.modes.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
-from pytest_perfgate.core.gate import PAIRED_TRIM, Outcome, Rule, decide, history_evidence, paired_evidence
+
+BOOTSTRAP_RESAMPLES = 4000
+
+
+def _stats() -> Any:
+    """scipy.stats, imported on first use: the CLI's import stays cheap."""
+    from scipy import stats  # type: ignore[import-untyped]
+
+    return stats
 
 # ---- judging -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PairedStat:
-    """One estimator's reading of paired log ratios: estimate, one-sided bounds, p-values."""
+def estimator_evidence(base: Sequence[float], head: Sequence[float],
+                       estimator: str = "trimmed", seed: int = 0) -> Evidence:
+    """Paired per-turn times read by one estimator (see ESTIMATORS), for ``gate.decide``.
 
-    log_ratio: float
-    half_width: float  # of the one-sided (1 - alpha) bound, on the log scale
-    p_slow: float
-    p_fast: float
-
-
-def paired_stat(diffs: Sequence[float], alpha: float, estimator: str = "t",
-                seed: int = 0) -> PairedStat:
-    """The paired per-turn log ratios read by one estimator (see ESTIMATORS)."""
-    from scipy import stats
-
-    d = [float(x) for x in diffs]
-    n = len(d)
-    if n < 2:
-        raise StudyError(f"{n} paired turns: an estimator needs >= 2")
+    "trimmed" is the shipped gate's ``paired_evidence``, "t" the same at trim 0 (the plain
+    mean and t). "wilcoxon" is the Hodges-Lehmann estimate (median of the Walsh averages)
+    with the standard error implied by its distribution-free 95% signed-rank interval;
+    "bootstrap" the mean with its bootstrap standard error. All use n - 1 degrees of freedom.
+    """
+    if estimator == "trimmed":
+        return paired_evidence(base, head, PAIRED_TRIM)
     if estimator == "t":
-        m, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(n)
-        return _from_t(m, se, n - 1, alpha)
-    if estimator == "trimmed":  # trimmed mean, Tukey-McLaughlin standard error (= the gate)
-        g = int(PAIRED_TRIM * n)
-        s = sorted(d)
-        core = s[g:n - g]
-        wins = [s[g]] * g + core + [s[n - g - 1]] * g
-        se = statistics.stdev(wins) / ((1 - 2 * g / n) * math.sqrt(n))
-        return _from_t(statistics.fmean(core), se, len(core) - 1, alpha)
-    if estimator == "wilcoxon":  # Hodges-Lehmann estimate, signed-rank test and interval
-        walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
-        est = statistics.median(walsh)
-        if all(x == 0 for x in d):
-            return PairedStat(0.0, 0.0, 1.0, 1.0)
-        p_slow = float(stats.wilcoxon(d, alternative="greater").pvalue)
-        p_fast = float(stats.wilcoxon(d, alternative="less").pvalue)
-        z = float(stats.norm.ppf(1 - alpha))
-        k = int(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
-        k = min(max(k, 0), len(walsh) - 1)
-        return PairedStat(est, (walsh[-k - 1] - walsh[k]) / 2, p_slow, p_fast)
-    if estimator == "bootstrap":  # percentile bootstrap of the mean
-        import numpy as np
-
-        arr = np.asarray(d)
-        rng = np.random.default_rng(seed)
-        means = arr[rng.integers(0, n, (4000, n))].mean(axis=1)
-        lo, hi = np.quantile(means, [alpha, 1 - alpha])
-        return PairedStat(float(arr.mean()), float(hi - lo) / 2,
-                          float((means <= 0).mean()), float((means >= 0).mean()))
-    raise StudyError(f"estimator={estimator!r}: use one of {', '.join(ESTIMATORS)}")
+        return paired_evidence(base, head, 0.0)
+    if estimator not in ESTIMATORS:
+        raise StudyError(f"estimator={estimator!r}: use one of {', '.join(ESTIMATORS)}")
+    n = len(base)
+    if len(head) != n or n < 2:
+        raise StudyError(f"{n} base and {len(head)} head turns: an estimator needs equal, "
+                         ">= 2 turns per side")
+    diffs = [math.log(h / b) for b, h in zip(base, head, strict=True)]
+    if estimator == "wilcoxon":
+        est, se = _hodges_lehmann(diffs)
+    else:
+        est, se = _bootstrap_mean(diffs, seed)
+    return Evidence(est, se, float(n - 1), n, "paired")
 
 
-def _from_t(m: float, se: float, df: float, alpha: float) -> PairedStat:
-    from scipy import stats
+def _hodges_lehmann(d: Sequence[float]) -> tuple[float, float]:
+    """The Walsh averages' median, and (upper - lower) / (2 z) of the signed-rank interval."""
+    n = len(d)
+    walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
+    z = float(_stats().norm.ppf(0.975))
+    k = int(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
+    k = min(max(k, 0), (len(walsh) - 1) // 2)
+    return statistics.median(walsh), (walsh[-k - 1] - walsh[k]) / (2 * z)
 
-    if se <= 0:
-        return PairedStat(m, 0.0, 0.0 if m > 0 else 1.0, 0.0 if m < 0 else 1.0)
-    tq = float(stats.t.ppf(1 - alpha, df))
-    return PairedStat(m, tq * se, float(stats.t.sf(m / se, df)), float(stats.t.sf(-m / se, df)))
 
+def _bootstrap_mean(d: Sequence[float], seed: int) -> tuple[float, float]:
+    """The mean, and the standard deviation of the means of resampled turns (seeded)."""
+    import numpy as np
 
-def judge_stat(st: PairedStat, rule: Rule) -> Outcome:
-    """gate.decide's rule applied to any estimator's reading (kept identical on purpose)."""
-    drop = 1 - math.exp(-st.log_ratio)
-    if st.p_slow < rule.alpha and drop > rule.threshold:
-        return Outcome.REGRESSION
-    if st.p_fast < rule.alpha and -drop > rule.threshold:
-        return Outcome.IMPROVEMENT
-    if 1 - math.exp(-st.half_width) > rule.threshold:
-        return Outcome.INCONCLUSIVE
-    return Outcome.OK
+    arr = np.asarray(d, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = arr[rng.integers(0, len(arr), (BOOTSTRAP_RESAMPLES, len(arr)))].mean(axis=1)
+    return float(arr.mean()), float(means.std(ddof=1))
 
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -105,7 +95,7 @@ def outside_load(t: TrialRecord) -> list[float] | None:
 
 def paired_outcome(t: TrialRecord, rule: Rule, estimator: str = "trimmed",
                    turns: int | None = None, guard: float | None = None) -> Outcome:
-    """A trial's A/B verdict; "trimmed" is the shipped gate itself, "t" its trim-0 form.
+    """A trial's A/B verdict by ``gate.decide``; "trimmed" is the shipped gate itself.
 
     ``guard``: drop turn pairs where either turn saw more outside load than this many busy
     cores (the /proc/stat noise guard, needs probes); the verdict uses what is left.
@@ -115,16 +105,12 @@ def paired_outcome(t: TrialRecord, rule: Rule, estimator: str = "trimmed",
     n = turns or len(t.base)
     keep = list(range(n))
     load = outside_load(t) if guard is not None else None
-    if load is not None:
+    if guard is not None and load is not None:
         kept = [i for i in keep if load[i] <= guard]
         keep = kept if len(kept) >= 2 else keep
     base = [t.base[i] for i in keep]
     head = [t.head[i] for i in keep]
-    if estimator in ("t", "trimmed"):  # the shipped gate itself (trim 0.2), or trim 0
-        trim = PAIRED_TRIM if estimator == "trimmed" else 0.0
-        return decide(paired_evidence(base, head, trim), rule).outcome
-    diffs = [math.log(h / b) for b, h in zip(base, head)]
-    return judge_stat(paired_stat(diffs, rule.alpha, estimator, seed=t.index), rule)
+    return decide(estimator_evidence(base, head, estimator, seed=t.index), rule).outcome
 
 
 def history_outcomes(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: int
@@ -158,9 +144,7 @@ class Rate:
     def ci(self) -> tuple[float, float]:
         if not self.n:
             return (float("nan"), float("nan"))
-        from scipy.stats import binomtest
-
-        ci = binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
+        ci = _stats().binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
         return (float(ci.low), float(ci.high))
 
     def __str__(self) -> str:
@@ -217,15 +201,15 @@ def measured_slowdown(trials: Sequence[TrialRecord], turns: int | None = None
     Each trial contributes the mean of its per-turn log ratios; trials are the replicates,
     so the interval reflects trial-to-trial variation (including the calibration's).
     """
-    from scipy import stats
-
+    stats = _stats()
     means = [statistics.fmean(t.diffs[:turns or len(t.base)]) for t in trials]
     if not means:
         return None
     m = statistics.fmean(means)
     if len(means) < 2:
         return (math.expm1(m), float("nan"), float("nan"))
-    half = float(stats.t.ppf(0.975, len(means) - 1)) * statistics.stdev(means) / math.sqrt(len(means))
+    tq = float(stats.t.ppf(0.975, len(means) - 1))
+    half = tq * statistics.stdev(means) / math.sqrt(len(means))
     return (math.expm1(m), math.expm1(m - half), math.expm1(m + half))
 
 
@@ -319,7 +303,8 @@ def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str
     fa = rep.false_alarms
     setting = f"({_setting(rep)}, {rep.seconds:.0f} s of measurement per side)"
     if not fa.n:
-        return "No A/A trials were run, so the false-alarm rate is unknown: run with --aa-trials >= 50."
+        return ("No A/A trials were run, so the false-alarm rate is unknown: run with "
+                "--aa-trials >= 50.")
     if fa.value > max_false:
         return (f"This runner raised false alarms in {fa} of A/A trials {setting}, above "
                 f"{max_false:.0%}: raise --threshold or --turns and run again.")
@@ -337,9 +322,9 @@ def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str
 
 def meets_targets(rep: Report) -> dict[str, bool]:
     """The issue's targets for the best mode, judged on point estimates."""
-    d5, d3 = rep.row(0.05), rep.row(0.03)
+    d5, d3, fa = rep.row(0.05), rep.row(0.03), rep.false_alarms
     return {
-        "false_alarms<=1%": rep.false_alarms.n > 0 and rep.false_alarms.value <= TARGETS["false_alarms"],
+        "false_alarms<=1%": fa.n > 0 and fa.value <= TARGETS["false_alarms"],
         "5% caught>=95%": d5 is not None and d5.called.value >= TARGETS["detect_5"],
         "3% caught>=80%": d3 is not None and d3.called.value >= TARGETS["detect_3"],
         "<=20 s per side": rep.seconds <= TARGETS["seconds"],
@@ -375,8 +360,6 @@ def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
     A probe that tracked the drift would correlate strongly; the guard can only drop
     windows it can see.
     """
-    from scipy.stats import spearmanr
-
     xs: dict[str, list[float]] = {}
     ys: list[float] = []
     for t in trials:
@@ -386,15 +369,19 @@ def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
         base_probe = [t.probes[2 * i] if i % 2 == 0 else t.probes[2 * i + 1]
                       for i in range(len(t.base))]
         med = statistics.median(math.log(x) for x in t.base)
-        for p, x in zip(base_probe, t.base):
+        for p, x in zip(base_probe, t.base, strict=True):
             ys.append(math.log(x) - med)
             for k, v in p.items():
                 xs.setdefault(k, []).append(v)
     out = {}
-    for k, v in xs.items():
-        if len(v) == len(ys) and len(set(v)) > 1:
-            out[k] = float(spearmanr(v, ys).statistic)
+    for k, rates in xs.items():
+        if len(rates) == len(ys) and len(set(rates)) > 1:
+            out[k] = float(_stats().spearmanr(rates, ys).statistic)
     return out
 
 
-__all__ = ['PairedStat', 'Rate', 'Report', 'Row', 'TICKS_PER_S', 'analyse', 'analyse_history', 'conclusion', 'history_outcomes', 'judge_stat', 'lever_table', 'measured_slowdown', 'meets_targets', 'noise_summary', 'outside_load', 'paired_outcome', 'paired_stat', 'probe_correlations', 'render', 'render_measured']
+__all__ = ["BOOTSTRAP_RESAMPLES", "Rate", "Report", "Row", "TICKS_PER_S", "analyse",
+           "analyse_history", "conclusion", "estimator_evidence", "history_outcomes",
+           "lever_table", "measured_slowdown", "meets_targets", "noise_summary",
+           "outside_load", "paired_outcome", "probe_correlations", "render",
+           "render_measured"]

@@ -5,15 +5,13 @@ configurations measured back to back compare the machine's moods, not the config
 Here every configuration runs a short turn in rotation and we keep the medians of many
 turns; every pool steps the same held state, so each call does identical physics.
 
-    python -m pytest_perfgate.sim.sweep --model humanoid --envs 1024
+    perfgate sweep --model humanoid --envs 1024
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -216,52 +214,3 @@ def resolve_model(name: str) -> str:
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Atomic write: a killed run never leaves half a file."""
     atomic_write(path, json.dumps(data, indent=1).encode("utf-8"))
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--threads {text!r}: pass comma-separated positive "
-                                         "ints, e.g. 1,2,4") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"--threads {text!r}: pass comma-separated positive "
-                                         "ints, e.g. 1,2,4")
-    return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pytest_perfgate.sim.sweep",
-                                 description="MuJoCo pool thread-scaling sweep (interleaved).")
-    ap.add_argument("--model", default="humanoid", help="humanoid, g1, tiny or a model path")
-    ap.add_argument("--envs", type=int, default=1024, help="number of simulations")
-    ap.add_argument("--frame-skip", type=int, default=1, help="substeps per env step")
-    ap.add_argument("--threads", type=_int_list, default=None,
-                    help="thread counts, e.g. 1,2,4 (default: powers of two to 4x CPUs)")
-    ap.add_argument("--no-pinned", action="store_true", help="skip the pinned variants")
-    ap.add_argument("--turns", type=int, default=20, help="interleaved turns (medians)")
-    ap.add_argument("--per-turn", type=int, default=1, help="steps per config per turn")
-    ap.add_argument("--settle", type=int, default=300,
-                    help="substeps of random actions before the state is held")
-    ap.add_argument("--keyframe", default=None,
-                    help="reset keyframe name (e.g. 'stand' for g1; default: model defaults)")
-    ap.add_argument("--json", default=None, help="also write the result to this file")
-    args = ap.parse_args(argv)
-    from pytest_perfgate.sim.models import MujocoUnavailable
-
-    try:
-        result = run_sweep(resolve_model(args.model), args.envs, frame_skip=args.frame_skip,
-                           thread_counts=args.threads, pinned=not args.no_pinned,
-                           turns=args.turns, per_turn=args.per_turn,
-                           settle_substeps=args.settle, keyframe=args.keyframe)
-    except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(result.table())
-    if args.json:
-        write_json(args.json, result.to_dict())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

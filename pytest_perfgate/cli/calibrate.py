@@ -1,8 +1,8 @@
-"""The ``perfgate`` command. ``perfgate calibrate`` measures how far this runner's verdicts
-can be trusted: false alarms on A/A trials, detection of injected slowdowns, seconds spent.
+"""``perfgate calibrate``: how far this runner's verdicts can be trusted.
 
-Kept separate from the pytest plugin (no pytest import here): the study drives two side
-processes that each run one perf test under pytest, exactly as ``--perfgate-ab`` does.
+False alarms on A/A trials, detection of injected slowdowns, seconds spent, through the real
+gate on one pair of side processes of the same checkout, exactly as ``--perfgate-ab`` starts
+them (docs/verdict-quality.md; the mode itself: docs/design.md §3).
 """
 
 from __future__ import annotations
@@ -15,100 +15,90 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_cpu_set,
+                                             parse_fractions, parse_int_list)
+from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.modes import calibrate as cal
 from pytest_perfgate.modes import calibrate_analysis as ana
-from pytest_perfgate.session.options import OptionError, parse_fraction, parse_positive_int, parse_seconds
+from pytest_perfgate.session.options import parse_fraction, parse_positive_int, parse_seconds
 
 DEFAULT_NODEID = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
 
 
-def _arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """argparse converter that reports our converters' messages (naming value and fix)."""
-    def conv(text: str) -> Any:
+class Calibrate(Command):
+    name = "calibrate"
+    help = "measure false alarms and detection of this runner's verdicts"
+    description = ("Run A/A trials and trials with injected slowdowns through the real gate "
+                   "(interleaved A/B, plus emulated history mode) on one pair of side "
+                   "processes of the same checkout, then say the smallest regression this "
+                   "runner catches.")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        c = super().setup_arguments(subparsers)
+        c.add_argument("nodeid", nargs="?", default=DEFAULT_NODEID,
+                       help="perf test with one perfgate.measure(step, ...) call (default "
+                       f"{DEFAULT_NODEID})")
+        c.add_argument("--trials", type=argparse_type(parse_count),
+                       help="trials per slowdown (default 10)")
+        c.add_argument("--aa-trials", type=argparse_type(parse_count),
+                       help="A/A trials (default 50)")
+        c.add_argument("--slowdowns", type=argparse_type(parse_fractions),
+                       help="injected slowdowns (default 0.02,0.03,0.05,0.10)")
+        c.add_argument("--turns", type=argparse_type(parse_positive_int),
+                       help="turns per side (default 96)")
+        c.add_argument("--turn-time", type=argparse_type(parse_seconds),
+                       help="seconds per turn (default 0.1)")
+        c.add_argument("--threshold", type=argparse_type(parse_fraction),
+                       help="gate threshold (default 2%%)")
+        c.add_argument("--alpha", type=argparse_type(parse_fraction),
+                       help="significance level (default 0.01)")
+        c.add_argument("--estimator", choices=cal.ESTIMATORS, default="trimmed",
+                       help="paired estimator for the headline table (default trimmed: the "
+                       "shipped gate; t is its untrimmed form)")
+        c.add_argument("--quick", action="store_true",
+                       help="a ~3 minute sanity run (too few trials to claim rates)")
+        c.add_argument("--no-history", action="store_true",
+                       help="skip the history-mode emulation")
+        c.add_argument("--pin", type=argparse_type(parse_cpu_set), metavar="CPUS",
+                       help="pin both sides (and this process) to these CPUs, e.g. 1")
+        c.add_argument("--probe", action="store_true",
+                       help="record /proc/stat, PSI and context-switch rates per turn "
+                       "(noise guard)")
+        c.add_argument("--levers", type=argparse_type(parse_int_list), metavar="TURNS",
+                       help="also re-analyse offline with every estimator at these turn "
+                       "counts, e.g. 10,20,40")
+        c.add_argument("--seed", type=argparse_type(parse_count), default=0,
+                       help="trial order seed (default 0)")
+        c.add_argument("--save", type=Path, help="write the raw trials as JSON to this file")
+        c.add_argument("--analyse", type=Path, metavar="FILE",
+                       help="re-analyse a saved study instead of measuring")
+        c.add_argument("--cwd", type=Path, default=Path.cwd(),
+                       help="project checkout the sides run in (default: here)")
+        return c
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
         try:
-            return parse(text)
-        except (OptionError, cal.StudyError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    conv.__name__ = parse.__name__
-    return conv
-
-
-def parse_slowdowns(text: str) -> tuple[float, ...]:
-    """'0.02,3%,0.05' -> (0.02, 0.03, 0.05): each a fraction in (0, 1)."""
-    parts = [p for p in str(text).split(",") if p.strip()]
-    if not parts:
-        raise OptionError(f"{text!r} lists no slowdowns: use e.g. 0.02,0.03,0.05,0.10")
-    return tuple(sorted({parse_fraction(p) for p in parts}))
-
-
-def parse_count0(text: str) -> int:
-    try:
-        v = int(str(text).strip())
-    except ValueError:
-        raise OptionError(f"{text!r} is not a whole number: use e.g. 50") from None
-    if v < 0:
-        raise OptionError(f"{text!r} is negative: use a whole number >= 0, e.g. 50")
-    return v
-
-
-def parse_turns_list(text: str) -> tuple[int, ...]:
-    return tuple(parse_positive_int(p) for p in str(text).split(",") if p.strip())
-
-
-def parse_cpu_set(text: str) -> set[int]:
-    from pytest_perfgate.placement.cpus import parse_cpus
-
-    try:
-        got = parse_cpus(text)
-    except ValueError as exc:
-        raise OptionError(f"--pin {text!r}: {exc}") from None
-    if not got:
-        raise OptionError(f"--pin {text!r} names no CPU: use e.g. 1 or 0-1")
-    return set(got)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="perfgate", description="pytest-perfgate tools")
-    sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser(
-        "calibrate", help="measure false alarms and detection of this runner's verdicts",
-        description="Run A/A trials and trials with injected slowdowns through the real gate "
-        "(interleaved A/B, plus emulated history mode) on one pair of side processes of the "
-        "same checkout, then say the smallest regression this runner catches.")
-    c.add_argument("nodeid", nargs="?", default=DEFAULT_NODEID,
-                   help=f"perf test with one perfgate.measure(step, ...) call (default "
-                   f"{DEFAULT_NODEID})")
-    c.add_argument("--trials", type=_arg(parse_count0), help="trials per slowdown (default 10)")
-    c.add_argument("--aa-trials", type=_arg(parse_count0), help="A/A trials (default 50)")
-    c.add_argument("--slowdowns", type=_arg(parse_slowdowns),
-                   help="injected slowdowns (default 0.02,0.03,0.05,0.10)")
-    c.add_argument("--turns", type=_arg(parse_positive_int), help="turns per side (default 96)")
-    c.add_argument("--turn-time", type=_arg(parse_seconds), help="seconds per turn (default 0.1)")
-    c.add_argument("--threshold", type=_arg(parse_fraction), help="gate threshold (default 2%%)")
-    c.add_argument("--alpha", type=_arg(parse_fraction), help="significance level (default 0.01)")
-    c.add_argument("--estimator", choices=cal.ESTIMATORS, default="trimmed",
-                   help="paired estimator for the headline table (default trimmed: the "
-                   "shipped gate; t is its untrimmed form)")
-    c.add_argument("--quick", action="store_true",
-                   help="a ~3 minute sanity run (too few trials to claim rates)")
-    c.add_argument("--no-history", action="store_true", help="skip the history-mode emulation")
-    c.add_argument("--pin", type=_arg(parse_cpu_set), metavar="CPUS",
-                   help="pin both sides (and this process) to these CPUs, e.g. 1")
-    c.add_argument("--probe", action="store_true",
-                   help="record /proc/stat, PSI and context-switch rates per turn (noise guard)")
-    c.add_argument("--levers", type=_arg(parse_turns_list), metavar="TURNS",
-                   help="also re-analyse offline with every estimator at these turn counts, "
-                   "e.g. 10,20,40")
-    c.add_argument("--seed", type=int, default=0, help="trial order seed (default 0)")
-    c.add_argument("--save", type=Path, help="write the raw trials as JSON to this file")
-    c.add_argument("--analyse", type=Path, metavar="FILE",
-                   help="re-analyse a saved study instead of measuring")
-    c.add_argument("--cwd", type=Path, default=Path.cwd(),
-                   help="project checkout the sides run in (default: here)")
-    return p
+            if args.analyse is not None:
+                cfg, trials, meta = cal.load(args.analyse)
+                over = {k: v for k, v in (("threshold", args.threshold),
+                                          ("alpha", args.alpha)) if v is not None}
+                if over:
+                    cfg = cal.StudyConfig(**{**asdict(cfg), **over})
+            else:
+                cfg = config_from(args)
+                trials, meta = measure(args, cfg)
+                if args.save is not None:
+                    cal.save(args.save, cfg, trials, meta)
+        except cal.StudyError as exc:
+            args.parser.error(str(exc))
+        for line in report(cfg, trials, meta, args.estimator, args.levers or ()):
+            print(line)
+        return 0
 
 
 def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
@@ -121,30 +111,6 @@ def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
         if v is not None:
             kw[name] = v
     return cal.StudyConfig.quick(**kw) if ns.quick else cal.StudyConfig(**kw)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = list(sys.argv[1:] if argv is None else argv)
-    ns = parser.parse_args(args)
-    ns.command_line = "perfgate " + " ".join(args)
-    try:
-        if ns.analyse is not None:
-            cfg, trials, meta = cal.load(ns.analyse)
-            over = {k: v for k, v in (("threshold", ns.threshold), ("alpha", ns.alpha))
-                    if v is not None}
-            if over:
-                cfg = cal.StudyConfig(**{**asdict(cfg), **over})
-        else:
-            cfg = config_from(ns)
-            trials, meta = measure(ns, cfg)
-            if ns.save is not None:
-                cal.save(ns.save, cfg, trials, meta)
-    except cal.StudyError as exc:
-        parser.error(str(exc))
-    for line in report(cfg, trials, meta, ns.estimator, ns.levers or ()):
-        print(line)
-    return 0
 
 
 def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
@@ -164,8 +130,8 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
     meta: dict[str, Any] = {"nodeid": ns.nodeid, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                             "loadavg_before": os.getloadavg(), "pin": sorted(ns.pin or ()),
                             "command": getattr(ns, "command_line", "perfgate calibrate")}
-    pair = Pair(Side(SideSpec("base", root), ns.nodeid, plugin_root),
-                Side(SideSpec("head", root), ns.nodeid, plugin_root))
+    pair = Pair(Side(SideSpec("base", root, calibration=True), ns.nodeid, plugin_root),
+                Side(SideSpec("head", root, calibration=True), ns.nodeid, plugin_root))
     try:
         names = [side.recv(START_TIMEOUT_S, f"its measure() call in {ns.nodeid}")
                  for side in (pair.base, pair.head)]
@@ -202,7 +168,7 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
 def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[str, Any],
            estimator: str = "trimmed", levers: Sequence[int] = ()) -> list[str]:
     """The study's output: settings, the table, measured slowdowns, the conclusion."""
-    rule = cal.Rule(threshold=cfg.threshold, alpha=cfg.alpha)
+    rule = Rule(threshold=cfg.threshold, alpha=cfg.alpha)
     ab = ana.analyse(trials, rule, estimator)
     reps = [ab]
     if cfg.history and any(t.hist_head for t in trials):
@@ -244,7 +210,3 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
 
 def _load(v: Any) -> str:
     return "/".join(f"{x:.2f}" for x in v) if isinstance(v, (list, tuple)) else "?"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Argument converters shared by the commands.
+
+Every converter is a ``parse_*`` function that raises :class:`OptionError` with a message
+naming the bad value and the fix (the plugin's options use the same ones), adapted to
+argparse by :func:`argparse_type`.
+"""
+
+from __future__ import annotations
+
+
+from pytest_perfgate.session.options import (OptionError, argparse_type, parse_fraction,
+                                              parse_positive_int)
+
+
+def parse_count(text: str) -> int:
+    """A whole number >= 0 (a count that may be zero: no trials of that kind)."""
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise OptionError(f"{text!r} is not a whole number: use e.g. 50") from None
+    if v < 0:
+        raise OptionError(f"{text!r} is negative: use a whole number >= 0, e.g. 50")
+    return v
+
+
+def parse_int_list(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): whole numbers >= 1, in the order given."""
+    try:
+        out = tuple(parse_positive_int(p) for p in str(text).split(",") if p.strip())
+    except OptionError:
+        out = ()
+    if not out:
+        raise OptionError(f"{text!r} is not a list of whole numbers >= 1: use e.g. 1,2,4")
+    return out
+
+
+def parse_fractions(text: str) -> tuple[float, ...]:
+    """'0.02,3%,0.05' -> (0.02, 0.03, 0.05): sorted fractions in (0, 1)."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise OptionError(f"{text!r} lists no fractions: use e.g. 0.02,0.03,0.05,0.10")
+    return tuple(sorted({parse_fraction(p) for p in parts}))
+
+
+def parse_cpu_set(text: str) -> set[int]:
+    """A core spec ('1', '0-1', '0:1,3') naming at least one CPU."""
+    from pytest_perfgate.placement.cpus import parse_cpus
+
+    try:
+        got = parse_cpus(text)
+    except ValueError as exc:
+        raise OptionError(f"{text!r}: {exc}") from None
+    if not got:
+        raise OptionError(f"{text!r} names no CPU: use e.g. 1 or 0-1")
+    return set(got)
+
+
+__all__ = ["argparse_type", "parse_count", "parse_cpu_set", "parse_fractions",
+           "parse_int_list"]
