@@ -2,7 +2,7 @@
 
 Each benchmark settles its humanoids into a contact-rich state (they fall under random
 actions), then holds that state so every measured call steps identical physics: without
-the hold the per-call cost drifts ~2x over the first 300 steps (FIELD-NOTES 7) and the
+the hold the per-call cost drifts ~2x over the first 300 steps (docs/design.md §1, §7) and the
 gate would be judging the episode's phase, not the code. Without --perfgate these run in
 smoke mode (tiny windows, a couple of settle steps) to prove the suite works.
 """
