@@ -204,3 +204,24 @@ def test_asv_result_garbage_rows_are_dropped_and_good_ones_kept(h: History) -> N
     assert rows["kept"] == good
     assert not {"short", "long", "str_row", "bad_value", "bad_params"} & set(rows)
     assert rows["walk"][0] == [10.1]
+
+
+def test_sidecars_stay_readable_across_versions(h: History) -> None:
+    """Unknown keys (a newer version's fields) are ignored, absent optional ones defaulted,
+    counts written as floats by another tool accepted: none of that is garbage."""
+    data = run("r1").to_json()
+    bench = data["benchmarks"]["walk"]
+    for key in ("cores", "steady", "warmup_s", "extra", "source", "phases"):
+        del bench[key]
+    bench.update(transitions=256.0, verdict="OK", future_field={"x": 1})
+    data["future_top_level"] = [1]
+    h.sidecar_dir.mkdir(parents=True)
+    (h.sidecar_dir / "r1.pgrun").write_text(json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (got,) = h.load_runs()
+    assert got.benchmarks["walk"].transitions == 256 and got.benchmarks["walk"].phases == {}
+    del bench["steps_per_s"]
+    (h.sidecar_dir / "r1.pgrun").write_text(json.dumps(data))
+    with pytest.warns(HistoryWarning, match="benchmark 'walk': missing key 'steps_per_s'"):
+        assert h.load_runs() == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, Mapping
 
 FORMAT_VERSION = 1
@@ -68,8 +68,9 @@ class BenchResult:
             phases[pname] = PhaseSummary(**{k: float(_get(ph, k, float, at))
                                             for k in PhaseSummary.__dataclass_fields__})
         kw: dict[str, Any] = {}
-        for key in cls.__dataclass_fields__:
-            if key in ("samples", "phases") or (key not in d and key != "name"):
+        for key, f in cls.__dataclass_fields__.items():
+            required = f.default is MISSING and f.default_factory is MISSING
+            if key in ("samples", "phases") or (key not in d and not required):
                 continue  # absent optional fields take their defaults
             kind = _BENCH_KINDS.get(key)
             kw[key] = d[key] if kind is None else _get(d, key, kind, where)
@@ -161,8 +162,9 @@ def _is_kind(v: object, kind: Any) -> bool:
         return v is None
     if kind is float:
         return _is_num(v)
-    if kind is int:
-        return isinstance(v, int) and not isinstance(v, bool)
+    if kind is int:  # 256.0 is a count written by another tool, not garbage
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and (
+            isinstance(v, int) or (math.isfinite(v) and v.is_integer()))
     return isinstance(v, kind)
 
 
@@ -188,7 +190,7 @@ def _get(d: Mapping[str, Any], key: str, kind: Any, where: str, default: Any = _
         kinds = kind if isinstance(kind, tuple) else (kind,)
         expected = " or ".join(_KIND_NAMES.get(k, str(k)) for k in kinds)
         raise ValueError(f"{where}field {key!r} is {_describe(v)}, expected {expected}")
-    return v
+    return int(v) if kind is int else v
 
 
 def _obj(v: Any, what: str, where: str) -> Mapping[str, Any]:
