@@ -88,7 +88,7 @@ HOLDER = textwrap.dedent("""
 def test_a_lock_held_too_long_is_an_infrastructure_error_naming_the_lock_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock: str) -> None:
     history = History(tmp_path / "results", "box")
-    lock_file = (history.machine_dir if lock == MACHINE_LOCK else history.results_dir) / lock
+    lock_file = (history.sidecar_dir if lock == MACHINE_LOCK else history.results_dir) / lock
     lock_file.parent.mkdir(parents=True)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_file)], env=_env(),
                               stdout=subprocess.PIPE, text=True)

@@ -38,7 +38,7 @@ from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, defa
 SIDECAR_DIR = "perfgate"
 SIDECAR_SUFFIX = ".pgrun"
 # Lock files: not *.json, so asv skips them; the kernel drops the lock when a holder dies.
-MACHINE_LOCK = ".perfgate.lock"  # machine.json and the asv result files of one machine
+MACHINE_LOCK = ".asv.lock"  # in SIDECAR_DIR: machine.json and the asv files of one machine
 BENCHMARKS_LOCK = ".benchmarks.json.lock"  # the results dir's shared benchmarks.json
 
 
@@ -79,7 +79,7 @@ class History:
             sweep_stale_temps(folder)
         sidecar = self.sidecar_dir / f"{run.run_id}{SIDECAR_SUFFIX}"
         atomic_write(sidecar, dump_json(run.to_json(), strict=False))  # first: the gate's input
-        with locked(self.machine_dir / MACHINE_LOCK):
+        with locked(self.sidecar_dir / MACHINE_LOCK):
             write_machine_json(self.machine_dir, self.machine, run.metadata)
             if any(c != "0" for c in run.commit):  # rows of every sidecar at this commit,
                 write_asv_result(self.machine_dir, self.machine, run,  # ours included
