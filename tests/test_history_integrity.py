@@ -15,7 +15,6 @@ from typing import Any, Callable
 import pytest
 
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
-from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS
 from pytest_perfgate.history.files import HistoryWarning
 from pytest_perfgate.history.store import History
 
