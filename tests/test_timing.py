@@ -37,9 +37,32 @@ def test_module_phase_reports_to_active_recorder_only() -> None:
     assert rec.take()["x"].wall_ns == 500_000_000
 
 
-def test_bad_phase_name() -> None:
-    with pytest.raises(ValueError, match="non-empty string"):
-        PhaseRecorder().phase("")
+@pytest.mark.parametrize("name", ["", "a\x00b", "env/step", "..", " lead", "x" * 129, 7, None])
+def test_a_phase_name_asv_cannot_take_is_refused_when_the_phase_is_entered(name: object) -> None:
+    """Not after measuring, when the run is written: the name becomes an asv series."""
+    rule = ("is not a usable phase name (it becomes the asv series "
+            "<benchmark>.phase.<name>_ms): use 1-128 letters, digits, '.', '_', '+', '@' or "
+            "'-', starting with a letter, digit or '_', without '..', e.g. phase(\"physics\") "
+            "or phase(\"policy.forward\")")
+    with pytest.raises(ValueError) as exc:
+        PhaseRecorder().phase(name)  # type: ignore[arg-type]
+    assert str(exc.value) == f"phase({name!r}) {rule}"
+    with pytest.raises(ValueError) as exc:  # no recorder active: refused all the same
+        phase(name)  # type: ignore[arg-type]
+    assert str(exc.value) == f"phase({name!r}) {rule}"
+    with pytest.raises(ValueError), activate(PhaseRecorder()):
+        phase(name)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        PhaseRecorder().phase([name])  # type: ignore[arg-type]  # unhashable: same error
+
+
+def test_usable_phase_names_are_accepted_and_checked_once() -> None:
+    from pytest_perfgate.core import timing
+
+    rec = PhaseRecorder()
+    for name in ("physics", "policy.forward", "env-step_2", "a+b@c"):
+        assert rec.phase(name) is rec.phase(name)
+        assert name in timing._CHECKED
 
 
 def make_source(clock: FakeClock, step_s: list[float], transitions: int = 10) -> LoopSource:

@@ -5,6 +5,10 @@ A writer killed mid-write corrupted plain ``json.dump`` files 20 times out of 20
 rename is atomic), is fsynced, then replaces the target, and the folder is fsynced so the
 rename itself survives a power cut. Temp names end in :data:`TMP_SUFFIX`, never ``.json``,
 because asv parses every ``*.json`` below a machine folder.
+
+Atomic is not enough when two processes read-modify-write one file (two pytest sessions
+recording into one results dir lost 19-37 of 80 benchmarks.json entries): :func:`locked`
+serialises them (docs/design.md §6).
 """
 
 from __future__ import annotations
@@ -14,9 +18,45 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 TMP_SUFFIX = ".perfgate-tmp"
 STALE_TMP_S = 3600.0  # a temp file this old belongs to a writer that was killed
+LOCK_TIMEOUT_S = 60.0  # a record holds a lock for milliseconds; a minute means a hung holder
+
+
+class LockTimeout(TimeoutError):
+    """A results file stayed locked by another process for longer than LOCK_TIMEOUT_S.
+
+    An OSError, so callers report it as an infrastructure error, never as a regression.
+    """
+
+
+@contextlib.contextmanager
+def locked(lock_file: str | os.PathLike[str], timeout_s: float | None = None) -> Iterator[None]:
+    """Hold the exclusive lock ``lock_file`` (created if missing) for a read-modify-write.
+
+    ``filelock`` takes an OS lock (flock on POSIX), which the kernel drops when its holder
+    dies, so a killed writer never leaves a stale lock behind.
+    """
+    from filelock import FileLock, Timeout
+
+    lock_file = Path(lock_file)
+    wait = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_file, timeout=wait)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise LockTimeout(
+            f"could not lock {lock_file} within {wait:g} s: another process holds it (a "
+            "pytest session still recording into the same results dir, or a hung one; "
+            f"`fuser {lock_file}` shows which); let it finish or stop it, or record into "
+            "another --perfgate-results-dir") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
@@ -56,4 +96,5 @@ def sweep_stale_temps(folder: Path, now: float | None = None,
     return removed
 
 
-__all__ = ["atomic_write", "sweep_stale_temps", "TMP_SUFFIX", "STALE_TMP_S"]
+__all__ = ["atomic_write", "sweep_stale_temps", "locked", "LockTimeout", "TMP_SUFFIX",
+           "STALE_TMP_S", "LOCK_TIMEOUT_S"]

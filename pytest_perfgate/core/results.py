@@ -8,8 +8,9 @@ replicates over (docs/design.md §1).
 from __future__ import annotations
 
 import math
+import re
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, Mapping
 
 FORMAT_VERSION = 1
@@ -52,13 +53,35 @@ class BenchResult:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> BenchResult:
-        samples = tuple(float(x) for x in d["samples"])
-        if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
-            raise ValueError(f"benchmark {d.get('name')!r}: samples must be positive numbers")
-        phases = {k: PhaseSummary(**v) for k, v in dict(d.get("phases") or {}).items()}
-        known = {f for f in cls.__dataclass_fields__} - {"samples", "phases"}
-        kw = {k: v for k, v in d.items() if k in known}
-        return cls(samples=samples, phases=phases, **kw)
+        """Read one benchmark of a sidecar, checking every field it carries (ValueError names
+        the field). Unknown keys are ignored and absent optional fields take their defaults,
+        so older and newer sidecars stay readable."""
+        where = f"benchmark {d.get('name')!r}: " if isinstance(d, Mapping) else ""
+        d = _obj(d, "benchmark", "")
+        raw = _get(d, "samples", list, where)
+        if not raw or not all(_is_num(x) and math.isfinite(x) and x > 0 for x in raw):
+            raise ValueError(f"{where}samples must be a non-empty list of positive finite "
+                             f"numbers, found {_shorten(raw)}")
+        phases: dict[str, PhaseSummary] = {}
+        for pname, ph in _get(d, "phases", dict, where, {}).items():
+            ph, at = _obj(ph, f"phase {pname!r}", where), f"{where}phase {pname!r}: "
+            phases[pname] = PhaseSummary(**{k: float(_get(ph, k, float, at))
+                                            for k in PhaseSummary.__dataclass_fields__})
+        kw: dict[str, Any] = {}
+        for key, f in cls.__dataclass_fields__.items():
+            required = f.default is MISSING and f.default_factory is MISSING
+            if key in ("samples", "phases") or (key not in d and not required):
+                continue  # absent optional fields take their defaults
+            kind = _BENCH_KINDS.get(key)
+            kw[key] = d[key] if kind is None else _get(d, key, kind, where)
+        return cls(samples=tuple(float(x) for x in raw), phases=phases, **kw)
+
+
+# The JSON type of each BenchResult field; a field missing here is passed through as read.
+_BENCH_KINDS: dict[str, Any] = {
+    "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
+    "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
+    "source": str, "extra": dict, "verdict": (str, None)}
 
 
 @dataclass(frozen=True)
@@ -93,13 +116,84 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunRecord:
+        """Read a sidecar, checking it against the schema: a ValueError names the first field
+        of the wrong type (a string where a number belongs...), missing or out of range."""
+        d = _obj(d, "run record", "")
         if d.get("perfgate_format") != FORMAT_VERSION:
             raise ValueError(f"unknown perfgate_format {d.get('perfgate_format')!r} "
                              f"(this version reads {FORMAT_VERSION})")
+        run_id = _get(d, "run_id", str, "")
+        started = _get(d, "started_at", float, "")
+        if not math.isfinite(started):
+            raise ValueError(f"field 'started_at' is {started!r}, expected a finite time")
+        commit = _get(d, "commit", str, "")
+        if not re.fullmatch(r"[0-9a-fA-F]{4,64}", commit):
+            raise ValueError(f"field 'commit' is {_shorten(commit)}, expected a hex commit hash")
+        benches: dict[str, BenchResult] = {}
+        for name, b in _get(d, "benchmarks", dict, "").items():
+            bench = BenchResult.from_json(_obj(b, f"benchmark {name!r}", ""))
+            if bench.name != name:
+                raise ValueError(f"benchmark {name!r}: field 'name' is {bench.name!r}, expected "
+                                 "the benchmark's key")
+            benches[name] = bench
         return cls(
-            run_id=str(d["run_id"]), started_at=float(d["started_at"]),
-            commit=str(d["commit"]), commit_date_ms=int(d["commit_date_ms"]),
-            branch=d.get("branch"), dirty=bool(d["dirty"]), machine=str(d["machine"]),
-            fingerprint=str(d["fingerprint"]), metadata=dict(d.get("metadata") or {}),
-            benchmarks={k: BenchResult.from_json(v) for k, v in dict(d["benchmarks"]).items()},
+            run_id=run_id, started_at=float(started), commit=commit,
+            commit_date_ms=_get(d, "commit_date_ms", int, ""),
+            branch=_get(d, "branch", (str, None), "", None), dirty=_get(d, "dirty", bool, ""),
+            machine=_get(d, "machine", str, ""), fingerprint=_get(d, "fingerprint", str, ""),
+            metadata=dict(_get(d, "metadata", dict, "", {})), benchmarks=benches,
         )
+
+
+_REQUIRED: Any = object()
+_KIND_NAMES: dict[Any, str] = {str: "a string", float: "a number", int: "an integer",
+                               bool: "true or false", dict: "an object", list: "a list",
+                               None: "null"}
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_kind(v: object, kind: Any) -> bool:
+    if isinstance(kind, tuple):
+        return any(_is_kind(v, k) for k in kind)
+    if kind is None:
+        return v is None
+    if kind is float:
+        return _is_num(v)
+    if kind is int:  # 256.0 is a count written by another tool, not garbage
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and (
+            isinstance(v, int) or (math.isfinite(v) and v.is_integer()))
+    return isinstance(v, kind)
+
+
+def _describe(v: object) -> str:
+    name = _KIND_NAMES.get(type(v), f"a {type(v).__name__}")
+    return "null" if v is None else f"{name} ({_shorten(v)})"
+
+
+def _shorten(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _get(d: Mapping[str, Any], key: str, kind: Any, where: str, default: Any = _REQUIRED
+         ) -> Any:
+    """``d[key]`` when it has the JSON type ``kind`` (a type, None or a tuple of them)."""
+    if key not in d:
+        if default is _REQUIRED:
+            raise ValueError(f"{where}missing key {key!r}")
+        return default
+    v = d[key]
+    if not _is_kind(v, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(_KIND_NAMES.get(k, str(k)) for k in kinds)
+        raise ValueError(f"{where}field {key!r} is {_describe(v)}, expected {expected}")
+    return int(v) if kind is int else v
+
+
+def _obj(v: Any, what: str, where: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{where}{what} is {_describe(v)}, expected an object")
+    return v

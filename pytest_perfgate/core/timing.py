@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from pytest_perfgate.core.names import is_safe_name, safe_name
+
 
 class Clock(Protocol):
     """Wall and process-CPU time in nanoseconds."""
@@ -72,6 +74,26 @@ class PhaseStats:
                           self.cpu_ns + other.cpu_ns)
 
 
+_CHECKED: set[str] = set()  # phase names that passed check_phase_name
+
+
+def check_phase_name(name: object) -> str:
+    """Return ``name`` if it may name a phase, else raise ValueError naming it and the fix.
+
+    A phase becomes the asv series ``<benchmark>.phase.<name>_ms`` and asv publish turns
+    series into file names, so phases follow the one name rule of core/names.py. Checked
+    when the phase is first entered, not when the run is written after measuring.
+    """
+    if isinstance(name, str) and name in _CHECKED:
+        return name
+    if not is_safe_name(name):
+        safe_name(name, "phase name (it becomes the asv series <benchmark>.phase.<name>_ms)",
+                  "phase(\"physics\") or phase(\"policy.forward\")", shown=f"phase({name!r})")
+    assert isinstance(name, str)
+    _CHECKED.add(name)
+    return name
+
+
 CPU_SAMPLE_EVERY = 4  # read the process CPU clock (~0.3-0.4 us) on every 4th entry only
 
 
@@ -128,11 +150,12 @@ class PhaseRecorder:
         self._phases: dict[str, _Phase] = {}
 
     def phase(self, name: str) -> _Phase:
-        ph = self._phases.get(name)
+        try:  # the hot path: one dict lookup (try is free); names are checked on a miss
+            ph = self._phases.get(name)
+        except TypeError:  # unhashable, so not a name: check_phase_name says so
+            ph = None
         if ph is None:
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"phase name must be a non-empty string, got {name!r}")
-            ph = self._phases[name] = _Phase(self._clock)
+            ph = self._phases[check_phase_name(name)] = _Phase(self._clock)
         return ph
 
     def take(self) -> dict[str, PhaseStats]:
@@ -163,7 +186,10 @@ def phase(name: str) -> _Phase | _NullPhase:
     Library code (a pool, a worker loop) calls this without being handed the fixture.
     """
     rec: PhaseRecorder | None = getattr(_active, "recorder", None)
-    return rec.phase(name) if rec is not None else _NULL_PHASE
+    if rec is not None:
+        return rec.phase(name)
+    check_phase_name(name)  # a bad name fails here too, not first inside a measurement
+    return _NULL_PHASE
 
 
 class activate:

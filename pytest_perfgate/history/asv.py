@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.history.files import atomic_write, dump_json, read_json
+from pytest_perfgate.history.files import (atomic_write, describe, dump_json, keep_valid,
+                                           read_object)
 from pytest_perfgate.history.machine import asv_machine_json
 
 ASV_RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration",
@@ -52,11 +53,19 @@ def asv_params_from_meta(meta: Mapping[str, Any]) -> dict[str, str]:
 
 
 def write_machine_json(machine_dir: Path, machine: str, meta: Mapping[str, Any]) -> None:
-    """Update ``<machine>/machine.json``, keeping fields asv or a user added."""
+    """Update ``<machine>/machine.json``, keeping fields asv or a user added (strings only,
+    as asv writes them); anything else is dropped with one warning."""
     path = machine_dir / "machine.json"
-    data = dict(read_json(path) or {})
+    data = keep_valid(path, read_object(path, "rewritten from this run's machine facts"),
+                      _machine_field_problem, "fields")
     data.update(asv_machine_json({**meta, "machine": machine}))
     atomic_write(path, dump_json(data))
+
+
+def _machine_field_problem(key: str, value: Any) -> str | None:
+    if isinstance(value, str) or (key == "version" and value == 1):
+        return None
+    return f"{describe(value)}, expected a string"
 
 
 def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
@@ -77,14 +86,38 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
 
 
 def merge_benchmarks_json(results_dir: Path, entries: Mapping[str, dict[str, Any]]) -> None:
-    """Add ``entries`` to benchmarks.json; entries of other benchmarks are never pruned."""
+    """Add ``entries`` to benchmarks.json; valid entries of other benchmarks are never pruned,
+    invalid ones are dropped with one warning (asv would stop on them)."""
     path = results_dir / "benchmarks.json"
-    data = read_json(path, warn=True)
-    if not isinstance(data, dict) or data.get("version") != 2:
-        data = {}
+    data = read_object(path, "rewritten with this run's benchmarks; the others come back "
+                       "when they next record", _benchmarks_json_problem)
+    data.pop("version", None)
+    data = keep_valid(path, data, _bench_entry_problem, "entries")
     data.update(entries)
     data["version"] = 2
     atomic_write(path, dump_json(data))
+
+
+def _benchmarks_json_problem(data: Mapping[str, Any]) -> str | None:
+    version = data.get("version")
+    return None if version == 2 else f"version {version!r}, this writes asv's version 2"
+
+
+_BENCH_TYPES = ("time", "track", "mem", "peakmem")  # what asv's benchmarks.json holds
+
+
+def _bench_entry_problem(key: str, entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return f"{describe(entry)}, expected an object"
+    if entry.get("name") != key:
+        return f"its name is {entry.get('name')!r}"
+    if entry.get("type") not in _BENCH_TYPES:
+        return f"type {entry.get('type')!r} is not one of {', '.join(_BENCH_TYPES)}"
+    for field, kind in (("unit", str), ("version", str), ("params", list),
+                        ("param_names", list)):
+        if not isinstance(entry.get(field), kind):
+            return f"{field} is {describe(entry.get(field))}"
+    return None
 
 
 def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
@@ -95,16 +128,20 @@ def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
     py = ".".join(str(meta.get("python") or "").split(".")[:2]) or "unknown"
     env_name = f"perfgate-py{py}"  # stable: one asv environment per Python minor
     path = machine_dir / f"{run.commit[:8]}-{env_name}.json"
-    old = read_json(path)
-    rows: dict[str, list[Any]] = {}
-    if isinstance(old, dict) and old.get("result_columns") == ASV_RESULT_COLUMNS:
-        rows.update(old.get("results") or {})
+    old = read_object(path, f"rebuilt from the sidecars of commit {run.commit[:12]}",
+                      _asv_result_problem)
+    rows: dict[str, list[Any]] = keep_valid(path, old.get("results") or {}, _row_problem,
+                                            "rows")
     # Newest clean run per benchmark at this commit wins; dirty runs only fill gaps.
     same = [r for r in same_commit if r.commit == run.commit]
     if all(r.run_id != run.run_id for r in same):
         same.append(run)
+    series: dict[str, Mapping[str, Any]] = {}
+    for r in same:  # every benchmark measured at this commit, so a rebuilt file loses none
+        series.update(asv_entries(r, {}))
+    series.update(entries)
     for r in sorted(same, key=lambda r: (not r.dirty, r.started_at)):
-        rows.update(_asv_rows(r, entries))
+        rows.update(_asv_rows(r, series))
     params = asv_params_from_meta({**meta, "machine": machine})
     data = {
         "commit_hash": run.commit, "env_name": env_name, "date": run.commit_date_ms,
@@ -113,6 +150,50 @@ def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
         "durations": {}, "version": 2,
     }
     atomic_write(path, dump_json(data, compact=True))
+
+
+def _asv_result_problem(data: Mapping[str, Any]) -> str | None:
+    """What makes a result file unusable as a whole (its rows are then not carried over)."""
+    if data.get("version") != 2:
+        return f"version {data.get('version')!r}, this writes asv's version 2"
+    if data.get("result_columns") != ASV_RESULT_COLUMNS:
+        return (f"unknown result_columns {data.get('result_columns')!r}, this writes "
+                f"{ASV_RESULT_COLUMNS}")
+    for key in ("results", "params"):
+        if not isinstance(data.get(key, {}), dict):
+            return f"{key!r} is {describe(data[key])}, expected an object"
+    return None
+
+
+def _num(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _nums(v: Any) -> bool:
+    return isinstance(v, list) and all(_num(x) for x in v)
+
+
+# One check per asv result column, in ASV_RESULT_COLUMNS order (asv's own row layout).
+_COLUMN_CHECKS: list[Callable[[Any], bool]] = (
+    [_nums,  # result
+     lambda v: isinstance(v, list) and all(isinstance(x, list) for x in v),  # params
+     lambda v: v is None or isinstance(v, str),  # version
+     _num, _num]  # started_at, duration
+    + [lambda v: v is None or _nums(v)] * 6  # stats_*
+    + [lambda v: v is None or (isinstance(v, list)
+                               and all(x is None or _nums(x) for x in v)),  # samples
+       lambda v: v is None or isinstance(v, str)])  # profile
+
+
+def _row_problem(key: str, row: Any) -> str | None:
+    if not isinstance(row, list):
+        return f"{describe(row)}, expected a list"
+    if not 1 <= len(row) <= len(ASV_RESULT_COLUMNS):
+        return f"{len(row)} columns, expected 1 to {len(ASV_RESULT_COLUMNS)}"
+    for column, check, value in zip(ASV_RESULT_COLUMNS, _COLUMN_CHECKS, row, strict=False):
+        if not check(value):
+            return f"column {column!r} holds {value!r}"[:120]
+    return None
 
 
 def _asv_stats(samples: Sequence[float]) -> tuple[float, dict[str, float | int | None]]:

@@ -11,7 +11,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from pytest_perfgate.core.files import TMP_SUFFIX, atomic_write, sweep_stale_temps
 
@@ -36,9 +36,62 @@ def read_json(path: Path, warn: bool = False) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         if warn and not isinstance(exc, FileNotFoundError):
-            warnings.warn(HistoryWarning(f"rewriting unreadable history file {path}: {exc}"),
-                          stacklevel=2)
+            warn_history(path, f"not valid JSON ({exc})", "rebuilding")
         return None
+
+
+def warn_history(path: Path, problem: str, action: str = "rebuilding", then: str = "") -> None:
+    """The one warning a bad history file gets: which file, what is wrong, what we did."""
+    warnings.warn(HistoryWarning(f"{action} history file {path}: {problem}"
+                                 + (f" ({then})" if then else "")), stacklevel=3)
+
+
+def read_object(path: Path, then: str, check: Callable[[dict[str, Any]], str | None]
+                = lambda _: None) -> dict[str, Any]:
+    """The JSON object in a file we are about to rewrite, {} when missing.
+
+    A file that is unreadable, not an object, or fails ``check`` (which names the problem)
+    is rebuilt from scratch: {} with one HistoryWarning naming it and the problem; ``then``
+    says what the rewrite will hold.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        warn_history(path, f"not valid JSON ({exc})", then=then)
+        return {}
+    problem = (f"expected a JSON object, found {describe(data)}" if not isinstance(data, dict)
+               else check(data))
+    if problem:
+        warn_history(path, problem, then=then)
+        return {}
+    return data
+
+
+def keep_valid(path: Path, entries: Mapping[str, Any], check: Callable[[str, Any], str | None],
+               what: str) -> dict[str, Any]:
+    """The entries that pass ``check`` (which names what is wrong with one entry); the others
+    are dropped with one HistoryWarning listing them, so garbage never reaches a rewrite."""
+    kept: dict[str, Any] = {}
+    bad: list[str] = []
+    for key, value in entries.items():
+        problem = check(key, value)
+        if problem is None:
+            kept[key] = value
+        else:
+            bad.append(f"{key!r}: {problem}")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        warn_history(path, f"dropped {len(bad)} invalid {what} ({shown})", action="rewriting")
+    return kept
+
+
+def describe(value: Any) -> str:
+    """'a list', 'a str'... for messages about a value of the wrong JSON type."""
+    names = {dict: "an object", list: "a list", str: "a str", bool: "a bool", int: "an int",
+             float: "a float", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
@@ -78,5 +131,6 @@ def strip_comments(text: str) -> str:
 
 
 __all__ = ["HistoryWarning", "DEFAULT_RESULTS", "default_results_dir", "dump_json",
-           "read_json", "load_jsonc", "strip_comments", "atomic_write", "sweep_stale_temps",
+           "read_json", "read_object", "keep_valid", "warn_history", "describe", "load_jsonc",
+           "strip_comments", "atomic_write", "sweep_stale_temps",
            "TMP_SUFFIX"]

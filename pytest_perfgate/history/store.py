@@ -6,6 +6,11 @@ Sidecars end in ``.pgrun`` because asv parses every ``*.json`` below a machine f
 gate reads only sidecars; the asv files (:mod:`pytest_perfgate.history.asv`) are a view
 derived from them (docs/design.md §6).
 
+Every file read is checked against its schema: a bad sidecar is skipped, a bad asv file
+rebuilt, each with one HistoryWarning naming it, and the run still records. The asv files
+are read-modify-written under a lock (one per machine folder, one for benchmarks.json), so
+sessions recording into one results dir at once lose nothing.
+
 The names other layers have always imported from here (``atomic_write``,
 ``default_results_dir``, ``select_baseline``, ``describe_other_fingerprints``, the asv
 helpers) stay importable from this module.
@@ -15,11 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from pytest_perfgate.core.files import STALE_TMP_S, TMP_SUFFIX, atomic_write, sweep_stale_temps
+from pytest_perfgate.core.files import (STALE_TMP_S, TMP_SUFFIX, atomic_write, locked,
+                                        sweep_stale_temps)
 from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SERIES_VERSION,
@@ -28,10 +33,13 @@ from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SER
                                          write_machine_json)
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
 from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, default_results_dir,
-                                           dump_json)
+                                           describe, dump_json, warn_history)
 
 SIDECAR_DIR = "perfgate"
 SIDECAR_SUFFIX = ".pgrun"
+# Lock files: not *.json, so asv skips them; the kernel drops the lock when a holder dies.
+MACHINE_LOCK = ".asv.lock"  # in SIDECAR_DIR: machine.json and the asv files of one machine
+BENCHMARKS_LOCK = ".benchmarks.json.lock"  # the results dir's shared benchmarks.json
 
 
 def validate_path_name(value: str, what: str = "machine name", example: str = "ci-runner-4core"
@@ -65,18 +73,19 @@ class History:
                              f"this history is for {self.machine!r}: open History(results_dir, "
                              f"{run.machine!r}) instead")
         validate_path_name(run.run_id, "run id", "20240101T120000-ab12cd")
-        for name in run.benchmarks:
-            asv_name(name)  # refuse NUL & co. before anything is written
+        check_asv_names(run)  # refuse NUL & co. before anything is written
+        entries = asv_entries(run, dict(benchmark_info or {}))
         for folder in (self.results_dir, self.machine_dir, self.sidecar_dir):
             sweep_stale_temps(folder)
         sidecar = self.sidecar_dir / f"{run.run_id}{SIDECAR_SUFFIX}"
         atomic_write(sidecar, dump_json(run.to_json(), strict=False))  # first: the gate's input
-        write_machine_json(self.machine_dir, self.machine, run.metadata)
-        entries = asv_entries(run, dict(benchmark_info or {}))
-        merge_benchmarks_json(self.results_dir, entries)
-        if any(c != "0" for c in run.commit):
-            write_asv_result(self.machine_dir, self.machine, run, self._iter_runs(warn=False),
-                             entries)
+        with locked(self.sidecar_dir / MACHINE_LOCK):
+            write_machine_json(self.machine_dir, self.machine, run.metadata)
+            if any(c != "0" for c in run.commit):  # rows of every sidecar at this commit,
+                write_asv_result(self.machine_dir, self.machine, run,  # ours included
+                                 self._iter_runs(warn=False), entries)
+        with locked(self.results_dir / BENCHMARKS_LOCK):  # never nested: no lock order
+            merge_benchmarks_json(self.results_dir, entries)
         return sidecar
 
     def load_runs(self) -> list[RunRecord]:
@@ -89,14 +98,27 @@ class History:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 if not isinstance(data, dict):
-                    raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-                yield RunRecord.from_json(data)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise ValueError(f"expected a JSON object, found {describe(data)}")
+                run = RunRecord.from_json(data)  # checks every field against the schema
+                check_asv_names(run)
+            except (OSError, ValueError, TypeError) as exc:
                 if warn:
-                    what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
-                    warnings.warn(HistoryWarning(
-                        f"skipping history file {path}: {what} (delete or move it to silence "
-                        "this warning)"), stacklevel=3)
+                    warn_history(path, str(exc), "skipping",
+                                 "delete or move it to silence this warning")
+                continue
+            yield run
+
+
+def check_asv_names(run: RunRecord) -> None:
+    """Raise ValueError unless every benchmark and phase name of ``run`` can be an asv
+    series (:func:`asv_name`): one such run would stop its whole commit's asv file."""
+    for name, bench in run.benchmarks.items():
+        asv_name(name)
+        for phase in bench.phases:
+            try:
+                asv_name(phase)
+            except ValueError as exc:
+                raise ValueError(f"benchmark {name!r}: phase {phase!r}: {exc}") from None
 
 
 __all__ = ["History", "HistoryWarning", "SIDECAR_DIR", "SIDECAR_SUFFIX", "validate_path_name",
