@@ -15,7 +15,8 @@ from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
-from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError, derive_name
+from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError,
+                                             derive_name, stable_nodeid)
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
@@ -108,12 +109,26 @@ def _marker_threshold(item: pytest.Item) -> float | None:
                                  f"{e}") from None
 
 
+class PerfgateWarning(pytest.PytestWarning):
+    """A verdict that passes but needs a look (INCONCLUSIVE, NO BASELINE): shown by ``-rw``
+    and in the warnings summary, attributed to the test. Filter it like any warning:
+    ``-W ignore::pytest_perfgate.plugin.hooks.PerfgateWarning``."""
+
+
+def default_name(item: pytest.Item) -> str:
+    """The benchmark name of ``item``: from its file relative to its git checkout (else the
+    rootdir), so an option that moves pytest's rootdir renames nothing."""
+    path = getattr(item, "path", None)
+    return derive_name(stable_nodeid(item.nodeid, path, item.config.rootpath))
+
+
 @pytest.fixture
 def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     """Measure a step at steady state: ``perfgate.measure(step, transitions=num_envs)``."""
     session = request.config.stash[session_key]
     item = request.node
-    gate = PerfGate(session, item.nodeid, derive_name(item.nodeid), _marker_threshold(item))
+    session.note_test_file(getattr(item, "path", None))
+    gate = PerfGate(session, item.nodeid, default_name(item), _marker_threshold(item))
     item.stash[_judged_key] = gate.results
     try:
         yield gate
@@ -130,16 +145,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     session = item.config.stash.get(session_key, None)
     if session is None:
         return report
+    problem = None
     if report.passed and session.records:  # not in smoke mode, nor in an A/B side
-        _adopt_pytest_benchmark(item, session)
+        try:
+            _adopt_pytest_benchmark(item, session)
+        except PerfgateUsageError as e:
+            problem = f"perfgate: {e}"
     judged = item.stash.get(_judged_key, [])
     bad = failing(judged)
-    if bad and report.passed:
+    if report.passed and (bad or problem):
         from pytest_perfgate.report.render import explain
 
+        hint = session.run_id if session.options.record and session.records else None
         report.outcome = "failed"
-        report.longrepr = "\n\n".join(explain(j) for j in bad)
+        report.longrepr = "\n\n".join([*(explain(j, hint) for j in bad),
+                                        *([problem] if problem else [])])
+    _warn_open_verdicts(item, judged)
     return report
+
+
+def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
+    """INCONCLUSIVE and NO BASELINE pass, but as pytest warnings on the test (README)."""
+    from pytest_perfgate.core.gate import Outcome
+
+    for j in judged:
+        v = j.verdict
+        if v is not None and v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) \
+                and not v.fails(j.rule):
+            item.warn(PerfgateWarning(f"{j.result.name}: {v.outcome.value}: {v.message}"))
 
 
 def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
@@ -151,7 +184,8 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
         return
     from pytest_perfgate.plugin.benchmark_compat import result_from_rounds
 
-    result = result_from_rounds(derive_name(item.nodeid), data)
+    session.note_test_file(getattr(item, "path", None))
+    result = result_from_rounds(default_name(item), data)
     judged = item.stash.setdefault(_judged_key, [])
     judged.append(session.judge(result, item.nodeid, _marker_threshold(item)))
 
