@@ -109,6 +109,46 @@ def _marker_threshold(item: pytest.Item) -> float | None:
                                  f"{e}") from None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse a run whose configuration file pytest lost to one of our options' values.
+
+    pytest finds its rootdir and ini file before plugin options are known, so the value of
+    ``--perfgate-json /abs/out.json`` (separate, and an existing path) counts as a test path
+    and can move the rootdir out of the project, losing pytest.ini and with it every
+    ``perfgate_*`` setting (the results dir: a new history). Names and git facts no longer
+    depend on the rootdir (:func:`default_name`); a lost ini file still would.
+    """
+    config = session.config
+    lost = _ini_lost_to(config)
+    if lost is not None:
+        flag, value = lost
+        raise pytest.UsageError(
+            f"perfgate: pytest read the value of {flag} ({value}) as a test path and lost its "
+            f"configuration file (rootdir became {config.rootpath}), so perfgate_* ini "
+            f"settings would be ignored: write it with '=', e.g. {flag}={value}")
+
+
+def _ini_lost_to(config: pytest.Config) -> tuple[str, str] | None:
+    """(flag, value) of a perfgate option whose separate value moved pytest's ini file."""
+    args = list(config.invocation_params.args)
+    flags = {s.flag for s in SPECS}
+    moved = [(a, b) for a, b in zip(args, args[1:], strict=False)
+             if a in flags and os.path.exists(b)]
+    if not moved:
+        return None
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        _, inipath, *_ = determine_setup(
+            inifile=config.option.inifilename, override_ini=config.option.override_ini,
+            args=[a for a in config.args if a not in {b for _, b in moved}],
+            rootdir_cmd_arg=config.option.rootdir or None,
+            invocation_dir=config.invocation_params.dir)
+    except Exception:  # noqa: BLE001 (pytest-internal API: never fail a run over it)
+        return None
+    return moved[0] if inipath != config.inipath else None
+
+
 class PerfgateWarning(pytest.PytestWarning):
     """A verdict that passes but needs a look (INCONCLUSIVE, NO BASELINE): shown by ``-rw``
     and in the warnings summary, attributed to the test. Filter it like any warning:
@@ -160,19 +200,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         report.outcome = "failed"
         report.longrepr = "\n\n".join([*(explain(j, hint) for j in bad),
                                         *([problem] if problem else [])])
-    _warn_open_verdicts(item, judged)
+    _warn_open_verdicts(item, report, judged)
     return report
 
 
-def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
-    """INCONCLUSIVE and NO BASELINE pass, but as pytest warnings on the test (README)."""
+def _warn_open_verdicts(item: pytest.Item, report: pytest.TestReport,
+                        judged: list[Judged]) -> None:
+    """INCONCLUSIVE and NO BASELINE pass, but as pytest warnings on the test (README); every
+    verdict is also a ``perfgate`` property of the test's junit XML entry."""
     from pytest_perfgate.core.gate import Outcome
 
     for j in judged:
         v = j.verdict
-        if v is not None and v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) \
-                and not v.fails(j.rule):
-            item.warn(PerfgateWarning(f"{j.result.name}: {v.outcome.value}: {v.message}"))
+        if v is None:
+            continue
+        text = f"{j.result.name}: {v.outcome.value}: {v.message}"
+        item.user_properties.append(("perfgate", text))  # junit XML reads teardown's copy
+        if v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) and not v.fails(j.rule):
+            item.warn(PerfgateWarning(text))
 
 
 def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
