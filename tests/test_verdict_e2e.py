@@ -232,3 +232,21 @@ def test_reserved_extra_is_a_usage_error_and_the_session_still_reports(
     res.stdout.fnmatch_lines(["*PerfgateUsageError: extra key 'workers' is recorded by perfgate "
                               "itself*", "*test_perf.test_walk*NO BASELINE*"])
     assert "INTERNALERROR" not in res.stdout.str()
+
+
+def test_pytest_benchmark_adoption_refuses_a_taken_name(
+        repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pytest_benchmark")
+    repo.makepyfile(test_pb="""
+        from conftest import CLOCK
+
+        def test_sum(benchmark):
+            benchmark.pedantic(sum, args=(range(10),), rounds=8, iterations=2)
+
+        def test_walk(perfgate):
+            perfgate.measure(lambda: CLOCK.advance(0.001), 1, name="test_pb.test_sum")
+    """)
+    res = run(repo, monkeypatch, 1.0, "test_pb.py", "-p", "no:randomly")
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*benchmark name 'test_pb.test_sum' is measured by two "
+                              "tests, test_pb.py::test_sum and test_pb.py::test_walk*"])
