@@ -209,8 +209,8 @@ def test_other_fingerprint_is_no_baseline_and_says_why(
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines([
         "*NO BASELINE: no results for test_perf.test_walk on this machine fingerprint (*); "
-        "1 run exists on fingerprint * which differs in: mujoco 4.0.0 -> 4.0.1; this result "
-        "was recorded and becomes the baseline*"])
+        "1 run exists on fingerprint * which differs in: mujoco 4.0.0 -> 4.0.1; this run is "
+        "recorded at the end of the session and becomes the baseline of later commits*"])
 
 
 def test_markdown_summary_and_no_record(sandbox: pytest.Pytester,

@@ -210,10 +210,10 @@ def test_open_verdicts_are_pytest_warnings_and_nothing_claims_a_record(
     res = run(repo, monkeypatch, 1.0, "-rw", "--perfgate-record=false", "--junitxml=j.xml")
     res.assert_outcomes(passed=1, warnings=1)
     res.stdout.fnmatch_lines(["*PerfgateWarning: test_perf.test_walk: NO BASELINE: no earlier "
-                              "run of test_perf.test_walk on machine 'testbox'*nothing was "
+                              "run of test_perf.test_walk on machine 'testbox'*nothing is "
                               "recorded (--perfgate-record false)"])
     text = res.stdout.str()
-    assert "this result was recorded" not in text and "recorded run" not in text
+    assert "is recorded at" not in text and "recorded run" not in text
     xml = (repo.path / "j.xml").read_text()
     assert 'property name="perfgate" value="test_perf.test_walk: NO BASELINE: ' in xml
     assert not (repo.path / "results").exists()

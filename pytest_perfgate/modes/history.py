@@ -150,8 +150,9 @@ class HistoryMode:
     def _why_no_baseline(self, ctx: HistoryContext, name: str) -> str:
         from pytest_perfgate.history import store as history
 
-        kept = ("this result was recorded and becomes the baseline" if self.records else
-                "nothing was recorded (--perfgate-record false)")
+        kept = ("this run is recorded at the end of the session and becomes the baseline "
+                "of later commits" if self.records else
+                "nothing is recorded (--perfgate-record false)")
         if self.baseline:
             return (f"no run of commit {self.baseline} on machine {ctx.machine!r} "
                     f"has {name} (failed runs count once accepted); {kept}")
