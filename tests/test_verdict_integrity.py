@@ -22,7 +22,7 @@ from pytest_perfgate.history.baseline import select_baseline
 from pytest_perfgate.history.files import HistoryWarning
 from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError,
-                                             derive_name, stable_nodeid)
+                                             derive_name, stable_nodeid, stable_root)
 
 C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
 
@@ -117,15 +117,23 @@ def test_default_names_are_unique_and_keep_todays_safe_names() -> None:
         assert is_safe_name(derive_name(nodeid)), nodeid
 
 
-def test_stable_nodeid_ignores_where_pytest_put_its_rootdir(tmp_path: Path) -> None:
+def test_names_start_from_a_root_the_command_line_cannot_move(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
-    (repo / "perf").mkdir()
-    f = repo / "perf" / "test_x.py"
+    (repo / "sub" / "perf").mkdir(parents=True)
+    f = repo / "sub" / "perf" / "test_x.py"
     f.write_text("")
-    assert stable_nodeid("perf/test_x.py::t", f, repo) == "perf/test_x.py::t"
-    moved = "/".join(repo.parts[1:]) + "/perf/test_x.py::t"  # rootdir moved to /
-    assert stable_nodeid(moved, f, Path("/")) == "perf/test_x.py::t"
+    sub = repo / "sub"
+    # An ini file in a subproject keeps today's names (relative to it)...
+    assert stable_root(f, sub, has_ini=True) == sub
+    assert stable_nodeid("perf/test_x.py::t", f, sub) == "perf/test_x.py::t"
+    # ...without one, or with the rootdir moved out of the checkout, the git top level.
+    for rootdir, ini in ((sub, False), (Path("/"), False), (tmp_path, True)):
+        assert stable_root(f, rootdir, has_ini=ini) == repo
+    moved = "/".join(f.parts[1:]) + "::t"  # the nodeid pytest gives when rootdir is /
+    assert stable_nodeid(moved, f, repo) == "sub/perf/test_x.py::t"
+    outside = tmp_path / "loose" / "test_y.py"
+    assert stable_root(outside, tmp_path, has_ini=False) == tmp_path  # outside git
 
 
 def test_the_same_name_from_two_tests_is_an_error_naming_both(tmp_path: Path) -> None:

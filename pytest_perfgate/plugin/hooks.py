@@ -155,11 +155,13 @@ class PerfgateWarning(pytest.PytestWarning):
     ``-W ignore::pytest_perfgate.plugin.hooks.PerfgateWarning``."""
 
 
-def default_name(item: pytest.Item) -> str:
-    """The benchmark name of ``item``: from its file relative to its git checkout (else the
-    rootdir), so an option that moves pytest's rootdir renames nothing."""
+def default_name(item: pytest.Item, session: GateSession) -> str:
+    """The benchmark name of ``item``: its file relative to the session's stable root (the
+    ini file's folder, else the git checkout), so an option that moves pytest's rootdir
+    renames nothing. The first item seen also fixes where git is asked."""
     path = getattr(item, "path", None)
-    return derive_name(stable_nodeid(item.nodeid, path, item.config.rootpath))
+    root = session.note_test_file(path, item.config.inipath is not None)
+    return derive_name(stable_nodeid(item.nodeid, path, root))
 
 
 @pytest.fixture
@@ -167,8 +169,7 @@ def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     """Measure a step at steady state: ``perfgate.measure(step, transitions=num_envs)``."""
     session = request.config.stash[session_key]
     item = request.node
-    session.note_test_file(getattr(item, "path", None))
-    gate = PerfGate(session, item.nodeid, default_name(item), _marker_threshold(item))
+    gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item))
     item.stash[_judged_key] = gate.results
     try:
         yield gate
@@ -229,8 +230,7 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
         return
     from pytest_perfgate.plugin.benchmark_compat import result_from_rounds
 
-    session.note_test_file(getattr(item, "path", None))
-    result = result_from_rounds(default_name(item), data)
+    result = result_from_rounds(default_name(item, session), data)
     judged = item.stash.setdefault(_judged_key, [])
     judged.append(session.judge(result, item.nodeid, _marker_threshold(item)))
 

@@ -2,7 +2,7 @@
 
 A benchmark's name is its history (asv series, baseline selection), so a rename silently
 starts a new history and a collision silently merges two. Names derive from the test's
-nodeid with its file part relative to the test file's git top level (:func:`stable_nodeid`).
+nodeid with its file part relative to a stable root (:func:`stable_root`).
 """
 
 from __future__ import annotations
@@ -62,14 +62,38 @@ def find_repo_root(path: Path) -> Path | None:
     return None
 
 
-def stable_nodeid(nodeid: str, test_file: Path | None, rootdir: Path) -> str:
-    """``nodeid`` with its file part made relative to the test file's git top level (else
-    pytest's rootdir): an option whose value is an existing path moves pytest's rootdir,
-    and with it every nodeid, but not the repository."""
+def stable_root(test_file: Path | None, rootdir: Path, has_ini: bool) -> Path:
+    """The folder names and relative results paths start from.
+
+    pytest's rootdir when it is the folder of an ini file inside the test file's checkout
+    (stable, and today's names: a monorepo's subproject keeps its names); else the git top
+    level of the test file. Without an ini file pytest's rootdir follows the command line
+    (the current folder, or an option's value that happens to be an existing path), so it
+    is no anchor; a lost ini file is refused at session start (plugin/hooks.py).
+    """
+    repo = find_repo_root(Path(test_file)) if test_file is not None else None
+    if repo is None:
+        return rootdir
+    if has_ini and _within(rootdir, repo):
+        return rootdir
+    return repo
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def stable_nodeid(nodeid: str, test_file: Path | None, root: Path) -> str:
+    """``nodeid`` with its file part made relative to ``root`` (:func:`stable_root`): an
+    option whose value is an existing path moves pytest's rootdir, and with it every
+    nodeid, but not the repository."""
     if test_file is None:
         return nodeid
     _, sep, rest = nodeid.partition("::")
-    root = find_repo_root(test_file) or rootdir
     try:
         rel = Path(test_file).resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
@@ -77,4 +101,4 @@ def stable_nodeid(nodeid: str, test_file: Path | None, rootdir: Path) -> str:
     return f"{rel}{sep}{rest}"
 
 
-__all__ = ["derive_name", "find_repo_root", "stable_nodeid"]
+__all__ = ["derive_name", "find_repo_root", "stable_nodeid", "stable_root"]

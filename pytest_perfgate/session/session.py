@@ -26,7 +26,8 @@ from pytest_perfgate.modes.base import BenchCall, Mode
 from pytest_perfgate.modes.history import HistoryContext, HistoryMode
 from pytest_perfgate.session.checks import (RESERVED_EXTRA, PerfgateUsageError, check_extra,
                                             check_name, check_threshold, check_windows)
-from pytest_perfgate.session.naming import derive_name, find_repo_root, stable_nodeid
+from pytest_perfgate.session.naming import (derive_name, find_repo_root, stable_nodeid,
+                                            stable_root)
 from pytest_perfgate.session.options import Options
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class GateSession:
         self._on_verdict = on_verdict
         self._machine_info = machine_info
         self._ctx: HistoryContext | None = None
-        self.repo_dir: Path | None = None  # the test files' git checkout (note_test_file)
+        self.anchor: Path | None = None  # names, results paths and git start here
         self._names: dict[str, str] = {}  # benchmark name -> the test that measured it
         side = is_side_process()
         self.smoke = not options.enabled and not side  # a side measures for real
@@ -102,17 +103,18 @@ class GateSession:
         return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
                     alpha=o.alpha, unstable=o.unstable, inconclusive=o.inconclusive)
 
-    def note_test_file(self, path: Path | None) -> None:
-        """The first perf test's file decides where git is asked (its checkout's top level):
+    def note_test_file(self, path: Path | None, has_ini: bool = False) -> Path:
+        """The root this session names benchmarks from, resolves relative results paths
+        and asks git in; the first perf test's file decides it (:func:`stable_root`):
         pytest's rootdir moves when an option's value is an existing path."""
-        if self.repo_dir is None and path is not None:
-            self.repo_dir = find_repo_root(Path(path))
+        if self.anchor is None and path is not None:
+            self.anchor = stable_root(Path(path), self.rootdir, has_ini)
+        return self.stable_root
 
     @property
     def stable_root(self) -> Path:
-        """Where relative results paths and git lookups start: the tests' checkout, else
-        pytest's rootdir (outside git)."""
-        return self.repo_dir or self.rootdir
+        """Where names, relative results paths and git lookups start (see above)."""
+        return self.anchor or self.rootdir
 
     def claim_name(self, name: str, test_id: str) -> None:
         """One series per benchmark name per session: a second test measuring the same
@@ -241,4 +243,4 @@ class PerfGate:
 
 __all__ = ["GateSession", "PerfGate", "PerfgateUsageError", "RESERVED_EXTRA", "check_extra",
            "check_name", "check_threshold", "check_windows", "derive_name", "find_repo_root",
-           "stable_nodeid"]
+           "stable_nodeid", "stable_root"]
