@@ -95,7 +95,12 @@ def run_id(res: pytest.RunResult) -> str:
 def test_a_slower_commit_stays_regression_on_every_rerun_until_accepted(
         repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(3):
-        run(repo, monkeypatch).assert_outcomes(passed=1)
+        res = run(repo, monkeypatch)
+        res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*NO BASELINE: no earlier run of test_perf.test_walk on machine "
+                              "'testbox'* at an ancestor commit (2 run(s) of the commit under "
+                              "test never judge it (commit a change, or edit the working "
+                              "tree, to compare with them)); this run is recorded*"])
     assert verdicts(repo) == ["NO BASELINE"] * 3  # the commit under test never judges itself
     commit(repo.path, "B: physics twice as slow")
     failed = []
@@ -110,6 +115,9 @@ def test_a_slower_commit_stays_regression_on_every_rerun_until_accepted(
             f"*this run never serves as a baseline (re-running cannot pass it); if the "
             f"slowdown is intended, accept it: perfgate accept {rid}"])
     assert verdicts(repo)[3:] == ["REGRESSION"] * 4
+    stored = json.loads((repo.path / "results" / "testbox" / "perfgate" / f"{failed[0]}.pgrun")
+                        .read_text())
+    assert stored["benchmarks"]["test_perf.test_walk"]["verdict"] == "REGRESSION"
     commit(repo.path, "C: on top of B")
     run(repo, monkeypatch, 2.0).assert_outcomes(failed=1)  # B's failed runs did not join
 
