@@ -233,7 +233,8 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
     where = _basis(ev)
     if ev.thin is not None:
         return Verdict(Outcome.INCONCLUSIVE,
-                       f"measured {_signed(drop)} {where}, but {ev.thin}", ratio=ratio,
+                       f"measured {_signed(drop)} against {ev.n_base} baseline run(s), "
+                       f"but {ev.thin}", ratio=ratio,
                        evidence=ev)
     lo, hi = ev.log_ratio - ev.slack, ev.log_ratio + ev.slack
     if ev.se > 0:
