@@ -75,9 +75,14 @@ def test_drift_inside_runs_is_not_averaged_away() -> None:
     assert ev.se > 0.04  # not stdev/sqrt(8) of the windows
 
 
-def test_single_baseline_run_uses_window_spread() -> None:
+def test_single_baseline_run_is_too_thin_to_judge() -> None:
+    # One earlier run shows nothing of the run-to-run drift: no verdict, and say what is
+    # missing (the window spread is the model docs/design.md §1 rejects).
     v = evaluate(runs([200])[0], runs([100]), Rule())
-    assert v.outcome is Outcome.REGRESSION and v.evidence.n_base == 1
+    assert v.outcome is Outcome.INCONCLUSIVE and v.evidence.n_base == 1
+    assert v.message.startswith("measured 50.0% slower against 1 baseline run(s)")
+    assert "record at least 2 runs of an earlier commit before gating" in v.message
+    assert v.p_value is None and v.ci is None and not v.fails(Rule())
 
 
 def test_no_baseline_and_unstable() -> None:

@@ -260,7 +260,7 @@ def test_baseline_is_newest_n_same_fingerprint_ancestors() -> None:
             run("c", C3, 5), run("no-walk", C2, 6, benches=("run",)), run("d", C2, 7)]
     anc = Ancestry()
     got = select_baseline(runs, "walk", fingerprint="fpA", head_commit=C3, is_ancestor=anc, n=3)
-    assert [r.run_id for r, _ in got] == ["d", "c", "b"]
+    assert [r.run_id for r, _ in got] == ["d", "b", "a"]  # "c" is HEAD's own run
     assert all(b is r.benchmarks["walk"] for r, b in got)
     assert anc.calls == [{C1, C2, SIDE}]  # asked once; HEAD itself needs no question
     assert select_baseline(runs, "jump", fingerprint="fpA", head_commit=C3, is_ancestor=anc) == []

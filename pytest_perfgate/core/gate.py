@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (docs/design.md §3)
+MIN_SPREAD_RUNS = 2  # earlier runs needed before the run-to-run spread is seen at all
+SPLIT_MIN_WINDOWS = 4  # windows a run needs for its two halves to estimate its own noise
 
 class Outcome(enum.Enum):
     OK = "OK"
@@ -73,6 +75,9 @@ class Evidence:
     method: str  # "history" or "paired"
     between: float | None = None  # run-to-run spread of log medians (history)
     within: float | None = None  # noise of one run's median, seen from inside runs
+    slack: float = 0.0  # log units either way: how far kept polluted windows could move it
+    polluted: int = 0  # polluted windows kept (current run and baseline runs)
+    thin: str | None = None  # what is missing when the model cannot judge at all
 
 
 @dataclass(frozen=True)
@@ -116,32 +121,47 @@ def _run_noise(runs: Sequence[Sequence[float]]) -> tuple[float | None, int]:
     Split each run's windows into halves: if the half medians m1, m2 scatter independently,
     var(log m1 - log m2) / 4 estimates the variance of the whole run's median. Windows next
     to each other share the machine's drift, so this is more honest than stdev/sqrt(K).
-    Runs of fewer than 4 windows fall back to the windows' own variance (conservative).
+    Runs of fewer than 4 windows say nothing here: the variance *between* their windows is
+    exactly the model docs/design.md §1 rejects (adjacent windows share the drift, so it
+    understates the noise and overstates the df), and it once failed unchanged code.
     """
     split = [(math.log(statistics.median(r[:len(r) // 2]))
               - math.log(statistics.median(r[len(r) // 2:]))) ** 2 / 4
-             for r in runs if len(r) >= 4]
+             for r in runs if len(r) >= SPLIT_MIN_WINDOWS]
     if split:
         return statistics.fmean(split), len(split)
-    ss, df = 0.0, 0
-    for r in runs:
-        if len(r) >= 2:
-            logs = [math.log(x) for x in r]
-            m = statistics.fmean(logs)
-            ss += sum((v - m) ** 2 for v in logs)
-            df += len(logs) - 1
-    return (ss / df, df) if df else (None, 0)
+    return None, 0
+
+
+def median_slack(samples: Sequence[float], polluted: int) -> float:
+    """How far (log units, either way) ``polluted`` unknown windows could move the median.
+
+    The polluted windows are not marked individually, so any ``polluted`` of the samples may
+    be wrong: the clean median lies between the order statistics ``polluted`` places either
+    side of the middle. Half that range, added to the interval, is what they cost.
+    """
+    k = len(samples)
+    p = max(0, min(int(polluted), k))
+    if not p or k < 2:
+        return 0.0
+    s = sorted(samples)
+    lo, hi = s[max((k - 1) // 2 - p, 0)], s[min(k // 2 + p, k - 1)]
+    return (math.log(hi) - math.log(lo)) / 2
 
 
 def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float]],
-                     spread: Sequence[Sequence[float]] | None = None) -> Evidence:
+                     spread: Sequence[Sequence[float]] | None = None, *, polluted: int = 0,
+                     baseline_polluted: Sequence[int] = ()) -> Evidence:
     """Compare one run's window samples with earlier runs' (all in time per env-step).
 
     ``baseline`` (the newest runs) sets the level; ``spread`` (a longer stretch of history,
     default the baseline itself) sets the run-to-run variance of run medians, which is
-    pooled with the run-noise estimate from inside every run (one df per run): two or three
-    runs can already catch a gross slowdown, and a drifting history widens the interval
-    into INCONCLUSIVE.
+    floored by the run-noise estimate from inside every run of >= 4 windows (the halves):
+    three runs can already catch a gross slowdown, and a drifting history widens the
+    interval into INCONCLUSIVE. Fewer than 2 spread runs leave the run-to-run spread unseen:
+    the evidence is marked ``thin`` and the verdict is INCONCLUSIVE.
+    ``polluted`` (current run) and ``baseline_polluted`` (per baseline run) count windows
+    kept although outside load spoiled them: they widen the interval by ``slack``.
     """
     if not current:
         raise ValueError("the current run has no samples")
@@ -156,13 +176,25 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
     ys = [math.log(statistics.median(r)) for r in wide]
     k = len(ys)
     between = statistics.stdev(ys) if k >= 2 else None
-    noise, m = _run_noise([*wide, current])
-    ss = (k - 1) * (between or 0.0) ** 2 + m * (noise or 0.0)
-    df = (k - 1) + m
-    s = math.sqrt(ss / df) if df else 0.0
+    noise, _ = _run_noise([*wide, current])
     within = math.sqrt(noise) if noise is not None else None
+    # A run median's variance is the drift between runs plus the noise inside one: the
+    # spread of run medians estimates the sum, the split halves only the second part. So
+    # the halves set a floor, never a pooled share (pooling let quiet windows shrink a
+    # drifting machine's spread: 6% false alarms in a seeded A/A simulation, 1% without).
+    s = max(between or 0.0, within or 0.0)
+    df = k - 1
+    bp = [int(p) for p in baseline_polluted][:len(base)]
+    # the level is the mean of n run medians: each moves by at most its own slack
+    slack = median_slack(current, polluted) + sum(
+        median_slack(r, p) for r, p in zip(base, bp, strict=False)) / n
+    thin = None
+    if k < MIN_SPREAD_RUNS:
+        thin = (f"only {k} earlier run to learn the run-to-run spread from, and one run "
+                "cannot show how much this machine's speed drifts between runs: record "
+                f"at least {MIN_SPREAD_RUNS} runs of an earlier commit before gating")
     return Evidence(d, s * math.sqrt(1 + 1 / n), float(max(df, 1)), n, "history", between,
-                    within)
+                    within, slack, int(polluted) + sum(bp), thin)
 
 
 def paired_evidence(base: Sequence[float], head: Sequence[float],
@@ -190,29 +222,41 @@ def paired_evidence(base: Sequence[float], head: Sequence[float],
 
 
 def decide(ev: Evidence, rule: Rule) -> Verdict:
-    """Turn evidence into a verdict by the rule in the module docstring."""
+    """Turn evidence into a verdict by the rule in the module docstring.
+
+    Kept polluted windows move the ratio by up to ``ev.slack`` either way: significance is
+    tested at the end of that range least favourable to the verdict, and the interval and
+    the resolvable drop widen by it. Evidence the model calls ``thin`` is INCONCLUSIVE.
+    """
     ratio = math.exp(-ev.log_ratio)
+    drop = 1 - ratio
+    where = _basis(ev)
+    if ev.thin is not None:
+        return Verdict(Outcome.INCONCLUSIVE,
+                       f"measured {_signed(drop)} against {ev.n_base} baseline run(s), "
+                       f"but {ev.thin}", ratio=ratio,
+                       evidence=ev)
+    lo, hi = ev.log_ratio - ev.slack, ev.log_ratio + ev.slack
     if ev.se > 0:
         tq = _t_ppf(1 - rule.alpha, ev.df)
-        p_slow = _t_sf(ev.log_ratio / ev.se, ev.df)
-        p_fast = _t_sf(-ev.log_ratio / ev.se, ev.df)
-        ci = (math.exp(-ev.log_ratio - tq * ev.se), math.exp(-ev.log_ratio + tq * ev.se))
-        resolvable = 1 - math.exp(-tq * ev.se)
+        p_slow = _t_sf(lo / ev.se, ev.df)
+        p_fast = _t_sf(-hi / ev.se, ev.df)
+        ci = (math.exp(-hi - tq * ev.se), math.exp(-lo + tq * ev.se))
+        resolvable = 1 - math.exp(-tq * ev.se - ev.slack)
     else:  # identical samples: no noise seen at all
-        p_slow = 0.0 if ev.log_ratio > 0 else 1.0
-        p_fast = 0.0 if ev.log_ratio < 0 else 1.0
-        ci, resolvable = (ratio, ratio), 0.0
-    drop = 1 - ratio
+        p_slow = 0.0 if lo > 0 else 1.0
+        p_fast = 0.0 if hi < 0 else 1.0
+        ci, resolvable = (math.exp(-hi), math.exp(-lo)), 1 - math.exp(-ev.slack)
+
     def verdict(outcome: Outcome, message: str) -> Verdict:
         return Verdict(outcome, message, ratio=ratio, ci=ci, p_value=p_slow,
                        resolvable=resolvable, evidence=ev)
 
-    where = _basis(ev)
-    if p_slow < rule.alpha and drop > rule.threshold:
+    if p_slow < rule.alpha and -math.expm1(-lo) > rule.threshold:
         return verdict(Outcome.REGRESSION,
                        f"throughput fell {drop:.1%} (threshold {rule.threshold:.0%}), "
                        f"p={p_slow:.2g} {where}")
-    if p_fast < rule.alpha and -drop > rule.threshold:
+    if p_fast < rule.alpha and math.expm1(-hi) > rule.threshold:
         return verdict(Outcome.IMPROVEMENT,
                        f"throughput rose {-drop:.1%}, p={p_fast:.2g} {where}; "
                        "the baseline will move up once this lands")
@@ -233,7 +277,11 @@ def _basis(ev: Evidence) -> str:
     if ev.method == "paired":
         return f"over {ev.n_base} interleaved turns"
     spread = max(ev.between or 0.0, ev.within or 0.0)
-    return f"against {ev.n_base} baseline run(s), run-to-run spread {spread:.1%}"
+    text = f"against {ev.n_base} baseline run(s), run-to-run spread {spread:.1%}"
+    if ev.slack > 0:
+        text += (f", widened by +-{math.expm1(ev.slack):.1%} for {ev.polluted} window(s) "
+                 "spoiled by outside load and kept")
+    return text
 
 
 def _advice(ev: Evidence) -> str:
@@ -253,14 +301,14 @@ def unstable(message: str) -> Verdict:
 
 
 def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule: Rule,
-             *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None
-             ) -> Verdict:
+             *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None,
+             polluted: int = 0, baseline_polluted: Sequence[int] = ()) -> Verdict:
     """The history gate: current run's window samples vs baseline runs' window samples."""
     if not steady:
         return unstable("steady state was never reached during warm-up: the workload's "
                         "speed kept changing (raise --perfgate-warmup-max or make the step "
                         "hold its state steady)")
     if not any(baseline):
-        return no_baseline("no earlier run on this machine to compare with; this result "
-                           "was recorded and becomes the baseline")
-    return decide(history_evidence(current, baseline, spread), rule)
+        return no_baseline("no earlier run on this machine to compare with")
+    return decide(history_evidence(current, baseline, spread, polluted=polluted,
+                                   baseline_polluted=baseline_polluted), rule)

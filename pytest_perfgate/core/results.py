@@ -40,6 +40,9 @@ class BenchResult:
     phases: Mapping[str, PhaseSummary] = field(default_factory=dict)
     source: str = "perfgate"  # or "pytest-benchmark"
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata (placement...)
+    # The gate's outcome for this run ("OK", "REGRESSION"...; None: not judged). A run
+    # whose benchmark failed the gate serves no baseline until accepted (docs/design.md §2).
+    verdict: str | None = None
 
     @property
     def value(self) -> float:

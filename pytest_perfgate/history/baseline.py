@@ -1,8 +1,11 @@
 """Which recorded runs may serve as a benchmark's baseline, and why none did.
 
 The gate compares only like with like: same machine fingerprint, a commit on HEAD's own
-line of history (docs/design.md §2). When nothing qualifies, the explanation names the
-fingerprints that do hold the benchmark and what differs.
+line of history (docs/design.md §2). The code under test never judges itself: runs of
+HEAD's own commit are left out (a dirty tree may be judged by clean runs of its commit, its
+strict ancestor), and a run whose benchmark failed the gate stays out until a person
+accepts it (:mod:`pytest_perfgate.history.accept`). When nothing qualifies, the
+explanation names the fingerprints that do hold the benchmark and what differs.
 """
 
 from __future__ import annotations
@@ -10,23 +13,32 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.history.accept import Decisions
 from pytest_perfgate.history.machine import describe_mismatch, fingerprint_fields
 
 
 def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: str,
                     head_commit: str, is_ancestor: Callable[[set[str]], set[str]], n: int = 5,
-                    explicit_commit: str | None = None
+                    explicit_commit: str | None = None, head_dirty: bool = False,
+                    decisions: Decisions | None = None
                     ) -> list[tuple[RunRecord, BenchResult]]:
     """The newest ``n`` runs (by started_at) that may serve as ``bench_name``'s baseline.
 
-    Only runs on the same machine fingerprint that measured the benchmark count. By default
-    their commit must be HEAD or one of its ancestors (``is_ancestor`` is asked once, with
-    every distinct candidate commit), so one pull request's runs never become another's
-    baseline. With ``explicit_commit`` (full hash or prefix) only that commit's runs count.
+    Only runs on the same machine fingerprint that measured the benchmark count, and only
+    results ``decisions`` lets serve (not failed, or accepted; not forgotten). By default
+    their commit must be a strict ancestor of the code under test (``is_ancestor`` is asked
+    once, with every distinct candidate commit), so one pull request's runs never become
+    another's baseline and re-running HEAD never moves its own baseline. The code under
+    test is the commit plus the dirty flag: a dirty tree at commit C is judged by C's clean
+    runs (its ancestor), never by C's dirty runs (other edits, or the same ones). Outside
+    git (HEAD all zeros) every run counts. With ``explicit_commit`` (full hash or prefix)
+    only that commit's runs count: a person chose them.
     """
     if n < 1:
         raise ValueError(f"baseline size n={n} must be at least 1: use the default 5")
-    pool = [r for r in runs if r.fingerprint == fingerprint and bench_name in r.benchmarks]
+    d = decisions if decisions is not None else Decisions()
+    pool = [r for r in runs if r.fingerprint == fingerprint and bench_name in r.benchmarks
+            and d.may_serve(r, bench_name)]
     if explicit_commit is not None:
         want = explicit_commit.strip().lower()
         if not want:
@@ -37,10 +49,13 @@ def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: 
                              f"recorded commits ({', '.join(sorted(c[:12] for c in matched))})"
                              ": give more digits")
         chosen = [r for r in pool if r.commit in matched]
+    elif set(head_commit) == {"0"}:
+        chosen = list(pool)  # outside git: no commits to tell apart (README says so)
     else:
         others = {r.commit for r in pool if r.commit != head_commit and set(r.commit) != {"0"}}
         ok = (is_ancestor(others) & others) if others else set()
-        chosen = [r for r in pool if r.commit == head_commit or r.commit in ok]
+        chosen = [r for r in pool if r.commit in ok
+                  or (r.commit == head_commit and head_dirty and not r.dirty)]
     chosen.sort(key=lambda r: r.started_at, reverse=True)
     return [(r, r.benchmarks[bench_name]) for r in chosen[:n]]
 

@@ -8,6 +8,7 @@ baseline rule: docs/design.md §2.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -33,7 +34,9 @@ class HistoryContext:
 
     def __init__(self, rootdir: Path, results_dir: Path, machine_name: str | None,
                  machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
-        from pytest_perfgate.history import machine, vcs
+        """``rootdir`` is where git is asked: the test files' checkout, not pytest's
+        rootdir (which a path-valued option can move out of the repository)."""
+        from pytest_perfgate.history import accept, machine, vcs
         from pytest_perfgate.history import store as history
 
         self.rootdir = rootdir
@@ -46,6 +49,7 @@ class HistoryContext:
         self.results_dir = results_dir
         self.store = history.History(results_dir, self.machine)
         self.runs = self.store.load_runs()
+        self.decisions = accept.load_decisions(results_dir, self.machine)
         self._ancestor_cache: dict[str, bool] = {}
 
     def is_ancestor(self, commits: set[str]) -> set[str]:
@@ -82,13 +86,14 @@ class HistoryMode:
 
     def __init__(self, smoke: bool, meter: MeterFactory, sink: Sink,
                  context: Callable[[], HistoryContext], baseline_runs: int = 5,
-                 baseline: str | None = None) -> None:
+                 baseline: str | None = None, records: bool = True) -> None:
         self.smoke = smoke
         self.meter = meter
         self.sink = sink
         self.context = context  # opened lazily: smoke mode never reads the history
         self.baseline_runs = baseline_runs
         self.baseline = baseline
+        self.records = records  # --perfgate-record: messages never claim a record otherwise
 
     @property
     def tag(self) -> str | None:
@@ -121,18 +126,22 @@ class HistoryMode:
         wide = history.select_baseline(
             [r for r in ctx.runs if is_history_run(r)], result.name,
             fingerprint=ctx.fingerprint, head_commit=ctx.git.commit,
-            is_ancestor=ctx.is_ancestor, n=max(n, SPREAD_RUNS), explicit_commit=self.baseline)
+            is_ancestor=ctx.is_ancestor, n=max(n, SPREAD_RUNS), explicit_commit=self.baseline,
+            head_dirty=ctx.git.dirty, decisions=ctx.decisions)
         wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
         base = wide[:n]
         commits = [run.commit for run, _ in base]
         if not result.steady or base:
             verdict = evaluate(result.samples, [b.samples for _, b in base], rule,
-                               steady=result.steady, spread=[b.samples for _, b in wide])
+                               steady=result.steady, spread=[b.samples for _, b in wide],
+                               polluted=result.polluted_kept,
+                               baseline_polluted=[b.polluted_kept for _, b in base])
         else:
             verdict = no_baseline(self._why_no_baseline(ctx, result.name))
         base_sps, base_phases = None, {}
         if base:
-            base_sps = statistics.median(b.steps_per_s for _, b in base)
+            # the figure the ratio divides by: the geometric mean of the run medians
+            base_sps = 1e6 / math.exp(statistics.fmean(math.log(b.value) for _, b in base))
             names = {p for _, b in base for p in b.phases}
             base_phases = {p: statistics.median(b.phases[p].ms_per_call for _, b in base
                                                 if p in b.phases) for p in names}
@@ -141,18 +150,40 @@ class HistoryMode:
     def _why_no_baseline(self, ctx: HistoryContext, name: str) -> str:
         from pytest_perfgate.history import store as history
 
+        kept = ("this run is recorded at the end of the session and becomes the baseline "
+                "of later commits" if self.records else
+                "nothing is recorded (--perfgate-record false)")
         if self.baseline:
             return (f"no run of commit {self.baseline} on machine {ctx.machine!r} "
-                    f"has {name}; recorded, nothing to compare with")
+                    f"has {name} (failed runs count once accepted); {kept}")
         runs = [r for r in ctx.runs if is_history_run(r)]
         other = history.describe_other_fingerprints(runs, ctx.fingerprint, name,
                                                     current_meta=ctx.meta)
         where = f"machine {ctx.machine!r}, fingerprint {ctx.fingerprint}"
         if other:
-            return f"{other}; recorded as the first result of {where}"
+            return f"{other}; {kept}"
         git = "" if ctx.git.available else f" (outside git: {ctx.git.reason})"
         ab = sum(1 for r in ctx.runs if not is_history_run(r) and name in r.benchmarks)
         skipped = (f" ({ab} A/B run(s) of it are not used as history baselines)"
                    if ab else "")
-        return (f"no earlier run of {name} on {where} at an ancestor commit{git}{skipped}; "
-                "this result was recorded and becomes the baseline")
+        mine = [r for r in runs if r.fingerprint == ctx.fingerprint and name in r.benchmarks]
+        held = _held_back(mine, name, ctx)
+        return (f"no earlier run of {name} on {where} at an ancestor commit{git}{skipped}"
+                f"{held}; {kept}")
+
+
+def _held_back(runs: list[RunRecord], name: str, ctx: HistoryContext) -> str:
+    """Why runs that exist were not used: the commit under test, or failed and not accepted."""
+    from pytest_perfgate.history.accept import FAILED_VERDICTS
+
+    same = sum(1 for r in runs if r.commit == ctx.git.commit and ctx.git.available)
+    failed = [r.run_id for r in runs if r.benchmarks[name].verdict in FAILED_VERDICTS
+              and r.run_id not in ctx.decisions.accepted]
+    parts = []
+    if same:
+        parts.append(f"{same} run(s) of the commit under test never judge it (commit a "
+                     "change, or edit the working tree, to compare with them)")
+    if failed:
+        parts.append(f"{len(failed)} run(s) that failed the gate wait to be accepted "
+                     f"(perfgate accept {failed[-1]})")
+    return f" ({'; '.join(parts)})" if parts else ""

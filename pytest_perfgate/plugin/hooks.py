@@ -15,7 +15,8 @@ from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
-from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError, derive_name
+from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError,
+                                             derive_name, stable_nodeid)
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
@@ -108,12 +109,67 @@ def _marker_threshold(item: pytest.Item) -> float | None:
                                  f"{e}") from None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse a run whose configuration file pytest lost to one of our options' values.
+
+    pytest finds its rootdir and ini file before plugin options are known, so the value of
+    ``--perfgate-json /abs/out.json`` (separate, and an existing path) counts as a test path
+    and can move the rootdir out of the project, losing pytest.ini and with it every
+    ``perfgate_*`` setting (the results dir: a new history). Names and git facts no longer
+    depend on the rootdir (:func:`default_name`); a lost ini file still would.
+    """
+    config = session.config
+    lost = _ini_lost_to(config)
+    if lost is not None:
+        flag, value = lost
+        raise pytest.UsageError(
+            f"perfgate: pytest read the value of {flag} ({value}) as a test path and lost its "
+            f"configuration file (rootdir became {config.rootpath}), so perfgate_* ini "
+            f"settings would be ignored: write it with '=', e.g. {flag}={value}")
+
+
+def _ini_lost_to(config: pytest.Config) -> tuple[str, str] | None:
+    """(flag, value) of a perfgate option whose separate value moved pytest's ini file."""
+    args = list(config.invocation_params.args)
+    flags = {s.flag for s in SPECS}
+    moved = [(a, b) for a, b in zip(args, args[1:], strict=False)
+             if a in flags and os.path.exists(b)]
+    if not moved:
+        return None
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        _, inipath, *_ = determine_setup(
+            inifile=config.option.inifilename, override_ini=config.option.override_ini,
+            args=[a for a in config.args if a not in {b for _, b in moved}],
+            rootdir_cmd_arg=config.option.rootdir or None,
+            invocation_dir=config.invocation_params.dir)
+    except Exception:  # noqa: BLE001 (pytest-internal API: never fail a run over it)
+        return None
+    return moved[0] if inipath != config.inipath else None
+
+
+class PerfgateWarning(pytest.PytestWarning):
+    """A verdict that passes but needs a look (INCONCLUSIVE, NO BASELINE): shown by ``-rw``
+    and in the warnings summary, attributed to the test. Filter it like any warning:
+    ``-W ignore::pytest_perfgate.plugin.hooks.PerfgateWarning``."""
+
+
+def default_name(item: pytest.Item, session: GateSession) -> str:
+    """The benchmark name of ``item``: its file relative to the session's stable root (the
+    ini file's folder, else the git checkout), so an option that moves pytest's rootdir
+    renames nothing. The first item seen also fixes where git is asked."""
+    path = getattr(item, "path", None)
+    root = session.note_test_file(path, item.config.inipath is not None)
+    return derive_name(stable_nodeid(item.nodeid, path, root))
+
+
 @pytest.fixture
 def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     """Measure a step at steady state: ``perfgate.measure(step, transitions=num_envs)``."""
     session = request.config.stash[session_key]
     item = request.node
-    gate = PerfGate(session, item.nodeid, derive_name(item.nodeid), _marker_threshold(item))
+    gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item))
     item.stash[_judged_key] = gate.results
     try:
         yield gate
@@ -130,16 +186,39 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     session = item.config.stash.get(session_key, None)
     if session is None:
         return report
+    problem = None
     if report.passed and session.records:  # not in smoke mode, nor in an A/B side
-        _adopt_pytest_benchmark(item, session)
+        try:
+            _adopt_pytest_benchmark(item, session)
+        except PerfgateUsageError as e:
+            problem = f"perfgate: {e}"
     judged = item.stash.get(_judged_key, [])
     bad = failing(judged)
-    if bad and report.passed:
+    if report.passed and (bad or problem):
         from pytest_perfgate.report.render import explain
 
+        hint = session.run_id if session.options.record and session.records else None
         report.outcome = "failed"
-        report.longrepr = "\n\n".join(explain(j) for j in bad)
+        report.longrepr = "\n\n".join([*(explain(j, hint) for j in bad),
+                                        *([problem] if problem else [])])
+    _warn_open_verdicts(item, report, judged)
     return report
+
+
+def _warn_open_verdicts(item: pytest.Item, report: pytest.TestReport,
+                        judged: list[Judged]) -> None:
+    """INCONCLUSIVE and NO BASELINE pass, but as pytest warnings on the test (README); every
+    verdict is also a ``perfgate`` property of the test's junit XML entry."""
+    from pytest_perfgate.core.gate import Outcome
+
+    for j in judged:
+        v = j.verdict
+        if v is None:
+            continue
+        text = f"{j.result.name}: {v.outcome.value}: {v.message}"
+        item.user_properties.append(("perfgate", text))  # junit XML reads teardown's copy
+        if v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) and not v.fails(j.rule):
+            item.warn(PerfgateWarning(text))
 
 
 def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
@@ -151,7 +230,7 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
         return
     from pytest_perfgate.plugin.benchmark_compat import result_from_rounds
 
-    result = result_from_rounds(derive_name(item.nodeid), data)
+    result = result_from_rounds(default_name(item, session), data)
     judged = item.stash.setdefault(_judged_key, [])
     judged.append(session.judge(result, item.nodeid, _marker_threshold(item)))
 

@@ -69,9 +69,12 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         r, v = j.result, j.verdict
         if v is not None and v.outcome is not Outcome.OK:
             out.append(f"{r.name}: {v.outcome.value}: {v.message}")
-        for w in r.extra.get("workers") or []:
-            out.append(f"{r.name}: {placement_line(w)}")
-        for warn in r.extra.get("placement_warnings") or []:
+        workers = r.extra.get("workers")  # perfgate's own key (user extra may not use it)
+        for w in workers if isinstance(workers, list) else []:
+            if isinstance(w, dict):
+                out.append(f"{r.name}: {placement_line(w)}")
+        warns = r.extra.get("placement_warnings")
+        for warn in warns if isinstance(warns, list) else []:
             out.append(f"{r.name}: placement warning: {warn}")
         if r.remeasured or r.polluted_kept:
             out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
@@ -80,17 +83,21 @@ def notes(judged: Sequence[Judged]) -> list[str]:
     return out
 
 
-def explain(j: Judged) -> str:
-    """The one-screen failure text shown instead of a traceback."""
+def explain(j: Judged, run_id: str | None = None) -> str:
+    """The one-screen failure text shown instead of a traceback. ``run_id``: the run being
+    recorded, named in how to accept an intended slowdown."""
     v, r = j.verdict, j.result
     assert v is not None
     lines = [f"perfgate {v.outcome.value}: {r.name}", f"  {v.message}"]
     if v.ratio is not None:
         ci = f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}] ({1 - 2 * j.rule.alpha:.0%} CI)" if v.ci else ""
-        lines.append(f"  throughput ratio head/baseline: {v.ratio:.3f}{ci}, "
-                     f"p={v.p_value:.2g} (one-sided, alpha={j.rule.alpha:g})")
-        lines.append(f"  steps/s: {_num(r.steps_per_s)} now vs {_num(j.baseline_steps_per_s)} "
-                     "baseline (medians)")
+        p = f", p={v.p_value:.2g} (one-sided, alpha={j.rule.alpha:g})" \
+            if v.p_value is not None else ""
+        lines.append(f"  throughput ratio head/baseline: {v.ratio:.3f}{ci}{p}")
+        basis = ("base side's median" if r.extra.get("ab_base") is not None else
+                 "geometric mean of the baseline runs' medians: the ratio's denominator")
+        lines.append(f"  steps/s: {_num(r.steps_per_s)} now (median window) vs "
+                     f"{_num(j.baseline_steps_per_s)} baseline ({basis})")
     ab_base = r.extra.get("ab_base")
     if ab_base is not None:
         commit = str(r.extra.get("ab_base_commit"))[:10]
@@ -109,6 +116,11 @@ def explain(j: Judged) -> str:
         lines.append(f"  grew most: {top_phase(j)}")
     lines.append(f"  warm-up {r.warmup_s:.1f}s, {len(r.samples)} windows, "
                  f"cores used {r.cores:.2f}")
+    if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
+        lines.append("  this run never serves as a baseline (re-running cannot pass it); if "
+                     "the slowdown is intended, accept it: "
+                     + (f"perfgate accept {run_id}" if run_id else
+                        "record the run (--perfgate-record true), then perfgate accept RUN_ID"))
     return "\n".join(lines)
 
 

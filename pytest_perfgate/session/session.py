@@ -10,46 +10,29 @@ records the run at the end.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
 from pytest_perfgate.modes.base import BenchCall, Mode
 from pytest_perfgate.modes.history import HistoryContext, HistoryMode
+from pytest_perfgate.session.checks import (RESERVED_EXTRA, PerfgateUsageError, check_extra,
+                                            check_name, check_threshold, check_windows)
+from pytest_perfgate.session.naming import (derive_name, find_repo_root, stable_nodeid,
+                                            stable_root)
 from pytest_perfgate.session.options import Options
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab.controller import ABSetup
 
-
-
-class PerfgateUsageError(ValueError):
-    """A perf test called the API wrongly; the message names the value and the fix."""
-
-
-def check_name(name: str) -> str:
-    """Benchmark names end up in asv file names: the one safe-name rule (core/names.py)."""
-    try:
-        return safe_name(name, "benchmark name", "name='humanoid_256'", shown=f"name={name!r}")
-    except ValueError as e:
-        raise PerfgateUsageError(str(e)) from None
-
-
-def derive_name(nodeid: str) -> str:
-    """'perf/test_x.py::test_walk[256]' -> 'perf.test_x.test_walk_256_'."""
-    path, _, rest = nodeid.partition("::")
-    base = path[:-3] if path.endswith(".py") else path
-    text = ".".join(p for p in [base.replace("/", "."), rest.replace("::", ".")] if p)
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", text).strip(".") or "benchmark"
 
 
 class GateSession:
@@ -78,11 +61,14 @@ class GateSession:
         self._on_verdict = on_verdict
         self._machine_info = machine_info
         self._ctx: HistoryContext | None = None
+        self.anchor: Path | None = None  # names, results paths and git start here
+        self._names: dict[str, str] = {}  # benchmark name -> the test that measured it
         side = is_side_process()
         self.smoke = not options.enabled and not side  # a side measures for real
         # Judges in-process results in every mode (pytest-benchmark's too).
         self.history_mode = HistoryMode(self.smoke, self.meter, self.add, self.open_history,
-                                        options.baseline_runs, options.baseline)
+                                        options.baseline_runs, options.baseline,
+                                        records=options.record)
         self.mode: Mode = self._pick_mode(side, ab)
 
     def _pick_mode(self, side: bool, ab: ABSetup | None) -> Mode:
@@ -117,11 +103,35 @@ class GateSession:
         return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
                     alpha=o.alpha, unstable=o.unstable, inconclusive=o.inconclusive)
 
+    def note_test_file(self, path: Path | None, has_ini: bool = False) -> Path:
+        """The root this session names benchmarks from, resolves relative results paths
+        and asks git in; the first perf test's file decides it (:func:`stable_root`):
+        pytest's rootdir moves when an option's value is an existing path."""
+        if self.anchor is None and path is not None:
+            self.anchor = stable_root(Path(path), self.rootdir, has_ini)
+        return self.stable_root
+
+    @property
+    def stable_root(self) -> Path:
+        """Where names, relative results paths and git lookups start (see above)."""
+        return self.anchor or self.rootdir
+
+    def claim_name(self, name: str, test_id: str) -> None:
+        """One series per benchmark name per session: a second test measuring the same
+        name would silently share (and corrupt) the first one's history."""
+        first = self._names.setdefault(name, test_id)
+        if first != test_id:
+            raise PerfgateUsageError(
+                f"benchmark name {name!r} is measured by two tests, {first} and {test_id}: "
+                "both would record into one series and judge each other's numbers. Give "
+                "one of them its own name (measure(..., name='...')).")
+
     def open_history(self) -> HistoryContext:
         """Machine and git facts and past runs, gathered on first use."""
         if self._ctx is None:
             o = self.options
-            self._ctx = HistoryContext(self.rootdir, o.results_path(self.rootdir), o.machine,
+            root = self.stable_root
+            self._ctx = HistoryContext(root, o.results_path(root), o.machine,
                                        self._machine_info)
         return self._ctx
 
@@ -143,6 +153,8 @@ class GateSession:
 
     def judge(self, result: BenchResult, test_id: str, threshold: float | None = None) -> Judged:
         """Judge a result measured elsewhere (pytest-benchmark's) against history."""
+        check_name(result.name)
+        self.claim_name(result.name, test_id)
         return self.history_mode.judge(result, test_id, self.rule(threshold))
 
     def finish(self) -> RunRecord | None:
@@ -151,8 +163,10 @@ class GateSession:
         tag = self.mode.tag
         if tag is None or not self.options.record or not self.judged:
             return None  # smoke mode, an A/B side (its controller records), or nothing
+        benches = {j.result.name: replace(j.result, verdict=j.verdict.outcome.value)
+                   if j.verdict is not None else j.result for j in self.judged}
         run, self.record_path = self.open_history().record(
-            self.run_id, self.started_at, {j.result.name: j.result for j in self.judged}, tag)
+            self.run_id, self.started_at, benches, tag)
         return run
 
 
@@ -196,13 +210,17 @@ class PerfGate:
                        *, windows: int | None = None, window_time: float | None = None,
                        threshold: float | None = None, extra: Mapping[str, Any] | None = None,
                        ) -> Judged:
-        """Measure any WindowSource (worker group, collector/learner pair) the same way."""
+        """Measure any WindowSource (worker group, collector/learner pair) the same way.
+
+        Every argument is checked here, before anything is measured."""
+        check_windows(windows, window_time)
+        threshold = check_threshold(threshold)
+        meta = getattr(source, "metadata", None)  # keys the source records itself
+        extra = check_extra(extra, frozenset(meta()) if callable(meta) else frozenset())
         bench = self._name(name)
-        if threshold is not None:
-            threshold = Rule(threshold=threshold).threshold  # validates
+        self.session.claim_name(bench, self.test_id)
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
-        call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time,
-                         dict(extra or {}))
+        call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra)
         j = self.session.mode.measure(source, call)
         self.results.append(j)
         return j
@@ -223,4 +241,6 @@ class PerfGate:
         return base if base not in taken else f"{base}.{len(self.results) + 1}"
 
 
-__all__ = ["GateSession", "PerfGate", "PerfgateUsageError", "check_name", "derive_name"]
+__all__ = ["GateSession", "PerfGate", "PerfgateUsageError", "RESERVED_EXTRA", "check_extra",
+           "check_name", "check_threshold", "check_windows", "derive_name", "find_repo_root",
+           "stable_nodeid", "stable_root"]

@@ -1,0 +1,104 @@
+"""Default benchmark names: unique, stable, and independent of pytest's rootdir.
+
+A benchmark's name is its history (asv series, baseline selection), so a rename silently
+starts a new history and a collision silently merges two. Names derive from the test's
+nodeid with its file part relative to a stable root (:func:`stable_root`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from pytest_perfgate.core.names import is_safe_name
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+_PARAM_UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")  # '.' too: asv splits names into a tree on it
+
+
+def derive_name(nodeid: str) -> str:
+    """'perf/test_x.py::test_walk[256]' -> 'perf.test_x.test_walk_256_'.
+
+    Unique and stable: where sanitising would merge distinct ids (``[x y]`` and ``[x_y]``,
+    or a '.' inside a parameter, which asv would show as a tree level) a short hash of the
+    original id is appended (``test_walk_x_y_-3f2a9c``); ids that were already safe keep
+    the name they always had, so their history continues. ``nodeid``'s file part should be
+    relative to a stable root (:func:`stable_nodeid`).
+    """
+    path, _, rest = nodeid.partition("::")
+    base = path[:-3] if path.endswith(".py") else path
+    func, bracket, param = rest.partition("[")
+    if bracket and param.endswith("]"):
+        param = param[:-1]
+    else:
+        func, param, bracket = rest, "", ""
+    text = ".".join(p for p in [base.replace("/", "."), func.replace("::", ".")] if p)
+    name = _UNSAFE.sub("_", text)
+    changed = name != text
+    if bracket:
+        safe_param = _PARAM_UNSAFE.sub("_", param)
+        changed = changed or safe_param != param
+        name += f"_{safe_param}_"
+    name = name.strip(".")
+    while ".." in name:
+        name, changed = name.replace("..", "."), True
+    digest = hashlib.sha1(nodeid.encode("utf-8")).hexdigest()[:6]
+    if len(name) > 128:
+        name, changed = name[:120].rstrip("."), True
+    if changed:
+        name = f"{name}-{digest}"
+    return name if is_safe_name(name) else f"benchmark-{digest}"
+
+
+def find_repo_root(path: Path) -> Path | None:
+    """The top level of the git checkout holding ``path`` (a folder with ``.git``: a folder
+    in a clone, a file in a worktree or submodule), else None. No subprocess: names must
+    not depend on a git binary being usable."""
+    p = path if path.is_dir() else path.parent
+    for d in (p, *p.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def stable_root(test_file: Path | None, rootdir: Path, has_ini: bool) -> Path:
+    """The folder names and relative results paths start from.
+
+    pytest's rootdir when it is the folder of an ini file inside the test file's checkout
+    (stable, and today's names: a monorepo's subproject keeps its names); else the git top
+    level of the test file. Without an ini file pytest's rootdir follows the command line
+    (the current folder, or an option's value that happens to be an existing path), so it
+    is no anchor; a lost ini file is refused at session start (plugin/hooks.py).
+    """
+    repo = find_repo_root(Path(test_file)) if test_file is not None else None
+    if repo is None:
+        return rootdir
+    if has_ini and _within(rootdir, repo):
+        return rootdir
+    return repo
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def stable_nodeid(nodeid: str, test_file: Path | None, root: Path) -> str:
+    """``nodeid`` with its file part made relative to ``root`` (:func:`stable_root`): an
+    option whose value is an existing path moves pytest's rootdir, and with it every
+    nodeid, but not the repository."""
+    if test_file is None:
+        return nodeid
+    _, sep, rest = nodeid.partition("::")
+    try:
+        rel = Path(test_file).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return nodeid
+    return f"{rel}{sep}{rest}"
+
+
+__all__ = ["derive_name", "find_repo_root", "stable_nodeid", "stable_root"]
