@@ -7,9 +7,13 @@ argparse by :func:`argparse_type`.
 
 from __future__ import annotations
 
+import argparse
+import os
+from pathlib import Path
+
 
 from pytest_perfgate.session.options import (OptionError, argparse_type, parse_fraction,
-                                              parse_positive_int)
+                                              parse_machine, parse_path, parse_positive_int)
 
 
 def parse_count(text: str) -> int:
@@ -57,3 +61,39 @@ def parse_cpu_set(text: str) -> set[int]:
 
 __all__ = ["argparse_type", "parse_count", "parse_cpu_set", "parse_fractions",
            "parse_int_list"]
+
+
+def add_history_arguments(parser: argparse.ArgumentParser) -> None:
+    """--results-dir and --machine, resolved as the plugin resolves them."""
+    parser.add_argument("--results-dir", type=argparse_type(parse_path), default=None,
+                        help="the history folder (default: $PERFGATE_RESULTS_DIR, else "
+                        "asv.conf.json's results_dir, else .perfgate/results)")
+    parser.add_argument("--machine", type=argparse_type(parse_machine), default=None,
+                        help="the machine folder (default: $PERFGATE_MACHINE, else every "
+                        "machine folder is searched)")
+
+
+def history_location(args: argparse.Namespace) -> tuple[Path, str | None]:
+    """(results dir, machine or None) from the arguments, the environment, then defaults;
+    a bad environment value is a usage error naming the variable."""
+    from pytest_perfgate.history.files import default_results_dir
+
+    results, machine = args.results_dir, args.machine
+    for var, value, parse in (("PERFGATE_RESULTS_DIR", results, parse_path),
+                              ("PERFGATE_MACHINE", machine, parse_machine)):
+        raw = os.environ.get(var)
+        if value is None and raw:
+            try:
+                parsed = parse(raw)
+            except OptionError as e:
+                args.parser.error(f"environment variable {var}: {e}")
+            if var == "PERFGATE_RESULTS_DIR":
+                results = parsed
+            else:
+                machine = parsed
+    if results is None:
+        try:
+            return default_results_dir(Path.cwd()), machine
+        except (OSError, ValueError) as e:
+            args.parser.error(f"cannot find the history folder: {e}; pass --results-dir")
+    return Path(results), machine

@@ -112,7 +112,8 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
     root = Path(results_dir)
     if not root.is_dir():
         raise AcceptError(f"results dir {root} does not exist: pass the folder your perf "
-                          "runs record into (--perfgate-results-dir)")
+                          "runs record into (--perfgate-results-dir in pytest, --results-dir "
+                          "in the perfgate command)")
     names = [machine] if machine is not None else sorted(
         p.name for p in root.iterdir() if (p / _SIDECARS).is_dir())
     hits = [(m, root / m / _SIDECARS / f"{run_id}{_SUFFIX}") for m in names]

@@ -1,0 +1,52 @@
+"""`perfgate accept` / `perfgate forget`: a person's decision about a failed run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.cli import main
+from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.history.accept import load_decisions
+from pytest_perfgate.history.store import History
+
+RUN = "20240101T000000-aaaaaa"
+
+
+def _record(results: Path) -> None:
+    b = BenchResult("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict="REGRESSION")
+    History(results, "box").record(
+        RunRecord(RUN, 1.0, "2" * 40, 0, "main", False, "box", "fp", {}, {"walk": b}))
+
+
+def test_accept_then_forget_from_the_command_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    _record(tmp_path)
+    monkeypatch.delenv("PERFGATE_MACHINE", raising=False)
+    monkeypatch.setenv("PERFGATE_RESULTS_DIR", str(tmp_path))
+    assert main(["accept", RUN]) == 0
+    assert capsys.readouterr().out == (
+        f"accepted run {RUN} on machine box: walk (REGRESSION) now serve(s) as the baseline "
+        f"for later commits (undo: perfgate forget {RUN})\n")
+    assert load_decisions(tmp_path, "box").accepted == {RUN}
+    assert main(["forget", RUN, "--results-dir", str(tmp_path), "--machine", "box"]) == 0
+    assert load_decisions(tmp_path, "box").forgotten == {RUN}
+
+
+def test_unknown_run_and_bad_values_are_usage_errors(tmp_path: Path, capsys,
+                                                     monkeypatch) -> None:
+    _record(tmp_path)
+    monkeypatch.delenv("PERFGATE_RESULTS_DIR", raising=False)
+    with pytest.raises(SystemExit) as e:
+        main(["accept", "20240101T000000-bbbbbb", "--results-dir", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "perfgate accept: error: no run '20240101T000000-bbbbbb' in " in err
+    with pytest.raises(SystemExit):
+        main(["forget", RUN, "--results-dir", str(tmp_path), "--machine", "../x"])
+    assert "argument --machine: '../x' is not a usable machine name" in capsys.readouterr().err
+    monkeypatch.setenv("PERFGATE_MACHINE", ".hidden")
+    with pytest.raises(SystemExit):
+        main(["accept", RUN, "--results-dir", str(tmp_path)])
+    assert ("perfgate accept: error: environment variable PERFGATE_MACHINE: '.hidden' is not "
+            "a usable machine name") in capsys.readouterr().err
