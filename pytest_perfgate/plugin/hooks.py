@@ -44,18 +44,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def build_options(config: pytest.Config) -> Options:
+    """Every setting parsed, and what it points at checked, before any test runs."""
+    from pytest_perfgate.modes.ab.side import is_side_process
+    from pytest_perfgate.session import preflight
+    from pytest_perfgate.session.options import sources
+
     enabled = config.getoption("perfgate") or config.getini("perfgate")
     flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
     ini = {s.name: config.getini(s.ini) for s in SPECS}
     try:
-        return Options.resolve(bool(enabled), flags, ini, os.environ)
+        options = Options.resolve(bool(enabled), flags, ini, os.environ)
+        if is_side_process():  # its controller checked everything; a side writes nothing
+            return options
+        where = sources(flags, ini, os.environ)
+        warnings = preflight.check(options, config.rootpath, config.invocation_params.dir,
+                                   where)
     except OptionError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
+    for text in warnings:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfgate: {text}"), 2)
+    return options
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "perfgate(threshold=0.05): per-test settings for pytest-perfgate")
+    config.addinivalue_line("markers", f"perfgate({', '.join(MARKER_KWARGS)}=...): per-test "
+                            "settings for pytest-perfgate, e.g. perfgate(threshold=0.1)")
     options = build_options(config)
     if options.enabled and _xdist_active(config):
         raise pytest.UsageError(
@@ -94,7 +107,13 @@ def _xdist_active(config: pytest.Config) -> bool:
     return bool(n) or (dist not in (None, "no")) or hasattr(config, "workerinput")
 
 
+MARKER_KWARGS = ("threshold",)
+
+
 def _marker_threshold(item: pytest.Item) -> float | None:
+    """The closest perfgate marker's threshold (None: the session's). Every marker was
+    checked at collection (:func:`pytest_collection_modifyitems`); this re-raises for items
+    created later, e.g. by a plugin."""
     mark = item.get_closest_marker("perfgate")
     if mark is None or "threshold" not in mark.kwargs:
         return None
@@ -102,10 +121,51 @@ def _marker_threshold(item: pytest.Item) -> float | None:
 
     raw = mark.kwargs["threshold"]
     try:
-        return parse_fraction(str(raw))
+        return parse_fraction(raw if isinstance(raw, str) else _number(raw))
     except OptionError as e:
         raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
                                  f"{e}") from None
+
+
+def _number(raw: object) -> str:
+    """A marker threshold given as a number: a float or int, never a bool or a list."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise OptionError(f"{raw!r} is not a fraction: use e.g. 0.05 or \"5%\"")
+    return repr(raw)
+
+
+def marker_problems(item: pytest.Item) -> list[str]:
+    """What is wrong with the perfgate markers on ``item`` (every one, not only the closest)."""
+    out = []
+    for mark in item.iter_markers("perfgate"):
+        shown = ", ".join([*(repr(a) for a in mark.args),
+                           *(f"{k}={v!r}" for k, v in mark.kwargs.items())])
+        where = f"@pytest.mark.perfgate({shown}) on {item.nodeid}"
+        if mark.args:
+            out.append(f"{where}: takes keyword arguments only, e.g. "
+                       "@pytest.mark.perfgate(threshold=0.1)")
+        unknown = sorted(set(mark.kwargs) - set(MARKER_KWARGS))
+        if unknown:
+            out.append(f"{where}: unknown argument(s) {', '.join(unknown)}; it takes "
+                       f"{', '.join(MARKER_KWARGS)}, e.g. @pytest.mark.perfgate(threshold=0.1)")
+        if "threshold" in mark.kwargs:
+            from pytest_perfgate.session.options import parse_fraction
+
+            raw = mark.kwargs["threshold"]
+            try:
+                parse_fraction(raw if isinstance(raw, str) else _number(raw))
+            except OptionError as e:
+                out.append(f"{where}: {e}")
+    return out
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Check every perfgate marker before any test runs: one usage error lists them all
+    (a bad marker used to surface as an INTERNALERROR, or only when its test ran)."""
+    problems = [p for item in items for p in marker_problems(item)]
+    if problems:
+        raise pytest.UsageError("perfgate: bad marker(s):\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture
@@ -158,6 +218,7 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
                             ) -> None:
+    """The verdict table, then what could not be written: always, whatever failed."""
     session = config.stash.get(session_key, None)
     if session is None or not session.judged:
         return
@@ -166,34 +227,68 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     tr.section("perfgate" + (" (smoke mode: not measured, not recorded)" if session.smoke
                              else ""))
-    for line in report.table(session.judged):
-        tr.write_line(line)
-    for line in report.notes(session.judged):
-        tr.write_line(line, yellow=True)
+    try:
+        for line in report.table(session.judged):
+            tr.write_line(line)
+        for line in report.notes(session.judged):
+            tr.write_line(line, yellow=True)
+    except Exception as e:  # noqa: BLE001 - never lose the rest of the summary
+        tr.write_line(f"perfgate: ERROR: could not render the verdicts: "
+                      f"{type(e).__name__}: {e}", red=True)
     if session.record_path is not None:
         tr.write_line(f"recorded run {session.run_id} in {session.record_path}")
-    if session.record_error:
-        tr.write_line(f"perfgate: ERROR: {session.record_error} (the verdicts above stand; "
-                      "fix the path or permissions, or pass --perfgate-record=false)", red=True)
+    for t in config.stash.get(_written_key, []):
+        tr.write_line(f"wrote the {t.what} to {t.path}")
+    errors = config.stash.get(_errors_key, [])
+    for text in errors:
+        tr.write_line(f"perfgate: ERROR: {text}", red=True)
+    if errors:
+        tr.write_line(f"perfgate: exit status {int(pytest.ExitCode.INTERNAL_ERROR)}: an "
+                      "infrastructure error, not a regression (the verdicts above stand)",
+                      red=True)
+
+
+def _results_dir(gs: GateSession) -> str:
+    try:
+        return str(gs.options.results_path(gs.rootdir))
+    except (OSError, ValueError):
+        return gs.options.results_dir or "the results dir"
+
+
+_written_key = pytest.StashKey[list[Any]]()
+_errors_key = pytest.StashKey[list[str]]()
+#: The exit status of a run whose reports or history could not be written (README).
+INFRA_EXIT = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    gs = session.config.stash.get(session_key, None)
+    """Record the run, then write the reports, each on its own: a failure of one never
+    stops the other, never loses the verdicts (printed next), and ends the run with
+    :data:`INFRA_EXIT`, never a regression's status. Runs before the terminal summary."""
+    config = session.config
+    gs = config.stash.get(session_key, None)
     if gs is None:
         return
+    errors: list[str] = []
     try:
         gs.finish()
-    except (OSError, ValueError) as e:
-        # An infrastructure error: say so loudly and fail the run, never as a regression.
-        gs.record_error = ("could not record history in "
-                           f"{gs.options.results_dir or 'the results dir'}: {e}")
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-    if gs.smoke or not gs.judged:
-        return
-    from pytest_perfgate.report import render as report
+    except Exception as e:  # noqa: BLE001 - an infrastructure error, never a regression
+        errors.append(f"could not record the run in {_results_dir(gs)}: "
+                      f"{type(e).__name__}: {e} (fix the path or permissions, or pass "
+                      "--perfgate-record=false)")
+    gs.record_error = errors[0] if errors else None
+    if not gs.smoke and gs.judged and gs.records:
+        from pytest_perfgate.report import write as report_write
+        from pytest_perfgate.session.options import sources
 
-    if gs.options.json:
-        report.write_json(gs.options.json, gs.judged, gs.machine_meta)
-    if gs.options.markdown:
-        with open(gs.options.markdown, "a", encoding="utf-8") as f:
-            f.write(report.markdown(gs.judged))
+        flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
+        ini = {s.name: config.getini(s.ini) for s in SPECS}
+        found = report_write.targets(gs.options, config.invocation_params.dir,
+                                     sources(flags, ini, os.environ))
+        written, failed = report_write.write(found, gs.judged, gs.machine_meta)
+        config.stash[_written_key] = written
+        errors += failed
+    config.stash[_errors_key] = errors
+    if errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,
+                                         pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = INFRA_EXIT
