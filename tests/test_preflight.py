@@ -177,7 +177,18 @@ def test_machine_from_a_bad_hostname(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 def test_smoke_mode_checks_nothing_on_disk(tmp_path: Path) -> None:
     (tmp_path / "asv.conf.json").write_text("{")
     assert preflight.check(Options(enabled=False, json=str(tmp_path)), tmp_path, tmp_path,
-                           {}) == []
+                           {"json": "ini option perfgate_json"}) == []
+
+
+def test_flags_without_perfgate_are_named_as_ignored(sandbox: pytest.Pytester) -> None:
+    res = sandbox.runpytest_subprocess("--perfgate-json=r.json", "--perfgate-windows=3", "-rw",
+                                       timeout=120)
+    res.assert_outcomes(passed=1, warnings=1)
+    res.stdout.fnmatch_lines(["*PytestConfigWarning: perfgate: --perfgate-windows, "
+                              "--perfgate-json ignored: without --perfgate perf tests run in "
+                              "smoke mode (nothing measured, recorded or written); add "
+                              "--perfgate"])
+    assert not (sandbox.path / "r.json").exists()
 
 
 def test_ab_setup_without_ab_is_a_warning(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator
 import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
+from pytest_perfgate.plugin import markers
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
@@ -67,7 +68,7 @@ def build_options(config: pytest.Config) -> Options:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"perfgate({', '.join(MARKER_KWARGS)}=...): per-test "
+    config.addinivalue_line("markers", f"perfgate({', '.join(markers.KWARGS)}=...): per-test "
                             "settings for pytest-perfgate, e.g. perfgate(threshold=0.1)")
     options = build_options(config)
     if options.enabled and _xdist_active(config):
@@ -107,9 +108,6 @@ def _xdist_active(config: pytest.Config) -> bool:
     return bool(n) or (dist not in (None, "no")) or hasattr(config, "workerinput")
 
 
-MARKER_KWARGS = ("threshold",)
-
-
 def _marker_threshold(item: pytest.Item) -> float | None:
     """The closest perfgate marker's threshold (None: the session's). Every marker was
     checked at collection (:func:`pytest_collection_modifyitems`); this re-raises for items
@@ -117,53 +115,19 @@ def _marker_threshold(item: pytest.Item) -> float | None:
     mark = item.get_closest_marker("perfgate")
     if mark is None or "threshold" not in mark.kwargs:
         return None
-    from pytest_perfgate.session.options import parse_fraction
-
     raw = mark.kwargs["threshold"]
     try:
-        return parse_fraction(raw if isinstance(raw, str) else _number(raw))
+        return markers.parse_threshold(raw)
     except OptionError as e:
         raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
                                  f"{e}") from None
-
-
-def _number(raw: object) -> str:
-    """A marker threshold given as a number: a float or int, never a bool or a list."""
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        raise OptionError(f"{raw!r} is not a fraction: use e.g. 0.05 or \"5%\"")
-    return repr(raw)
-
-
-def marker_problems(item: pytest.Item) -> list[str]:
-    """What is wrong with the perfgate markers on ``item`` (every one, not only the closest)."""
-    out = []
-    for mark in item.iter_markers("perfgate"):
-        shown = ", ".join([*(repr(a) for a in mark.args),
-                           *(f"{k}={v!r}" for k, v in mark.kwargs.items())])
-        where = f"@pytest.mark.perfgate({shown}) on {item.nodeid}"
-        if mark.args:
-            out.append(f"{where}: takes keyword arguments only, e.g. "
-                       "@pytest.mark.perfgate(threshold=0.1)")
-        unknown = sorted(set(mark.kwargs) - set(MARKER_KWARGS))
-        if unknown:
-            out.append(f"{where}: unknown argument(s) {', '.join(unknown)}; it takes "
-                       f"{', '.join(MARKER_KWARGS)}, e.g. @pytest.mark.perfgate(threshold=0.1)")
-        if "threshold" in mark.kwargs:
-            from pytest_perfgate.session.options import parse_fraction
-
-            raw = mark.kwargs["threshold"]
-            try:
-                parse_fraction(raw if isinstance(raw, str) else _number(raw))
-            except OptionError as e:
-                out.append(f"{where}: {e}")
-    return out
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     """Check every perfgate marker before any test runs: one usage error lists them all
     (a bad marker used to surface as an INTERNALERROR, or only when its test ran)."""
-    problems = [p for item in items for p in marker_problems(item)]
+    problems = [p for item in items for p in markers.problems(item)]
     if problems:
         raise pytest.UsageError("perfgate: bad marker(s):\n  " + "\n  ".join(problems))
 

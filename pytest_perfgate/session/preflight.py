@@ -26,10 +26,13 @@ def check(options: Options, rootdir: Path, invocation_dir: Path, where: Mapping[
           ) -> list[str]:
     """Raise OptionError for the first setting that cannot work; return warnings to show.
 
-    Only a ``--perfgate`` run is checked (smoke mode reads and writes nothing).
+    Only a ``--perfgate`` run is checked (smoke mode reads and writes nothing); in smoke mode
+    a flag given on the command line is named as ignored (ini settings are project-wide).
     """
     if not options.enabled:
-        return []
+        given = [w for w in where.values() if w.startswith("--perfgate-")]
+        return [f"{', '.join(given)} ignored: without --perfgate perf tests run in smoke mode "
+                "(nothing measured, recorded or written); add --perfgate"] if given else []
     _check_machine(options)
     _check_results_dir(options, rootdir, where)
     warnings = []
