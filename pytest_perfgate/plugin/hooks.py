@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
 
 session_key = pytest.StashKey[GateSession]()
+_where_key = pytest.StashKey[dict[str, str]]()  # option -> where it was set, for messages
 _judged_key = pytest.StashKey[list[Judged]]()
 
 
@@ -57,7 +58,7 @@ def build_options(config: pytest.Config) -> Options:
         options = Options.resolve(bool(enabled), flags, ini, os.environ)
         if is_side_process():  # its controller checked everything; a side writes nothing
             return options
-        where = sources(flags, ini, os.environ)
+        where = config.stash[_where_key] = sources(flags, ini, os.environ)
         warnings = preflight.check(options, config.rootpath, config.invocation_params.dir,
                                    where)
     except OptionError as e:
@@ -243,12 +244,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gs.record_error = errors[0] if errors else None
     if not gs.smoke and gs.judged and gs.records:
         from pytest_perfgate.report import write as report_write
-        from pytest_perfgate.session.options import sources
 
-        flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
-        ini = {s.name: config.getini(s.ini) for s in SPECS}
-        found = report_write.targets(gs.options, config.invocation_params.dir,
-                                     sources(flags, ini, os.environ))
+        where: dict[str, str] = config.stash.get(_where_key, {})
+        found = report_write.targets(gs.options, config.invocation_params.dir, where)
         written, failed = report_write.write(found, gs.judged, gs.machine_meta)
         config.stash[_written_key] = written
         errors += failed
