@@ -18,7 +18,7 @@ import pytest
 from test_ab import ARGS, repo
 
 from pytest_perfgate.modes.ab import worktree as ab_worktree
-from pytest_perfgate.modes.ab.worktree import MARKER, PREFIX, sweep_stale
+from pytest_perfgate.modes.ab.checkout import MARKER, PREFIX, sweep_stale
 
 pytestmark = pytest.mark.slow  # real side processes, git worktrees and signals
 
@@ -71,7 +71,7 @@ def test_killed_runs_worktree_is_swept_at_the_next_start(pytester: pytest.Pytest
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     hold = ("import sys, time; from pathlib import Path; "
-            "from pytest_perfgate.modes.ab.worktree import worktree\n"
+            "from pytest_perfgate.modes.ab.checkout import worktree\n"
             "with worktree(Path('.'), 'HEAD') as p:\n"
             "    print(p, flush=True); time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", hold], cwd=pytester.path, text=True,
