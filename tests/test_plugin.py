@@ -160,21 +160,14 @@ def test_bad_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
                               "number: use e.g. 5"])
 
 
-def test_bad_marker_and_name_render(sandbox: pytest.Pytester,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_name_renders(sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bad marker is a usage error at collection now: tests/test_preflight.py.
     sandbox.makepyfile(test_bad="""
-        import pytest
-        @pytest.mark.perfgate(threshold="lots")
-        def test_marker(perfgate):
-            pass
         def test_name(perfgate):
             perfgate.measure(lambda: None, transitions=1, name="../../etc/x")
     """)
     res = run(sandbox, monkeypatch, 1.0, "test_bad.py")
-    res.stdout.fnmatch_lines([
-        "*@pytest.mark.perfgate(threshold='lots') on test_bad.py::test_marker: 'lots' is not "
-        "a fraction*",
-        "*name='../../etc/x' is not a usable benchmark name*"])
+    res.stdout.fnmatch_lines(["*name='../../etc/x' is not a usable benchmark name*"])
 
 
 def test_xdist_is_refused(pytester: pytest.Pytester) -> None:
@@ -250,14 +243,7 @@ def test_worker_group_placement_is_reported(sandbox: pytest.Pytester) -> None:
         "*pinned_sleep: placement warning: worker(s) 0 unpinned*"])
 
 
-def test_unwritable_history_is_an_infrastructure_error(sandbox: pytest.Pytester,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    (sandbox.path / "blocker").write_text("a file where a folder should be")
-    res = run(sandbox, monkeypatch, 1.0, "--perfgate-results-dir=blocker/results")
-    assert res.ret == pytest.ExitCode.INTERNAL_ERROR
-    res.stdout.fnmatch_lines(["*perfgate: ERROR: could not record history in blocker/results: *"
-                              "pass --perfgate-record=false)"])
-    assert "REGRESSION" not in res.stdout.str()
+# A history that cannot be recorded: tests/test_session_end.py (up front: test_preflight.py).
 
 
 def test_help_lists_every_option(pytester: pytest.Pytester) -> None:

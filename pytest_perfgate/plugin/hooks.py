@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator
 import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
+from pytest_perfgate.plugin import markers
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
 
 session_key = pytest.StashKey[GateSession]()
+_where_key = pytest.StashKey[dict[str, str]]()  # option -> where it was set, for messages
 _judged_key = pytest.StashKey[list[Judged]]()
 
 
@@ -45,18 +47,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def build_options(config: pytest.Config) -> Options:
+    """Every setting parsed, and what it points at checked, before any test runs."""
+    from pytest_perfgate.modes.ab.side import is_side_process
+    from pytest_perfgate.session import preflight
+    from pytest_perfgate.session.options import sources
+
     enabled = config.getoption("perfgate") or config.getini("perfgate")
     flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
     ini = {s.name: config.getini(s.ini) for s in SPECS}
     try:
-        return Options.resolve(bool(enabled), flags, ini, os.environ)
+        options = Options.resolve(bool(enabled), flags, ini, os.environ)
+        if is_side_process():  # its controller checked everything; a side writes nothing
+            return options
+        where = config.stash[_where_key] = sources(flags, ini, os.environ)
+        warnings = preflight.check(options, config.rootpath, config.invocation_params.dir,
+                                   where)
     except OptionError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
+    for text in warnings:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfgate: {text}"), 2)
+    return options
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "perfgate(threshold=0.05): per-test settings for pytest-perfgate")
+    config.addinivalue_line("markers", f"perfgate({', '.join(markers.KWARGS)}=...): per-test "
+                            "settings for pytest-perfgate, e.g. perfgate(threshold=0.1)")
     options = build_options(config)
     if options.enabled and _xdist_active(config):
         raise pytest.UsageError(
@@ -96,14 +111,15 @@ def _xdist_active(config: pytest.Config) -> bool:
 
 
 def _marker_threshold(item: pytest.Item) -> float | None:
+    """The closest perfgate marker's threshold (None: the session's). Every marker was
+    checked at collection (:func:`pytest_collection_modifyitems`); this re-raises for items
+    created later, e.g. by a plugin."""
     mark = item.get_closest_marker("perfgate")
     if mark is None or "threshold" not in mark.kwargs:
         return None
-    from pytest_perfgate.session.options import parse_fraction
-
     raw = mark.kwargs["threshold"]
     try:
-        return parse_fraction(str(raw))
+        return markers.parse_threshold(raw)
     except OptionError as e:
         raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
                                  f"{e}") from None
@@ -162,6 +178,15 @@ def default_name(item: pytest.Item, session: GateSession) -> str:
     path = getattr(item, "path", None)
     root = session.note_test_file(path, item.config.inipath is not None)
     return derive_name(stable_nodeid(item.nodeid, path, root))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Check every perfgate marker before any test runs: one usage error lists them all
+    (a bad marker used to surface as an INTERNALERROR, or only when its test ran)."""
+    problems = [p for item in items for p in markers.problems(item)]
+    if problems:
+        raise pytest.UsageError("perfgate: bad marker(s):\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture
@@ -237,6 +262,7 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
                             ) -> None:
+    """The verdict table, then what could not be written: always, whatever failed."""
     session = config.stash.get(session_key, None)
     if session is None or not session.judged:
         return
@@ -245,34 +271,65 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     tr.section("perfgate" + (" (smoke mode: not measured, not recorded)" if session.smoke
                              else ""))
-    for line in report.table(session.judged):
-        tr.write_line(line)
-    for line in report.notes(session.judged):
-        tr.write_line(line, yellow=True)
+    try:
+        for line in report.table(session.judged):
+            tr.write_line(line)
+        for line in report.notes(session.judged):
+            tr.write_line(line, yellow=True)
+    except Exception as e:  # noqa: BLE001 - never lose the rest of the summary
+        tr.write_line(f"perfgate: ERROR: could not render the verdicts: "
+                      f"{type(e).__name__}: {e}", red=True)
     if session.record_path is not None:
         tr.write_line(f"recorded run {session.run_id} in {session.record_path}")
-    if session.record_error:
-        tr.write_line(f"perfgate: ERROR: {session.record_error} (the verdicts above stand; "
-                      "fix the path or permissions, or pass --perfgate-record=false)", red=True)
+    for t in config.stash.get(_written_key, []):
+        tr.write_line(f"wrote the {t.what} to {t.path}")
+    errors = config.stash.get(_errors_key, [])
+    for text in errors:
+        tr.write_line(f"perfgate: ERROR: {text}", red=True)
+    if errors:
+        tr.write_line(f"perfgate: exit status {int(pytest.ExitCode.INTERNAL_ERROR)}: an "
+                      "infrastructure error, not a regression (the verdicts above stand)",
+                      red=True)
+
+
+def _results_dir(gs: GateSession) -> str:
+    try:
+        return str(gs.options.results_path(gs.rootdir))
+    except (OSError, ValueError):
+        return gs.options.results_dir or "the results dir"
+
+
+_written_key = pytest.StashKey[list[Any]]()
+_errors_key = pytest.StashKey[list[str]]()
+#: The exit status of a run whose reports or history could not be written (README).
+INFRA_EXIT = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    gs = session.config.stash.get(session_key, None)
+    """Record the run, then write the reports, each on its own: a failure of one never
+    stops the other, never loses the verdicts (printed next), and ends the run with
+    :data:`INFRA_EXIT`, never a regression's status. Runs before the terminal summary."""
+    config = session.config
+    gs = config.stash.get(session_key, None)
     if gs is None:
         return
+    errors: list[str] = []
     try:
         gs.finish()
-    except (OSError, ValueError) as e:
-        # An infrastructure error: say so loudly and fail the run, never as a regression.
-        gs.record_error = ("could not record history in "
-                           f"{gs.options.results_dir or 'the results dir'}: {e}")
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-    if gs.smoke or not gs.judged:
-        return
-    from pytest_perfgate.report import render as report
+    except Exception as e:  # noqa: BLE001 - an infrastructure error, never a regression
+        errors.append(f"could not record the run in {_results_dir(gs)}: "
+                      f"{type(e).__name__}: {e} (fix the path or permissions, or pass "
+                      "--perfgate-record=false)")
+    gs.record_error = errors[0] if errors else None
+    if not gs.smoke and gs.judged and gs.records:
+        from pytest_perfgate.report import write as report_write
 
-    if gs.options.json:
-        report.write_json(gs.options.json, gs.judged, gs.machine_meta)
-    if gs.options.markdown:
-        with open(gs.options.markdown, "a", encoding="utf-8") as f:
-            f.write(report.markdown(gs.judged))
+        where: dict[str, str] = config.stash.get(_where_key, {})
+        found = report_write.targets(gs.options, config.invocation_params.dir, where)
+        written, failed = report_write.write(found, gs.judged, gs.machine_meta)
+        config.stash[_written_key] = written
+        errors += failed
+    config.stash[_errors_key] = errors
+    if errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,
+                                         pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = INFRA_EXIT

@@ -38,6 +38,25 @@ def parse_fraction(text: str) -> float:
     return v
 
 
+def parse_alpha(text: str) -> float:
+    """A one-sided significance level: strictly between 0 and 0.5.
+
+    At 0.5 a one-sided test calls every measured slowdown, however noisy, significant (a
+    coin flip), and the ratio's confidence interval (1 - 2*alpha) is empty; above it the
+    gate would call a speed-up a regression. Checked here, up front, not after measuring
+    (the gate's Rule refuses it too, but only once a benchmark has been measured).
+    """
+    try:
+        v = parse_fraction(text)
+    except OptionError:
+        v = math.nan
+    if not v < 0.5:
+        raise OptionError(f"{text!r} is not a one-sided significance level: use a number "
+                          "between 0 and 0.5 (exclusive: at 0.5 a coin flip would count as "
+                          "significant), e.g. 0.01 or 1%")
+    return v
+
+
 def _parse_number(text: str, kind: type, lo: float, what: str, example: str) -> Any:
     try:
         v = kind(str(text).strip())
@@ -52,6 +71,11 @@ def _parse_number(text: str, kind: type, lo: float, what: str, example: str) -> 
 
 def parse_positive_int(text: str) -> int:
     return int(_parse_number(text, int, 1, "a whole number", "5"))
+
+
+def parse_turns(text: str) -> int:
+    """A/B turns per side: the paired test needs at least 2 (checked before measuring)."""
+    return int(_parse_number(text, int, 2, "a whole number of turns", "96"))
 
 
 def parse_seconds(text: str) -> float:
@@ -140,6 +164,27 @@ class Spec:
         return text + (f" [env: {self.env}]" if self.env else "")
 
 
+def _raw(spec: Spec, ini: Mapping[str, Any], env: Mapping[str, str]
+         ) -> tuple[Any, str | None]:
+    """The unparsed ini or environment value of ``spec`` and where it came from."""
+    raw, where = ini.get(spec.name), f"ini option {spec.ini}"
+    if raw in (None, "") and spec.env:
+        raw, where = env.get(spec.env), f"environment variable {spec.env}"
+    return (None, None) if raw in (None, "") else (raw, where)
+
+
+def sources(flags: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str]
+            ) -> dict[str, str]:
+    """Where each set option came from ("--perfgate-json", "ini option perfgate_json",
+    "environment variable GITHUB_STEP_SUMMARY"), for messages; unset options are absent."""
+    out = {}
+    for spec in SPECS:
+        where = spec.flag if flags.get(spec.name) is not None else _raw(spec, ini, env)[1]
+        if where is not None:
+            out[spec.name] = where
+    return out
+
+
 def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -162,7 +207,7 @@ def argparse_type(parse: Callable[[str], Any],
 SPECS: tuple[Spec, ...] = (
     Spec("threshold", parse_fraction, "throughput drop that fails a test (default "
          f"{HISTORY_THRESHOLD:.0%}; {AB_THRESHOLD:.0%} in the A/B mode)"),
-    Spec("alpha", parse_fraction, "significance level of the one-sided test"),
+    Spec("alpha", parse_alpha, "significance level of the one-sided test"),
     Spec("baseline_runs", parse_positive_int,
          "compare with the newest N runs of ancestor commits on this machine"),
     Spec("baseline", parse_commit, "compare only with runs of this commit", "PERFGATE_BASELINE"),
@@ -183,7 +228,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("record", parse_bool, "record results into history"),
     Spec("ab", parse_rev, "interleaved A/B mode: measure this base revision and the working "
          "tree in alternating turns, gate on the paired ratio", "PERFGATE_AB"),
-    Spec("ab_turns", parse_positive_int, "A/B turns per side"),
+    Spec("ab_turns", parse_turns, "A/B turns per side"),
     Spec("ab_turn_time", parse_seconds, "seconds per A/B turn"),
     Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
@@ -222,10 +267,8 @@ class Options:
             if flags.get(spec.name) is not None:
                 values[spec.name] = flags[spec.name]
                 continue
-            raw, where = ini.get(spec.name), f"ini option {spec.ini}"
-            if raw in (None, "") and spec.env:
-                raw, where = env.get(spec.env), f"environment variable {spec.env}"
-            if raw in (None, ""):
+            raw, where = _raw(spec, ini, env)
+            if raw is None:
                 continue
             try:
                 values[spec.name] = spec.parse(raw)

@@ -7,6 +7,7 @@ Written by hand: no benchmarking library alternates two live processes (docs/des
 - :mod:`.controller`: :class:`ABController`, the mode of the controlling pytest process
   (ABBA turns, paired verdict), and :func:`start_ab` (the base revision's worktree);
 - :mod:`.side`: :class:`ABSide`, the mode of a side process (serves windows);
+- :mod:`.checkout`: the base revision's worktree, removed on SIGTERM too, swept after SIGKILL;
 - :mod:`.slowdown`: the slowdown injector, loaded only by calibration sides.
 
 Protocol (over a socketpair inherited by the side process, pickled tuples of plain data):
@@ -19,11 +20,12 @@ side runs at a time: the other waits idle.
 
 from pytest_perfgate.modes.ab.controller import (AB, ABController, ABSetup, ABSetupError,
                                                  interleave, measure_pair, start_ab, worktree)
+from pytest_perfgate.modes.ab.checkout import sweep_stale, term_as_interrupt
 from pytest_perfgate.modes.ab.remote import (START_TIMEOUT_S, Pair, RemoteSource, Side, SideError,
-                                             SideSpec, _decode, _encode)
+                                             SideSpec, _decode, _encode, window_bound)
 from pytest_perfgate.modes.ab.side import ABSide, is_side_process, serve, side_connection
 
 __all__ = ["AB", "ABController", "ABSetup", "ABSetupError", "ABSide", "Pair", "RemoteSource",
            "START_TIMEOUT_S", "Side", "SideError", "SideSpec", "_decode", "_encode",
            "interleave", "is_side_process", "measure_pair", "serve", "side_connection",
-           "start_ab", "worktree"]
+           "start_ab", "sweep_stale", "term_as_interrupt", "window_bound", "worktree"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -20,6 +19,8 @@ from typing import Iterator
 from pytest_perfgate.core.gate import decide, paired_evidence, unstable
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
+from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, Side, SideError, SideSpec
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
 
@@ -47,40 +48,33 @@ class ABSetupError(SideError):
 
 @contextlib.contextmanager
 def worktree(repo: Path, rev: str) -> Iterator[Path]:
-    """A detached temporary git worktree of ``rev``, removed afterwards."""
+    """A detached temporary git worktree of ``rev``, removed afterwards (stale ones of
+    killed runs are swept first: :mod:`.checkout`)."""
     from pytest_perfgate.history.vcs import resolve_commit
 
     commit = resolve_commit(repo, rev)
     if commit is None:
         raise ABSetupError(f"--perfgate-ab {rev!r}: not a commit of the repository at {repo}; "
                            "give a branch, tag or hash that `git rev-parse` resolves")
-    tmp = Path(tempfile.mkdtemp(prefix="perfgate-base-"))
-    path = tmp / "base"
-    proc = subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=repo,
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        with contextlib.suppress(OSError):
-            tmp.rmdir()
-        raise ABSetupError(f"could not check out {rev} ({commit[:10]}) into a worktree: "
-                           f"{proc.stderr.strip()}")
     try:
-        yield path
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=repo,
-                       capture_output=True, timeout=120)
-        with contextlib.suppress(OSError):
-            tmp.rmdir()
+        with base_worktree(repo, commit) as path:
+            yield path
+    except WorktreeError as e:
+        raise ABSetupError(f"could not check out {rev} ({commit[:10]}) into a worktree: "
+                           f"{e}") from None
 
 
 def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack
              ) -> ABSetup:
     """Check ``rev`` out beside ``root`` (removed when ``stack`` closes), run the set-up
-    command in it, and say how to start each side."""
+    command in it, and say how to start each side. Until ``stack`` closes, SIGTERM unwinds
+    the run like Ctrl-C, so the sides end and the worktree is removed."""
     from pytest_perfgate.history.vcs import git_info, resolve_commit
 
     if not git_info(root).available:
         raise ABSetupError(f"--perfgate-ab {rev}: {root} is not a git checkout; "
                            "the A/B mode checks the base revision out with git worktree")
+    stack.callback(term_as_interrupt())  # restored last, after the worktree is gone
     base_dir = stack.enter_context(worktree(root, rev))
     if setup_cmd:
         proc = subprocess.run(setup_cmd, shell=True, cwd=base_dir, capture_output=True,

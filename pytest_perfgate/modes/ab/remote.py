@@ -27,9 +27,18 @@ if TYPE_CHECKING:
 ENV_FD = "PERFGATE_SIDE_FD"  # the inherited connection's file descriptor
 ENV_CALIBRATION = "PERFGATE_SIDE_CALIBRATION"  # "1": the side takes injected slowdowns
 START_TIMEOUT_S = 180.0  # a side imports the workload (torch, mujoco) before it says hello
-WINDOW_GRACE_S = 60.0  # beyond the window itself: one step may be slow
+WINDOW_FLOOR_S = 15.0  # a window may take this long on top of WINDOW_FACTOR x its length:
+WINDOW_FACTOR = 10.0  # one step may be slow, the machine loaded (README: the A/B mode)
+WINDOW_GRACE_S = 60.0  # calibration only: an injected slowdown is measured, not one window
 EXIT_TIMEOUT_S = 30.0
 TAIL_LINES = 25  # of a failed side's output, shown in its error
+
+
+def window_bound(duration_s: float) -> float:
+    """How long a side may take to serve a window of ``duration_s`` before it counts as
+    hung: proportionate to the window (turns are 0.1 s by default: 16 s), never below the
+    floor, so a hang is reported within seconds of what the turn length makes normal."""
+    return WINDOW_FLOOR_S + WINDOW_FACTOR * duration_s
 
 
 class SideError(RuntimeError):
@@ -90,8 +99,10 @@ class Side:
                                      stderr=subprocess.STDOUT, start_new_session=True)
         child.close()
         self.command = shlex.join(args[:1] + ["-m", "pytest", nodeid])
+        self.hung = False  # it missed a deadline: close() ends it at once
 
-    def recv(self, timeout: float, waiting_for: str) -> tuple[Any, ...]:
+    def recv(self, timeout: float, waiting_for: str, bound: str = "") -> tuple[Any, ...]:
+        """The side's next message; ``bound`` says why ``timeout`` is what it is."""
         deadline = time.monotonic() + timeout
         while True:
             if self.conn.poll(min(0.5, max(0.0, deadline - time.monotonic()))):
@@ -106,8 +117,9 @@ class Side:
             if self.proc.poll() is not None:
                 raise self._failure(f"exited before {waiting_for}")
             if time.monotonic() >= deadline:
-                raise self._failure(f"sent nothing for {timeout:.0f} s while we waited for "
-                                    f"{waiting_for}")
+                self.hung = True
+                raise self._failure(f"sent nothing for {timeout:.3g} s{bound} while we waited "
+                                    f"for {waiting_for}, so it counts as hung")
 
     def _failure(self, what: str) -> SideError:
         try:  # a closed pipe can be seen before the exit status is: wait a little for it
@@ -130,8 +142,8 @@ class Side:
         """Let the side finish its test, then terminate -> kill; never leaves it running."""
         with contextlib.suppress(OSError):
             self.conn.close()
-        try:
-            return self.proc.wait(EXIT_TIMEOUT_S)
+        try:  # a hung side will not finish: end it at once
+            return self.proc.wait(0.5 if self.hung else EXIT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             pass
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
@@ -147,6 +159,7 @@ class RemoteSource:
 
     def __init__(self, side: Side) -> None:
         self.side = side
+        self._first = True  # its first window makes the step's first call: lazy set-up
 
     def inject_slowdown(self, fraction: float) -> None:
         """Calibration only: make every step of this side ``fraction`` slower (0 = off).
@@ -156,7 +169,15 @@ class RemoteSource:
 
     def run_window(self, duration_s: float) -> RawWindow:
         self.side.conn.send(("window", duration_s))
-        msg = self.side.recv(duration_s + WINDOW_GRACE_S, "a window's result")
+        timeout = window_bound(duration_s)
+        bound = (f" (the bound for a {duration_s:g} s window: {WINDOW_FLOOR_S:g} s + "
+                 f"{WINDOW_FACTOR:g} x the window; a step that takes longer needs a longer "
+                 "--perfgate-ab-turn-time)")
+        if self._first:  # the step's first call may compile or load: the start-up bound
+            timeout = max(timeout, START_TIMEOUT_S)
+            bound = " (the bound for a side's first window, which makes the step's first call)"
+        msg = self.side.recv(timeout, "a window's result", bound)
+        self._first = False
         if msg[0] != "raw":
             raise SideError(f"{self.side.spec.role} side sent {msg[0]!r}, expected a window")
         return _decode(msg)
@@ -178,7 +199,9 @@ class Pair:
     def next_bench(self, name: str) -> tuple[RemoteSource, RemoteSource]:
         """Wait until both sides reach the ``measure()`` call of benchmark ``name``."""
         for side in (self.base, self.head):
-            msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}")
+            msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}",
+                            " (the bound for starting a side, importing and collecting "
+                            "its test)")
             if msg[0] != "bench" or msg[1] != name:
                 raise SideError(f"{side.spec.role} side reached {msg[:2]!r}, expected "
                                 f"('bench', {name!r}): do base and head run the same test?")

@@ -1,0 +1,45 @@
+"""The ``@pytest.mark.perfgate(...)`` marker: what it takes, checked for every test at
+collection, before any test runs (a bad one used to surface as an INTERNALERROR, or only
+when its test ran)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_perfgate.session.options import OptionError, parse_fraction
+
+KWARGS = ("threshold",)
+EXAMPLE = "@pytest.mark.perfgate(threshold=0.1)"
+
+
+def parse_threshold(raw: object) -> float:
+    """A marker threshold: "5%", "0.05" or a number, never a bool or a list."""
+    if isinstance(raw, str):
+        return parse_fraction(raw)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise OptionError(f"{raw!r} is not a fraction: use e.g. 0.05 or \"5%\"")
+    return parse_fraction(repr(raw))
+
+
+def problems(item: pytest.Item) -> list[str]:
+    """What is wrong with the perfgate markers on ``item`` (every one, not only the closest)."""
+    out = []
+    for mark in item.iter_markers("perfgate"):
+        shown = ", ".join([*(repr(a) for a in mark.args),
+                           *(f"{k}={v!r}" for k, v in mark.kwargs.items())])
+        where = f"@pytest.mark.perfgate({shown}) on {item.nodeid}"
+        if mark.args:
+            out.append(f"{where}: takes keyword arguments only, e.g. {EXAMPLE}")
+        unknown = sorted(set(mark.kwargs) - set(KWARGS))
+        if unknown:
+            out.append(f"{where}: unknown argument(s) {', '.join(unknown)}; it takes "
+                       f"{', '.join(KWARGS)}, e.g. {EXAMPLE}")
+        if "threshold" in mark.kwargs:
+            try:
+                parse_threshold(mark.kwargs["threshold"])
+            except OptionError as e:
+                out.append(f"{where}: {e}")
+    return out
+
+
+__all__ = ["KWARGS", "parse_threshold", "problems"]

@@ -1,0 +1,116 @@
+"""Writing the reports to disk: one rule for "can this path take a report", checked up front
+and applied at the end, and writes that never end a measured session in a traceback.
+
+The same :func:`problem` runs at configure time (a usage error, or a warning for
+``GITHUB_STEP_SUMMARY``, which Actions sets by itself) and again just before writing. Each
+report is written on its own; a failure comes back as a message naming the path, where it
+came from and the fix, so one bad path never stops the other report or the history record
+(the plugin prints it under the verdict table and ends the run with the infrastructure exit
+status, never a regression's).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pytest_perfgate.core.judged import Judged
+
+JSON = "json"
+MARKDOWN = "markdown"
+ENV_SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One report file: which report, where, and where the path came from."""
+
+    kind: str  # JSON or MARKDOWN
+    path: Path  # absolute
+    source: str  # e.g. "--perfgate-json", "environment variable GITHUB_STEP_SUMMARY"
+
+    @property
+    def automatic(self) -> bool:
+        """Set by the CI runner, not by the user: never creates folders, never a usage error."""
+        return self.source.endswith(ENV_SUMMARY)
+
+    @property
+    def what(self) -> str:
+        return "JSON report" if self.kind == JSON else "markdown summary"
+
+    def shown(self) -> str:
+        return f"{self.source} {self.path}"
+
+
+def targets(options: Any, base: Path, where: Mapping[str, str]) -> list[Target]:
+    """The reports ``options`` asks for; relative paths are taken from ``base`` (the folder
+    pytest was invoked from), once, so a test that changes directory moves nothing."""
+    out = []
+    for kind in (JSON, MARKDOWN):
+        value = getattr(options, kind)
+        if value:
+            path = Path(os.path.expanduser(value))
+            out.append(Target(kind, path if path.is_absolute() else base / path,
+                              where.get(kind, f"--perfgate-{kind}")))
+    return out
+
+
+def problem(t: Target) -> str | None:
+    """Why ``t`` cannot be written (None: it can). Missing folders of a path the user gave
+    are created (as pytest's --junitxml does); the runner's own summary path is not."""
+    p = t.path
+    if p.is_dir():
+        return (f"{t.shown()} is a folder, not a file: give a file path, e.g. "
+                f"{p / ('perfgate.json' if t.kind == JSON else 'perfgate.md')}")
+    parent = p.parent
+    while not parent.exists():
+        if t.automatic:
+            return (f"{t.shown()}: its folder {p.parent} does not exist (the runner sets this "
+                    "variable; unset it or point it at a writable file to keep the summary)")
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{t.shown()}: {parent} is a file, not a folder: give a path in a folder"
+    if p.exists() and not os.access(p, os.W_OK):
+        return f"{t.shown()}: the file is not writable: fix its permissions or give another path"
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"{t.shown()}: cannot create files in {parent}: give a writable path"
+    return None
+
+
+def same_file(found: Sequence[Target]) -> str | None:
+    """The JSON report would be appended to by the markdown summary: one of them must move."""
+    if len(found) == 2 and found[0].path == found[1].path:
+        return (f"{found[0].shown()} and {found[1].shown()} name the same file: the markdown "
+                "summary would be appended to the JSON report; give them different paths")
+    return None
+
+
+def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, Any]
+          ) -> tuple[list[Target], list[str]]:
+    """Write every report that can be written; return those written and an error per other."""
+    from pytest_perfgate.report import render
+
+    done: list[Target] = []
+    errors: list[str] = []
+    for t in found:
+        why = problem(t)
+        if why is None:
+            try:
+                if t.kind == JSON:
+                    render.write_json(str(t.path), judged, dict(meta))
+                else:
+                    t.path.parent.mkdir(parents=True, exist_ok=True)
+                    with open(t.path, "a", encoding="utf-8") as f:
+                        f.write(render.markdown(judged))
+            except Exception as e:  # noqa: BLE001 - any failure here is infrastructure
+                why = f"{t.shown()}: {type(e).__name__}: {e}"
+        if why is None:
+            done.append(t)
+        else:
+            errors.append(f"could not write the {t.what}: {why}")
+    return done, errors
+
+
+__all__ = ["Target", "targets", "problem", "same_file", "write", "JSON", "MARKDOWN"]

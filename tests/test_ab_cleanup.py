@@ -1,0 +1,119 @@
+"""A/B runs leave nothing behind: SIGTERM unwinds a real run (sides ended, worktree removed),
+a SIGKILLed run's worktree is swept at the next start, and a hung side is reported within a
+bound proportionate to the turn, stated in the error."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_ab import ARGS, repo
+
+from pytest_perfgate.modes.ab import worktree as ab_worktree
+from pytest_perfgate.modes.ab.checkout import MARKER, PREFIX, sweep_stale
+
+pytestmark = pytest.mark.slow  # real side processes, git worktrees and signals
+
+
+def worktrees(path: Path) -> list[str]:
+    out = subprocess.run(["git", "worktree", "list"], cwd=path, capture_output=True,
+                         text=True, check=True).stdout
+    return out.strip().splitlines()
+
+
+def sides_of(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [c for c in proc.children(recursive=True)
+                if "pytest_perfgate.plugin.hooks" in " ".join(c.cmdline())]
+    except psutil.Error:
+        return []
+
+
+def test_sigterm_ends_the_sides_and_removes_the_worktree(pytester: pytest.Pytester,
+                                                         tmp_path: Path) -> None:
+    repo(pytester, "time.sleep(0.002 * SLOW)")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    args = [a for a in ARGS if not a.startswith("--perfgate-ab-turn")]
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args, "--perfgate-ab-turns=2000",
+                             "--perfgate-ab-turn-time=0.05"], cwd=pytester.path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while len(sides := sides_of(me)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(sides) == 2, "the sides never started"
+    assert len(worktrees(pytester.path)) == 2 and list(tmpdir.glob(PREFIX + "*"))
+    time.sleep(3)  # into the measurement
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "SIGTERM: the A/B run was stopped; cleaning up" in out
+    assert worktrees(pytester.path) == worktrees(pytester.path)[:1]
+    assert list(tmpdir.iterdir()) == [], "the base worktree's folder was left in TMPDIR"
+    gone, alive = psutil.wait_procs(sides, timeout=5)
+    assert alive == []
+
+
+def test_killed_runs_worktree_is_swept_at_the_next_start(pytester: pytest.Pytester,
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    repo(pytester, "time.sleep(0.001)")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    hold = ("import sys, time; from pathlib import Path; "
+            "from pytest_perfgate.modes.ab.checkout import worktree\n"
+            "with worktree(Path('.'), 'HEAD') as p:\n"
+            "    print(p, flush=True); time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", hold], cwd=pytester.path, text=True,
+                            env={**os.environ, "TMPDIR": str(tmpdir)}, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    stale = Path(proc.stdout.readline().strip())
+    proc.kill()  # SIGKILL: nothing runs, the worktree stays
+    proc.wait(30)
+    assert stale.is_dir() and len(worktrees(pytester.path)) == 2
+    owner = json.loads((stale.parent / MARKER).read_text())
+    assert owner["pid"] == proc.pid and owner["repo"] == str(pytester.path.resolve())
+    # Never ours to remove: a folder without the marker, and one whose owner still runs.
+    unmarked = tmpdir / (PREFIX + "unmarked")
+    unmarked.mkdir()
+    live = tmpdir / (PREFIX + "live")
+    live.mkdir()
+    (live / MARKER).write_text(json.dumps({**owner, "pid": os.getpid(), "start": None}))
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    with ab_worktree(pytester.path, "HEAD~1") as path:  # the next A/B start sweeps
+        assert not stale.parent.exists()
+        assert len(worktrees(pytester.path)) == 2  # the main one and this run's own
+        assert path.is_dir()
+    assert worktrees(pytester.path) == worktrees(pytester.path)[:1]
+    assert sorted(p.name for p in tmpdir.iterdir()) == [live.name, unmarked.name]
+    assert sweep_stale(pytester.path) == []
+
+
+def test_hung_side_is_reported_within_the_stated_bound(pytester: pytest.Pytester) -> None:
+    # The head's step hangs 1 s after its first call: past its first (start-up) window.
+    repo(pytester, "T0.append(time.monotonic()) if not T0 else None; "
+                   "time.sleep(3600 if time.monotonic() - T0[0] > 1 else 0.002)")
+    text = (pytester.path / "test_perf.py").read_text().replace("SLOW = ", "T0 = []\nSLOW = ")
+    (pytester.path / "test_perf.py").write_text(text)
+    t0 = time.monotonic()
+    res = pytester.runpytest_subprocess(*ARGS, timeout=300)
+    took = time.monotonic() - t0
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*head side (*) sent nothing for 1?.* s (the bound for a 0.* s "
+                              "window: 15 s + 10 x the window; a step that takes longer needs "
+                              "a longer --perfgate-ab-turn-time) while we waited for a window's "
+                              "result, so it counts as hung*"])
+    assert "REGRESSION" not in res.stdout.str()
+    assert took < 60, f"a hung side took {took:.0f} s to report (the old bound: ~90 s)"
+    assert worktrees(pytester.path) == worktrees(pytester.path)[:1]
