@@ -49,7 +49,7 @@ def test_step_summary_in_a_missing_folder_warns_then_fails_as_infrastructure(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(gone))
     res = sandbox.runpytest_inprocess(*ARGS, "--perfgate-json=report.json", "-rw")
     assert res.ret == pytest.ExitCode.INTERNAL_ERROR
-    res.assert_outcomes(passed=2, warnings=1)
+    res.assert_outcomes(passed=2, warnings=2)  # this one, and NO BASELINE's PerfgateWarning
     verdicts_printed(res)
     why = (f"environment variable GITHUB_STEP_SUMMARY {gone}: its folder {gone.parent} does "
            "not exist (the runner sets this variable; unset it or point it at a writable file "
@@ -97,7 +97,8 @@ def test_history_that_cannot_be_recorded_keeps_the_reports(
 def test_a_regression_keeps_its_own_status_when_everything_is_written(
         sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOW", "1")
-    assert sandbox.runpytest_inprocess(*ARGS).ret == pytest.ExitCode.OK
+    for _ in range(3):  # the gate calls fewer than 2 earlier runs too thin to fail anything
+        assert sandbox.runpytest_inprocess(*ARGS).ret == pytest.ExitCode.OK
     monkeypatch.setenv("SLOW", "2")
     res = sandbox.runpytest_inprocess(*ARGS, "--perfgate-json=report.json")
     assert res.ret == pytest.ExitCode.TESTS_FAILED

@@ -13,11 +13,11 @@ import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers
+from pytest_perfgate.plugin.rootdir import default_name, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
-from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError,
-                                             derive_name, stable_nodeid)
+from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError)
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
@@ -125,59 +125,10 @@ def _marker_threshold(item: pytest.Item) -> float | None:
                                  f"{e}") from None
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Refuse a run whose configuration file pytest lost to one of our options' values.
-
-    pytest finds its rootdir and ini file before plugin options are known, so the value of
-    ``--perfgate-json /abs/out.json`` (separate, and an existing path) counts as a test path
-    and can move the rootdir out of the project, losing pytest.ini and with it every
-    ``perfgate_*`` setting (the results dir: a new history). Names and git facts no longer
-    depend on the rootdir (:func:`default_name`); a lost ini file still would.
-    """
-    config = session.config
-    lost = _ini_lost_to(config)
-    if lost is not None:
-        flag, value = lost
-        raise pytest.UsageError(
-            f"perfgate: pytest read the value of {flag} ({value}) as a test path and lost its "
-            f"configuration file (rootdir became {config.rootpath}), so perfgate_* ini "
-            f"settings would be ignored: write it with '=', e.g. {flag}={value}")
-
-
-def _ini_lost_to(config: pytest.Config) -> tuple[str, str] | None:
-    """(flag, value) of a perfgate option whose separate value moved pytest's ini file."""
-    args = list(config.invocation_params.args)
-    flags = {s.flag for s in SPECS}
-    moved = [(a, b) for a, b in zip(args, args[1:], strict=False)
-             if a in flags and os.path.exists(b)]
-    if not moved:
-        return None
-    try:
-        from _pytest.config.findpaths import determine_setup
-
-        _, inipath, *_ = determine_setup(
-            inifile=config.option.inifilename, override_ini=config.option.override_ini,
-            args=[a for a in config.args if a not in {b for _, b in moved}],
-            rootdir_cmd_arg=config.option.rootdir or None,
-            invocation_dir=config.invocation_params.dir)
-    except Exception:  # noqa: BLE001 (pytest-internal API: never fail a run over it)
-        return None
-    return moved[0] if inipath != config.inipath else None
-
-
 class PerfgateWarning(pytest.PytestWarning):
     """A verdict that passes but needs a look (INCONCLUSIVE, NO BASELINE): shown by ``-rw``
     and in the warnings summary, attributed to the test. Filter it like any warning:
     ``-W ignore::pytest_perfgate.plugin.hooks.PerfgateWarning``."""
-
-
-def default_name(item: pytest.Item, session: GateSession) -> str:
-    """The benchmark name of ``item``: its file relative to the session's stable root (the
-    ini file's folder, else the git checkout), so an option that moves pytest's rootdir
-    renames nothing. The first item seen also fixes where git is asked."""
-    path = getattr(item, "path", None)
-    root = session.note_test_file(path, item.config.inipath is not None)
-    return derive_name(stable_nodeid(item.nodeid, path, root))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
