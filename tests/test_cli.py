@@ -44,3 +44,34 @@ def test_python_dash_m_is_the_console_script() -> None:
     assert res.returncode == 2
     assert ("perfgate sweep: error: argument --envs: '0' is too small: use a whole number "
             ">= 1, e.g. 5") in res.stderr
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["sweep", "--json", "{tmp}"], "argument --json: '{tmp}' is a folder, not a file: give a "
+     "file path, e.g. {tmp}/out.json"),
+    (["calibrate", "--save", "{tmp}/f/x.json"], "argument --save: '{tmp}/f/x.json': {tmp}/f is "
+     "a file, not a folder: give a path in a folder"),
+])
+def test_output_paths_are_refused_before_any_work(argv: list[str], fragment: str, tmp_path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("a file")
+    with pytest.raises(SystemExit) as exc:
+        main([a.format(tmp=tmp_path) for a in argv])
+    assert exc.value.code == 2
+    assert fragment.format(tmp=tmp_path) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ['{"format": 1}', '{"format": 1, "config": {}, "trials": []}',
+                                     '{"format": 1, "config": {"slowdowns": ["x"]}}',
+                                     '{"format": 1, "config": {"slowdowns": []}, '
+                                     '"trials": [{"nope": 1}]}'])
+def test_a_malformed_study_file_is_a_usage_error_not_a_traceback(
+        content: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "study.json"
+    study.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--analyse", str(study)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"perfgate calibrate: error: {study}: not a study written by `perfgate calibrate " \
+           "--save` (" in err and "Traceback" not in err

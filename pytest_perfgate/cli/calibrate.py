@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_cpu_set,
-                                             parse_fractions, parse_int_list)
+                                             parse_fractions, parse_int_list,
+                                             parse_output_file)
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.modes import calibrate as cal
 from pytest_perfgate.modes import calibrate_analysis as ana
@@ -73,7 +74,8 @@ class Calibrate(Command):
                        "counts, e.g. 10,20,40")
         c.add_argument("--seed", type=argparse_type(parse_count), default=0,
                        help="trial order seed (default 0)")
-        c.add_argument("--save", type=Path, help="write the raw trials as JSON to this file")
+        c.add_argument("--save", type=argparse_type(parse_output_file),
+                       help="write the raw trials as JSON to this file")
         c.add_argument("--analyse", type=Path, metavar="FILE",
                        help="re-analyse a saved study instead of measuring")
         c.add_argument("--cwd", type=Path, default=Path.cwd(),
@@ -92,12 +94,17 @@ class Calibrate(Command):
             else:
                 cfg = config_from(args)
                 trials, meta = measure(args, cfg)
-                if args.save is not None:
-                    cal.save(args.save, cfg, trials, meta)
         except cal.StudyError as exc:
             args.parser.error(str(exc))
         for line in report(cfg, trials, meta, args.estimator, args.levers or ()):
             print(line)
+        if args.analyse is None and args.save is not None:
+            try:
+                cal.save(args.save, cfg, trials, meta)
+            except OSError as exc:  # the study is printed above: only the file is lost
+                print(f"perfgate calibrate: error: could not save the study to {args.save}: "
+                      f"{exc}", file=sys.stderr)
+                return 3
         return 0
 
 

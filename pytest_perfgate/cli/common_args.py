@@ -97,3 +97,16 @@ def history_location(args: argparse.Namespace) -> tuple[Path, str | None]:
         except (OSError, ValueError) as e:
             args.parser.error(f"cannot find the history folder: {e}; pass --results-dir")
     return Path(results), machine
+
+
+def parse_output_file(text: str) -> Path:
+    """A file the command writes when it is done: refused now if it never could be (a
+    folder, a path under a file, no permission), so a long run never ends in a traceback."""
+    from pytest_perfgate.core.files import output_problem
+
+    path = Path(parse_path(text)).expanduser()
+    why = output_problem(path, repr(text), str(path / "out.json"))
+    if why is not None:
+        raise OptionError(why)
+    return path
+

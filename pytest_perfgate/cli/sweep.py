@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import argparse_type, parse_count, parse_int_list
+from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_int_list,
+                                             parse_output_file)
 from pytest_perfgate.session.options import parse_positive_int
 
 
@@ -44,7 +45,8 @@ class Sweep(Command):
         ap.add_argument("--keyframe", default=None,
                         help="reset keyframe name (e.g. 'stand' for g1; default: the "
                         "model's own)")
-        ap.add_argument("--json", default=None, help="also write the result to this file")
+        ap.add_argument("--json", type=argparse_type(parse_output_file), default=None,
+                        help="also write the result to this file")
         return ap
 
     @classmethod
@@ -62,5 +64,10 @@ class Sweep(Command):
             return 2
         print(result.table())
         if args.json:
-            sweep.write_json(args.json, result.to_dict())
+            try:
+                sweep.write_json(str(args.json), result.to_dict())
+            except OSError as exc:  # the table is printed above: only the file is lost
+                print(f"perfgate sweep: error: could not write {args.json}: {exc}",
+                      file=sys.stderr)
+                return 3
         return 0

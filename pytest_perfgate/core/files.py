@@ -96,5 +96,27 @@ def sweep_stale_temps(folder: Path, now: float | None = None,
     return removed
 
 
-__all__ = ["atomic_write", "sweep_stale_temps", "locked", "LockTimeout", "TMP_SUFFIX",
-           "STALE_TMP_S", "LOCK_TIMEOUT_S"]
+__all__ = ["output_problem", "atomic_write", "sweep_stale_temps", "locked", "LockTimeout",
+           "TMP_SUFFIX", "STALE_TMP_S", "LOCK_TIMEOUT_S"]
+
+
+def output_problem(path: Path, shown: str, example: str, create_folders: bool = True
+                   ) -> str | None:
+    """Why a file cannot be written at ``path`` (None: it can), checked before any work so
+    a long measurement never ends in a traceback over its output path. Missing folders are
+    created later when ``create_folders`` (as pytest's --junitxml does), else refused."""
+    if path.is_dir():
+        return f"{shown} is a folder, not a file: give a file path, e.g. {example}"
+    parent = path.parent
+    while not parent.exists():
+        if not create_folders:
+            return f"{shown}: its folder {path.parent} does not exist"
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{shown}: {parent} is a file, not a folder: give a path in a folder"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{shown}: the file is not writable: fix its permissions or give another path"
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"{shown}: cannot create files in {parent}: give a writable path"
+    return None
+

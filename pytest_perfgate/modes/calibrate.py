@@ -250,7 +250,7 @@ def save(path: Path, cfg: StudyConfig, trials: Sequence[TrialRecord],
     """Write the raw study (re-analyse it later with ``perfgate calibrate --analyse``)."""
     data = {"format": FORMAT, "config": asdict(cfg), "meta": dict(meta),
             "trials": [asdict(t) for t in trials]}
-    from pytest_perfgate.history.store import atomic_write
+    from pytest_perfgate.core.files import atomic_write
 
     atomic_write(Path(path), json.dumps(data).encode())
 
@@ -265,15 +265,19 @@ def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise StudyError(f"{path}: format {data.get('format') if isinstance(data, dict) else '?'!r}"
                          f" is not {FORMAT}; re-run the study with this version")
-    c = dict(data["config"])
-    c["slowdowns"] = tuple(c["slowdowns"])
-    trials = []
-    for t in data["trials"]:
-        t = dict(t)
-        for k in ("base", "head", "hist_base", "hist_head", "probes"):
-            t[k] = tuple(t.get(k, ()))
-        trials.append(TrialRecord(**t))
-    return StudyConfig(**c), trials, dict(data.get("meta", {}))
+    try:
+        c = dict(data["config"])
+        c["slowdowns"] = tuple(float(x) for x in c["slowdowns"])
+        trials = []
+        for t in data["trials"]:
+            t = dict(t)
+            for k in ("base", "head", "hist_base", "hist_head", "probes"):
+                t[k] = tuple(t.get(k, ()))
+            trials.append(TrialRecord(**t))
+        return StudyConfig(**c), trials, dict(data.get("meta") or {})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StudyError(f"{path}: not a study written by `perfgate calibrate --save` "
+                         f"({type(exc).__name__}: {exc}); re-run the study with --save") from None
 
 
 __all__ = ["ESTIMATORS", "FORMAT", "TARGETS", "Injectable", "StudyConfig", "StudyError",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pytest_perfgate.core.files import output_problem
 from pytest_perfgate.core.judged import Judged
 
 JSON = "json"
@@ -60,23 +61,13 @@ def targets(options: Any, base: Path, where: Mapping[str, str]) -> list[Target]:
 def problem(t: Target) -> str | None:
     """Why ``t`` cannot be written (None: it can). Missing folders of a path the user gave
     are created (as pytest's --junitxml does); the runner's own summary path is not."""
-    p = t.path
-    if p.is_dir():
-        return (f"{t.shown()} is a folder, not a file: give a file path, e.g. "
-                f"{p / ('perfgate.json' if t.kind == JSON else 'perfgate.md')}")
-    parent = p.parent
-    while not parent.exists():
-        if t.automatic:
-            return (f"{t.shown()}: its folder {p.parent} does not exist (the runner sets this "
-                    "variable; unset it or point it at a writable file to keep the summary)")
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{t.shown()}: {parent} is a file, not a folder: give a path in a folder"
-    if p.exists() and not os.access(p, os.W_OK):
-        return f"{t.shown()}: the file is not writable: fix its permissions or give another path"
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        return f"{t.shown()}: cannot create files in {parent}: give a writable path"
-    return None
+    why = output_problem(t.path, t.shown(), str(t.path / ("perfgate.json" if t.kind == JSON
+                                                          else "perfgate.md")),
+                         create_folders=not t.automatic)
+    if why is not None and t.automatic and why.endswith("does not exist"):
+        why += (" (the runner sets this variable; unset it or point it at a writable file to "
+                "keep the summary)")
+    return why
 
 
 def same_file(found: Sequence[Target]) -> str | None:
