@@ -50,3 +50,25 @@ def test_unknown_run_and_bad_values_are_usage_errors(tmp_path: Path, capsys,
         main(["accept", RUN, "--results-dir", str(tmp_path)])
     assert ("perfgate accept: error: environment variable PERFGATE_MACHINE: '.hidden' is not "
             "a usable machine name") in capsys.readouterr().err
+
+
+def test_accepting_a_run_accepts_every_failed_run_of_the_same_code(tmp_path: Path,
+                                                                   capsys) -> None:
+    def rec(run_id: str, commit: str, verdict: str | None, dirty: bool = False) -> None:
+        b = BenchResult("walk", (20.0, 20.1, 19.9, 20.0), 5e4, verdict=verdict)
+        History(tmp_path, "box").record(
+            RunRecord(run_id, 1.0, commit, 0, "main", dirty, "box", "fp", {}, {"walk": b}))
+
+    slow, other = "2" * 40, "3" * 40
+    rec("20240101T000001-aaaaa1", slow, "REGRESSION")
+    rec("20240101T000002-aaaaa2", slow, "REGRESSION")
+    rec("20240101T000003-aaaaa3", slow, "REGRESSION", dirty=True)  # other code: not taken
+    rec("20240101T000004-aaaaa4", other, "REGRESSION")  # another commit: not taken
+    rec("20240101T000005-aaaaa5", slow, "OK")  # did not fail: nothing to accept
+    assert main(["accept", "20240101T000002-aaaaa2", "--results-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == (
+        "accepted run 20240101T000002-aaaaa2 on machine box together with 1 other failed "
+        "run(s) of commit 2222222222 (20240101T000001-aaaaa1): walk (REGRESSION) now serve(s) "
+        "as the baseline for later commits (undo: perfgate forget 20240101T000002-aaaaa2)\n")
+    assert load_decisions(tmp_path, "box").accepted == {"20240101T000001-aaaaa1",
+                                                        "20240101T000002-aaaaa2"}

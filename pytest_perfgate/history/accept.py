@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.files import atomic_write, locked
 from pytest_perfgate.core.names import is_safe_name, safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.files import HistoryWarning
@@ -130,26 +130,55 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
     return hits[0]
 
 
-def _failed(path: Path) -> list[str]:
-    """'bench (VERDICT)' for each benchmark of the run that failed the gate."""
+def _read(path: Path) -> RunRecord:
     try:
-        run = RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise AcceptError(f"cannot read run file {path}: {e}") from None
+
+
+def _failed(run: RunRecord) -> list[str]:
+    """'bench (VERDICT)' for each benchmark of the run that failed the gate."""
     return [f"{n} ({b.verdict})" for n, b in sorted(run.benchmarks.items())
             if b.verdict in FAILED_VERDICTS]
 
 
+def _failed_siblings(folder: Path, run: RunRecord) -> list[str]:
+    """Other failed runs of the same code on the same machine: same commit, same dirty
+    flag, same fingerprint. Accepting one accepts them all: the newest baseline runs must
+    all show the new level, or the next commit is judged against a mix of old and new."""
+    out = []
+    for p in sorted(folder.glob(f"*{_SUFFIX}")):
+        if p.stem == run.run_id:
+            continue
+        try:
+            other = RunRecord.from_json(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # the store warns about unreadable records when it loads them
+        if (other.commit, other.dirty, other.fingerprint) == (run.commit, run.dirty,
+                                                              run.fingerprint) \
+                and _failed(other):
+            out.append(other.run_id)
+    return out
+
+
 def accept(results_dir: str | os.PathLike[str], machine: str | None, run_id: str) -> str:
-    """Let ``run_id`` serve as a baseline although it failed the gate; undoes a forget.
-    Returns the message to print; raises AcceptError naming the problem and the fix."""
+    """Let ``run_id`` (and the other failed runs of the same code on that machine) serve as
+    a baseline although they failed the gate; undoes a forget. Returns the message to print;
+    raises AcceptError naming the problem and the fix."""
     m, path = find_run(results_dir, machine, run_id)
-    failed = _failed(path)
-    d = load_decisions(results_dir, m)
-    _save(results_dir, m, Decisions(d.accepted | {run_id}, d.forgotten - {run_id}))
+    run = _read(path)
+    failed = _failed(run)
+    siblings = _failed_siblings(path.parent, run) if failed else []
+    ids = {run_id, *siblings}
+    with locked(path.parent / ".decisions.lock"):
+        d = load_decisions(results_dir, m)
+        _save(results_dir, m, Decisions(d.accepted | ids, d.forgotten - ids))
     if failed:
-        return (f"accepted run {run_id} on machine {m}: {', '.join(failed)} now serve(s) "
-                "as the baseline for later commits (undo: perfgate forget "
+        also = (f" together with {len(siblings)} other failed run(s) of commit "
+                f"{run.commit[:10]} ({', '.join(siblings)})" if siblings else "")
+        return (f"accepted run {run_id} on machine {m}{also}: {', '.join(failed)} now "
+                f"serve(s) as the baseline for later commits (undo: perfgate forget "
                 f"{run_id})")
     return (f"accepted run {run_id} on machine {m}: it failed no gate, so it already "
             "served as a baseline; it still does")
@@ -158,9 +187,10 @@ def accept(results_dir: str | os.PathLike[str], machine: str | None, run_id: str
 def forget(results_dir: str | os.PathLike[str], machine: str | None, run_id: str) -> str:
     """Keep ``run_id`` out of every baseline and spread (its files stay); undoes an accept.
     Returns the message to print; raises AcceptError naming the problem and the fix."""
-    m, _ = find_run(results_dir, machine, run_id)
-    d = load_decisions(results_dir, m)
-    _save(results_dir, m, Decisions(d.accepted - {run_id}, d.forgotten | {run_id}))
+    m, path = find_run(results_dir, machine, run_id)
+    with locked(path.parent / ".decisions.lock"):
+        d = load_decisions(results_dir, m)
+        _save(results_dir, m, Decisions(d.accepted - {run_id}, d.forgotten | {run_id}))
     return (f"forgot run {run_id} on machine {m}: it no longer serves as a baseline or in "
             f"the run-to-run spread; its files stay (undo: perfgate accept {run_id})")
 
