@@ -20,6 +20,9 @@ Decision rule (one-sided t test at level ``alpha`` on the log time ratio):
 REGRESSION when the slowdown is significant and the throughput drop exceeds ``threshold``;
 IMPROVEMENT symmetrically; INCONCLUSIVE when the smallest drop the evidence could resolve
 exceeds ``threshold`` (the noise hides what we were asked to find); else OK.
+
+One module (~310 lines) on purpose: the rule, both evidence models and the verdict texts
+are one decision; split apart, a reader could not check that every path ends in it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ thread-cap env around ``Process.start()`` (so the child's interpreter, and whate
 re-imports as ``__mp_main__``, already start placed), then restores them exactly; the child
 re-applies and reads everything back, so the report says what really happened
 (docs/design.md §4, §5). The specs and placement reports are :mod:`.spec`; the worker side
-is :mod:`.child`.
+is :mod:`.child`. ~300 lines: the group's lifecycle and its bounded waits are one state
+machine, kept together so every exit path can be read to its cleanup.
 """
 
 from __future__ import annotations
