@@ -75,6 +75,7 @@ def run(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, slow: float = 1.0,
     return p.runpytest_inprocess(*ARGS, *extra)
 
 
+@pytest.mark.slow  # several full pytest runs in a row
 def test_history_then_regression(sandbox: pytest.Pytester,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     first = run(sandbox, monkeypatch)

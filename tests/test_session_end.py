@@ -94,6 +94,7 @@ def test_history_that_cannot_be_recorded_keeps_the_reports(
     assert json.loads((sandbox.path / "report.json").read_text())["benchmarks"]
 
 
+@pytest.mark.slow  # several full pytest runs in a row
 def test_a_regression_keeps_its_own_status_when_everything_is_written(
         sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOW", "1")

@@ -92,6 +92,7 @@ def run_id(res: pytest.RunResult) -> str:
     return m.group(1)
 
 
+@pytest.mark.slow  # several full pytest runs in a row
 def test_a_slower_commit_stays_regression_on_every_rerun_until_accepted(
         repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(3):
@@ -199,6 +200,7 @@ def test_a_path_valued_option_that_loses_the_ini_file_is_a_usage_error(
     run(repo, monkeypatch, 1.0, f"--perfgate-json={out}").assert_outcomes(passed=1)
 
 
+@pytest.mark.slow  # several full pytest runs in a row
 def test_twenty_unchanged_runs_with_three_windows_give_no_regression(
         repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DRIFT", "0.04")  # run-to-run drift of a shared runner
