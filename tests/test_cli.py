@@ -11,7 +11,7 @@ from pytest_perfgate.cli import Command, commands, main
 
 
 def test_every_module_is_one_command() -> None:
-    assert [c.name for c in commands()] == ["accept", "calibrate", "forget", "sweep"]
+    assert [c.name for c in commands()] == ["accept", "calibrate", "forget", "machine", "sweep"]
     assert all(issubclass(c, Command) for c in commands())
 
 
@@ -75,3 +75,26 @@ def test_a_malformed_study_file_is_a_usage_error_not_a_traceback(
     err = capsys.readouterr().err
     assert f"perfgate calibrate: error: {study}: not a study written by `perfgate calibrate " \
            "--save` (" in err and "Traceback" not in err
+
+
+def test_machine_prints_what_the_plugin_records(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from pytest_perfgate.history import machine
+
+    monkeypatch.setenv("PERFGATE_MACHINE", "runner-7")
+    assert main(["machine", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    meta = machine.collect_metadata("runner-7")
+    assert shown["fingerprint"] == machine.fingerprint(meta)
+    assert shown["metadata"]["machine"] == "runner-7"
+    assert main(["machine"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"machine      runner-7\nfingerprint  {machine.fingerprint(meta)}\n")
+    monkeypatch.setenv("PERFGATE_MACHINE", ".hidden")
+    with pytest.raises(SystemExit) as exc:
+        main(["machine"])
+    assert exc.value.code == 2
+    assert ("perfgate machine: error: environment variable PERFGATE_MACHINE: '.hidden' is "
+            "not a usable machine name") in capsys.readouterr().err

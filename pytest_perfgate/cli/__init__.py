@@ -46,8 +46,8 @@ def commands() -> list[type[Command]]:
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfgate", description="pytest-perfgate's tools beside the pytest plugin: "
-        "how far this runner's verdicts can be trusted, how to size a MuJoCo pool, which "
-        "failed runs a person accepted as the new baseline.")
+        "how far this runner's verdicts can be trusted, how to size a MuJoCo pool, what "
+        "this machine looks like to perfgate, which failed runs a person accepted.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in commands():
         p = cmd.setup_arguments(sub)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any, Callable
 
 
 from pytest_perfgate.session.options import (OptionError, argparse_type, parse_fraction,
@@ -73,24 +74,25 @@ def add_history_arguments(parser: argparse.ArgumentParser) -> None:
                         "machine folder is searched)")
 
 
+def from_env(args: argparse.Namespace, var: str, parse: Callable[[str], Any]) -> Any:
+    """The parsed value of environment variable ``var`` (None when unset or empty); a bad
+    value is a usage error naming the variable."""
+    raw = os.environ.get(var)
+    if not raw:
+        return None
+    try:
+        return parse(raw)
+    except OptionError as e:
+        args.parser.error(f"environment variable {var}: {e}")
+
+
 def history_location(args: argparse.Namespace) -> tuple[Path, str | None]:
     """(results dir, machine or None) from the arguments, the environment, then defaults;
     a bad environment value is a usage error naming the variable."""
     from pytest_perfgate.history.files import default_results_dir
 
-    results, machine = args.results_dir, args.machine
-    for var, value, parse in (("PERFGATE_RESULTS_DIR", results, parse_path),
-                              ("PERFGATE_MACHINE", machine, parse_machine)):
-        raw = os.environ.get(var)
-        if value is None and raw:
-            try:
-                parsed = parse(raw)
-            except OptionError as e:
-                args.parser.error(f"environment variable {var}: {e}")
-            if var == "PERFGATE_RESULTS_DIR":
-                results = parsed
-            else:
-                machine = parsed
+    results = args.results_dir or from_env(args, "PERFGATE_RESULTS_DIR", parse_path)
+    machine = args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine)
     if results is None:
         try:
             return default_results_dir(Path.cwd()), machine

@@ -1,0 +1,57 @@
+"""``perfgate machine``: the machine metadata the plugin records, and its fingerprint.
+
+A baseline only counts on the same fingerprint (docs/design.md §2), so when NO BASELINE
+says "fingerprint differs", this shows what this runner looks like to perfgate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import argparse_type, from_env
+from pytest_perfgate.session.options import parse_machine
+
+
+class Machine(Command):
+    name = "machine"
+    help = "the machine metadata the plugin records, and the fingerprint baselines match on"
+    description = ("Print the metadata `pytest --perfgate` records for this machine and the "
+                   "fingerprint a baseline must share (CPU model, cores, affinity, cgroup "
+                   "quota, NUMA nodes, Python and package versions). Metadata added by a "
+                   "conftest's pytest_perfgate_machine_info hook is not included.")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("--machine", type=argparse_type(parse_machine), default=None,
+                        help="the machine name to record under (default: $PERFGATE_MACHINE, "
+                        "else the hostname)")
+        ap.add_argument("--json", action="store_true", help="print one JSON object")
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.history import machine
+
+        name = args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine)
+        meta = machine.collect_metadata(name)
+        fields = machine.fingerprint_fields(meta)
+        fp = machine.fingerprint(meta)
+        if args.json:
+            print(json.dumps({"fingerprint": fp, "fingerprint_fields": fields,
+                              "metadata": meta}, indent=2, sort_keys=True, default=str))
+            return 0
+        print(f"machine      {meta.get('machine')}")
+        print(f"fingerprint  {fp}")
+        print("fingerprint fields (a baseline must match all of them):")
+        for k in sorted(fields):
+            print(f"  {k:<22} {fields[k]}")
+        rest = sorted(k for k in meta if k not in fields and k != "machine")
+        if rest:
+            print("other metadata (recorded, not matched):")
+            for k in rest:
+                print(f"  {k:<22} {meta[k]}")
+        return 0
