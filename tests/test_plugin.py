@@ -257,3 +257,33 @@ def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
         assert spec.flag in out and spec.ini in out, spec.flag
     res.stdout.fnmatch_lines(["*--perfgate-threshold=PERFGATE_THRESHOLD*",
                               "*throughput drop that fails a test (default 5%; 2% in*"])
+
+
+ONLY_SKIP = """
+def test_plain():
+    pass
+
+def test_perf(perfgate):
+    perfgate.measure(lambda: None, transitions=1)
+"""
+
+
+def test_perfgate_only_and_skip_select_the_perf_tests(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mix=ONLY_SKIP)
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--perfgate-only", "-rs")
+    res.assert_outcomes(passed=1, skipped=1)
+    res.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_mix.py*: not a perf test (--perfgate-only)"])
+    assert "ignored" not in res.stdout.str()  # works without --perfgate (smoke mode)
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--perfgate-skip", "-rs")
+    res.assert_outcomes(passed=1, skipped=1)
+    res.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_mix.py*: a perf test (--perfgate-skip)"])
+    pytester.makeini("[pytest]\nperfgate_select = skip\n")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1, skipped=1)  # the ini option alone
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--perfgate-only", "-rs")
+    res.stdout.fnmatch_lines(["SKIPPED*not a perf test (--perfgate-only)"])  # flag beats ini
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--perfgate-only",
+                                       "--perfgate-skip")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["ERROR: perfgate: --perfgate-only and --perfgate-skip contradict "
+                              "each other: give one of them"])

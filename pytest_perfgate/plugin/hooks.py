@@ -39,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="measure perf tests at steady state, record asv history and fail on "
                     "regressions (without it perf tests run in a quick smoke mode)")
     parser.addini("perfgate", "enable --perfgate by default", type="bool", default=False)
+    group.addoption("--perfgate-only", action="store_true", default=False,
+                    help="run only the perf tests (those using the perfgate fixture), like "
+                    "pytest-benchmark's --benchmark-only")
+    group.addoption("--perfgate-skip", action="store_true", default=False,
+                    help="run every test but the perf tests, like --benchmark-skip")
     for spec in SPECS:
         group.addoption(spec.flag, dest=f"perfgate_{spec.name}", default=None,
                         type=argparse_type(spec.parse),
@@ -54,6 +59,10 @@ def build_options(config: pytest.Config) -> Options:
 
     enabled = config.getoption("perfgate") or config.getini("perfgate")
     flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
+    try:
+        flags["select"] = _select_flag(config, flags["select"])
+    except OptionError as e:
+        raise pytest.UsageError(f"perfgate: {e}") from None
     ini = {s.name: config.getini(s.ini) for s in SPECS}
     try:
         options = Options.resolve(bool(enabled), flags, ini, os.environ)
@@ -67,6 +76,16 @@ def build_options(config: pytest.Config) -> Options:
     for text in warnings:
         config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfgate: {text}"), 2)
     return options
+
+
+def _select_flag(config: pytest.Config, select: str | None) -> str | None:
+    """--perfgate-only / --perfgate-skip as shorthands of --perfgate-select."""
+    chosen = [v for v in ("only", "skip") if config.getoption(f"perfgate_{v}")]
+    if len(chosen) == 2 or (chosen and select not in (None, chosen[0])):
+        given = [f"--perfgate-{v}" for v in chosen] + ([f"--perfgate-select {select}"]
+                                                      if select else [])
+        raise OptionError(f"{' and '.join(given)} contradict each other: give one of them")
+    return chosen[0] if chosen else select
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -138,6 +157,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     problems = [p for item in items for p in markers.problems(item)]
     if problems:
         raise pytest.UsageError("perfgate: bad marker(s):\n  " + "\n  ".join(problems))
+    select = config.stash[session_key].options.select
+    if select != "all":
+        reason = {"only": "not a perf test (--perfgate-only)",
+                  "skip": "a perf test (--perfgate-skip)"}[select]
+        for item in items:
+            if _is_perf_test(item) == (select == "skip"):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _is_perf_test(item: pytest.Item) -> bool:
+    """A test that measures: it uses the perfgate fixture (or pytest-benchmark's, which
+    --perfgate adopts)."""
+    names = getattr(item, "fixturenames", ())
+    return "perfgate" in names or "benchmark" in names
 
 
 @pytest.fixture

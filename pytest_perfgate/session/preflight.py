@@ -30,7 +30,8 @@ def check(options: Options, rootdir: Path, invocation_dir: Path, where: Mapping[
     a flag given on the command line is named as ignored (ini settings are project-wide).
     """
     if not options.enabled:
-        given = [w for w in where.values() if w.startswith("--perfgate-")]
+        given = [w for name, w in where.items()
+                 if w.startswith("--perfgate-") and name != "select"]  # select works anyway
         return [f"{', '.join(given)} ignored: without --perfgate perf tests run in smoke mode "
                 "(nothing measured, recorded or written); add --perfgate"] if given else []
     _check_machine(options)
