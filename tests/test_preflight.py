@@ -111,7 +111,7 @@ def test_json_and_markdown_on_one_file(sandbox: pytest.Pytester) -> None:
     msg = usage_error(sandbox, "--perfgate-json=r.json", "--perfgate-markdown=r.json")
     assert msg == (f"ERROR: perfgate: --perfgate-json {sandbox.path}/r.json and "
                    f"--perfgate-markdown {sandbox.path}/r.json name the same file: the "
-                   "markdown summary would be appended to the JSON report; give them "
+                   "markdown summary would be written into the JSON report; give them "
                    "different paths")
 
 

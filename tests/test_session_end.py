@@ -105,3 +105,21 @@ def test_a_regression_keeps_its_own_status_when_everything_is_written(
     assert res.ret == pytest.ExitCode.TESTS_FAILED
     assert "perfgate: ERROR" not in res.stdout.str()
     res.stdout.fnmatch_lines(["wrote the JSON report to */report.json"])
+
+
+def test_jsonl_appends_one_line_per_benchmark_and_run(sandbox: pytest.Pytester) -> None:
+    for _ in range(2):
+        res = sandbox.runpytest_inprocess(*ARGS, "--perfgate-jsonl=log/perf.jsonl")
+        assert res.ret == pytest.ExitCode.OK
+    res.stdout.fnmatch_lines(["wrote the JSON lines log to */log/perf.jsonl"])
+    lines = [json.loads(x) for x in (sandbox.path / "log" / "perf.jsonl").read_text()
+             .splitlines()]
+    assert [x["benchmark"] for x in lines] == ["test_perf.test_walk"] * 2
+    assert lines[0]["run_id"] != lines[1]["run_id"] and all(x["run_id"] for x in lines)
+    assert lines[0]["verdict"] == "NO BASELINE" and lines[1]["verdict"] is not None
+    assert all(x["machine"] == "testbox" and x["fingerprint"] for x in lines)
+    res = sandbox.runpytest_inprocess(*ARGS, "--perfgate-jsonl=r.json", "--perfgate-json=r.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--perfgate-json * and --perfgate-jsonl * name the same file: "
+                              "the JSON lines log would be written into the JSON report; give "
+                              "them different paths"])

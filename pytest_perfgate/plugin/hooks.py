@@ -7,12 +7,13 @@ Hooks stay thin; the work is in :mod:`pytest_perfgate.session`, the modes and
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
-from pytest_perfgate.plugin import markers
+from pytest_perfgate.plugin import markers, select
 from pytest_perfgate.plugin.rootdir import default_name, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
@@ -60,7 +61,7 @@ def build_options(config: pytest.Config) -> Options:
     enabled = config.getoption("perfgate") or config.getini("perfgate")
     flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
     try:
-        flags["select"] = _select_flag(config, flags["select"])
+        flags["select"] = select.from_flags(config, flags["select"])
     except OptionError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
     ini = {s.name: config.getini(s.ini) for s in SPECS}
@@ -76,16 +77,6 @@ def build_options(config: pytest.Config) -> Options:
     for text in warnings:
         config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfgate: {text}"), 2)
     return options
-
-
-def _select_flag(config: pytest.Config, select: str | None) -> str | None:
-    """--perfgate-only / --perfgate-skip as shorthands of --perfgate-select."""
-    chosen = [v for v in ("only", "skip") if config.getoption(f"perfgate_{v}")]
-    if len(chosen) == 2 or (chosen and select not in (None, chosen[0])):
-        given = [f"--perfgate-{v}" for v in chosen] + ([f"--perfgate-select {select}"]
-                                                      if select else [])
-        raise OptionError(f"{' and '.join(given)} contradict each other: give one of them")
-    return chosen[0] if chosen else select
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -157,20 +148,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     problems = [p for item in items for p in markers.problems(item)]
     if problems:
         raise pytest.UsageError("perfgate: bad marker(s):\n  " + "\n  ".join(problems))
-    select = config.stash[session_key].options.select
-    if select != "all":
-        reason = {"only": "not a perf test (--perfgate-only)",
-                  "skip": "a perf test (--perfgate-skip)"}[select]
-        for item in items:
-            if _is_perf_test(item) == (select == "skip"):
-                item.add_marker(pytest.mark.skip(reason=reason))
-
-
-def _is_perf_test(item: pytest.Item) -> bool:
-    """A test that measures: it uses the perfgate fixture (or pytest-benchmark's, which
-    --perfgate adopts)."""
-    names = getattr(item, "fixturenames", ())
-    return "perfgate" in names or "benchmark" in names
+    select.apply(items, config.stash[session_key].options.select)
 
 
 @pytest.fixture
@@ -310,7 +288,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         where: dict[str, str] = config.stash.get(_where_key, {})
         found = report_write.targets(gs.options, config.invocation_params.dir, where)
-        written, failed = report_write.write(found, gs.judged, gs.machine_meta)
+        run = {"run_id": gs.run_id if gs.record_path is not None else None,
+               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               **gs.run_facts()}
+        written, failed = report_write.write(found, gs.judged, gs.machine_meta, run)
         config.stash[_written_key] = written
         errors += failed
     config.stash[_errors_key] = errors

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.placement.spec import placement_line
@@ -152,6 +152,15 @@ def write_json(path: str, judged: Sequence[Judged], meta: dict[str, Any] | None 
 
     data = json.dumps(to_json(judged, meta), indent=2, default=str).encode()
     atomic_write(Path(path), data)
+
+
+def jsonl(judged: Sequence[Judged], meta: Mapping[str, Any], run: Mapping[str, Any]
+          ) -> str:
+    """One JSON object per benchmark and line, each self-contained (``run``: run id, commit,
+    time), so a file appended to by many runs stays one line per measured benchmark."""
+    common = {**dict(run), "machine": meta.get("machine")}
+    return "".join(json.dumps({**common, **entry}, default=str, sort_keys=True) + "\n"
+                   for entry in to_json(judged)["benchmarks"])
 
 
 def markdown(judged: Sequence[Judged]) -> str:

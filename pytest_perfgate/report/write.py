@@ -21,6 +21,9 @@ from pytest_perfgate.core.judged import Judged
 
 JSON = "json"
 MARKDOWN = "markdown"
+JSONL = "jsonl"
+_WHAT = {JSON: "JSON report", MARKDOWN: "markdown summary", JSONL: "JSON lines log"}
+_EXAMPLE = {JSON: "perfgate.json", MARKDOWN: "perfgate.md", JSONL: "perfgate.jsonl"}
 ENV_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
@@ -39,7 +42,7 @@ class Target:
 
     @property
     def what(self) -> str:
-        return "JSON report" if self.kind == JSON else "markdown summary"
+        return _WHAT[self.kind]
 
     def shown(self) -> str:
         return f"{self.source} {self.path}"
@@ -49,7 +52,7 @@ def targets(options: Any, base: Path, where: Mapping[str, str]) -> list[Target]:
     """The reports ``options`` asks for; relative paths are taken from ``base`` (the folder
     pytest was invoked from), once, so a test that changes directory moves nothing."""
     out = []
-    for kind in (JSON, MARKDOWN):
+    for kind in (JSON, MARKDOWN, JSONL):
         value = getattr(options, kind)
         if value:
             path = Path(os.path.expanduser(value))
@@ -61,8 +64,7 @@ def targets(options: Any, base: Path, where: Mapping[str, str]) -> list[Target]:
 def problem(t: Target) -> str | None:
     """Why ``t`` cannot be written (None: it can). Missing folders of a path the user gave
     are created (as pytest's --junitxml does); the runner's own summary path is not."""
-    why = output_problem(t.path, t.shown(), str(t.path / ("perfgate.json" if t.kind == JSON
-                                                          else "perfgate.md")),
+    why = output_problem(t.path, t.shown(), str(t.path / _EXAMPLE[t.kind]),
                          create_folders=not t.automatic)
     if why is not None and t.automatic and why.endswith("does not exist"):
         why += (" (the runner sets this variable; unset it or point it at a writable file to "
@@ -71,15 +73,17 @@ def problem(t: Target) -> str | None:
 
 
 def same_file(found: Sequence[Target]) -> str | None:
-    """The JSON report would be appended to by the markdown summary: one of them must move."""
-    if len(found) == 2 and found[0].path == found[1].path:
-        return (f"{found[0].shown()} and {found[1].shown()} name the same file: the markdown "
-                "summary would be appended to the JSON report; give them different paths")
+    """Two reports into one file would write into each other: one of them must move."""
+    for i, a in enumerate(found):
+        for b in found[i + 1:]:
+            if a.path == b.path:
+                return (f"{a.shown()} and {b.shown()} name the same file: the {b.what} "
+                        f"would be written into the {a.what}; give them different paths")
     return None
 
 
-def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, Any]
-          ) -> tuple[list[Target], list[str]]:
+def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, Any],
+          run: Mapping[str, Any] | None = None) -> tuple[list[Target], list[str]]:
     """Write every report that can be written; return those written and an error per other."""
     from pytest_perfgate.report import render
 
@@ -92,9 +96,11 @@ def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, 
                 if t.kind == JSON:
                     render.write_json(str(t.path), judged, dict(meta))
                 else:
+                    text = (render.markdown(judged) if t.kind == MARKDOWN
+                            else render.jsonl(judged, meta, run or {}))
                     t.path.parent.mkdir(parents=True, exist_ok=True)
                     with open(t.path, "a", encoding="utf-8") as f:
-                        f.write(render.markdown(judged))
+                        f.write(text)
             except Exception as e:  # noqa: BLE001 - any failure here is infrastructure
                 why = f"{t.shown()}: {type(e).__name__}: {e}"
         if why is None:
@@ -104,4 +110,4 @@ def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, 
     return done, errors
 
 
-__all__ = ["Target", "targets", "problem", "same_file", "write", "JSON", "MARKDOWN"]
+__all__ = ["Target", "targets", "problem", "same_file", "write", "JSON", "MARKDOWN", "JSONL"]

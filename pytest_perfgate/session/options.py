@@ -232,6 +232,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("ab_turn_time", parse_seconds, "seconds per A/B turn"),
     Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
+    Spec("jsonl", parse_path, "append one JSON line per measured benchmark to this file "
+         "(verdict, ratio, steps/s, phases, run id, commit, machine: for your own tooling)"),
     Spec("select", parse_policy("all", "only", "skip"), "which tests run: all, only the perf "
          "tests (also --perfgate-only) or all but them (also --perfgate-skip)"),
 )
@@ -259,6 +261,7 @@ class Options:
     ab_turns: int = 96
     ab_turn_time: float = 0.1
     ab_setup: str | None = None
+    jsonl: str | None = None
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests
 
     @classmethod

@@ -145,6 +145,17 @@ class GateSession:
         """The machine metadata if this session gathered it, else {} (never gathers it)."""
         return self._ctx.meta if self._ctx is not None else {}
 
+    def run_facts(self) -> dict[str, Any]:
+        """Fingerprint, commit, branch and dirty flag, as far as this session gathered
+        them (never gathers them itself)."""
+        if self._ctx is None:
+            return {}
+        out: dict[str, Any] = {"fingerprint": self._ctx.fingerprint}
+        g = self._ctx.git
+        if g.available:
+            out.update(commit=g.commit, branch=g.branch, dirty=g.dirty)
+        return out
+
     def add(self, judged: Judged) -> None:
         """The one way a verdict reaches the session (the modes' sink)."""
         self.judged.append(judged)
