@@ -149,3 +149,15 @@ def test_cli_g1_missing(monkeypatch):
     with pytest.raises(SystemExit) as e:
         sweep.resolve_model("g1")
     assert str(e.value) == models.G1_MISSING
+
+
+def test_jsonl_is_one_self_contained_line_per_configuration():
+    import json
+
+    res = sweep.SweepResult((_row(1, False, 20.0, 1.9), _row(2, False, 10.5, 1.0, rule=True)),
+                            num_envs=1000, frame_skip=3, turns=7,
+                            metadata={"mujoco_version": "4.0.1", "model_sha256": "ab"})
+    lines = [json.loads(x) for x in res.jsonl().splitlines()]
+    assert [(x["threads"], x["rule"], x["num_envs"], x["mujoco"]) for x in lines] == [
+        (1, False, 1000, "4.0.1"), (2, True, 1000, "4.0.1")]
+    assert lines[0]["ms_per_step"] == 20.0 and lines[1]["model_sha256"] == "ab"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
@@ -47,6 +48,8 @@ class Sweep(Command):
                         "model's own)")
         ap.add_argument("--json", type=argparse_type(parse_output_file), default=None,
                         help="also write the result to this file")
+        ap.add_argument("--jsonl", type=argparse_type(parse_output_file), default=None,
+                        help="also append one JSON line per configuration to this file")
         return ap
 
     @classmethod
@@ -63,11 +66,19 @@ class Sweep(Command):
             print(f"perfgate sweep: error: {exc}", file=sys.stderr)
             return 2
         print(result.table())
-        if args.json:
+        for path, write in ((args.json, lambda p: sweep.write_json(str(p), result.to_dict())),
+                            (args.jsonl, lambda p: _append(p, result.jsonl()))):
+            if path is None:
+                continue
             try:
-                sweep.write_json(str(args.json), result.to_dict())
+                write(path)
             except OSError as exc:  # the table is printed above: only the file is lost
-                print(f"perfgate sweep: error: could not write {args.json}: {exc}",
-                      file=sys.stderr)
+                print(f"perfgate sweep: error: could not write {path}: {exc}", file=sys.stderr)
                 return 3
         return 0
+
+
+def _append(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)

@@ -96,6 +96,14 @@ class SweepResult:
                          f"{best.label} at {best.time_vs_rule:.3f}x the rule's time")
         return "\n".join(lines)
 
+    def jsonl(self) -> str:
+        """One self-contained JSON line per configuration (appended across sweeps)."""
+        common = {"num_envs": self.num_envs, "frame_skip": self.frame_skip,
+                  "turns": self.turns, "mujoco": self.metadata.get("mujoco_version"),
+                  "model_sha256": self.metadata.get("model_sha256")}
+        return "".join(json.dumps({**common, **asdict(r)}, sort_keys=True, default=str) + "\n"
+                       for r in self.rows)
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": 1, "num_envs": self.num_envs, "frame_skip": self.frame_skip,
                 "turns": self.turns, "metadata": self.metadata,
