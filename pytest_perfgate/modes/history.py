@@ -52,6 +52,33 @@ class HistoryContext:
         self.decisions = accept.load_decisions(results_dir, self.machine)
         self._ancestor_cache: dict[str, bool] = {}
 
+    @classmethod
+    def for_run(cls, results_dir: Path, run: RunRecord, repo: Path) -> HistoryContext:
+        """The context ``run`` was judged in, rebuilt from the history: its own machine
+        facts and commit, the runs recorded before it, git asked in ``repo`` (which must hold
+        the commit for the ancestor rule; else every other commit counts, as outside git).
+        Used to judge a recorded run again (``perfgate check``)."""
+        from pytest_perfgate.history import accept, vcs
+        from pytest_perfgate.history import store as history
+
+        self = cls.__new__(cls)
+        self.rootdir = repo
+        self.meta = dict(run.metadata)
+        self.machine = run.machine
+        self.fingerprint = run.fingerprint
+        here = vcs.git_info(repo)
+        known = here.available and vcs.resolve_commit(repo, run.commit) == run.commit
+        self.git = vcs.GitInfo(run.commit, run.branch, run.dirty, run.commit_date_ms, known,
+                               None if known else f"commit {run.commit[:10]} is not in the "
+                               f"repository at {repo}")
+        self.results_dir = results_dir
+        self.store = history.History(results_dir, run.machine)
+        # what the plugin saw when it judged the run: the runs recorded before it
+        self.runs = [r for r in self.store.load_runs() if r.started_at < run.started_at]
+        self.decisions = accept.load_decisions(results_dir, run.machine)
+        self._ancestor_cache = {}
+        return self
+
     def is_ancestor(self, commits: set[str]) -> set[str]:
         from pytest_perfgate.history import vcs
 
@@ -86,14 +113,16 @@ class HistoryMode:
 
     def __init__(self, smoke: bool, meter: MeterFactory, sink: Sink,
                  context: Callable[[], HistoryContext], baseline_runs: int = 5,
-                 baseline: str | None = None, records: bool = True) -> None:
+                 baseline: str | None = None, records: bool | None = True) -> None:
         self.smoke = smoke
         self.meter = meter
         self.sink = sink
         self.context = context  # opened lazily: smoke mode never reads the history
         self.baseline_runs = baseline_runs
         self.baseline = baseline
-        self.records = records  # --perfgate-record: messages never claim a record otherwise
+        # --perfgate-record: messages never claim a record otherwise; None: re-judging a
+        # run recorded earlier (perfgate check), which records nothing new
+        self.records = records
 
     @property
     def tag(self) -> str | None:
@@ -152,7 +181,8 @@ class HistoryMode:
 
         kept = ("this run is recorded at the end of the session and becomes the baseline "
                 "of later commits" if self.records else
-                "nothing is recorded (--perfgate-record false)")
+                "nothing is recorded (--perfgate-record false)" if self.records is False else
+                "this run is the baseline of later commits")
         if self.baseline:
             return (f"no run of commit {self.baseline} on machine {ctx.machine!r} "
                     f"has {name} (failed runs count once accepted); {kept}")

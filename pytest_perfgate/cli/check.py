@@ -1,0 +1,125 @@
+"""``perfgate check [RUN_ID]``: judge a recorded run against its history, for CI.
+
+The plugin judges while it measures; ``check`` judges a run already recorded (the newest,
+or a given id) with the same rules and verdicts (modes/history.py, core/gate.py), so a CI
+step can gate separately from the step that measured. Exit statuses tell the cases apart:
+0 pass, 1 regression (or a verdict the policy fails), 2 usage error, 3 infrastructure error
+(no history, unreadable history): an infrastructure error is never a regression.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
+                                             history_location)
+from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
+                                             parse_policy, parse_positive_int)
+
+INFRA = 3
+
+
+def _infra(message: str) -> int:
+    print(f"perfgate check: infrastructure error: {message}")
+    return INFRA
+
+
+class Check(Command):
+    name = "check"
+    help = "judge a recorded run against its history (exit 0 pass, 1 regression, 3 infra)"
+    description = ("Judge the newest recorded run of a machine (or RUN_ID) against the runs "
+                   "before it, with the plugin's rules: strict-ancestor commits (asked in "
+                   "--repo), same fingerprint, failed runs only once accepted. Exit 0: pass; "
+                   "1: a regression (or UNSTABLE/INCONCLUSIVE under a fail policy); 2: usage "
+                   "error; 3: infrastructure error (no or unreadable history).")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        d = Options()
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("run_id", nargs="?", metavar="RUN_ID",
+                        help="the run to judge (default: the machine's newest history run)")
+        add_history_arguments(ap)
+        ap.add_argument("--repo", type=Path, default=Path.cwd(),
+                        help="the git checkout whose history decides ancestry (default: here)")
+        ap.add_argument("--threshold", type=argparse_type(parse_fraction),
+                        default=d.default_threshold(),
+                        help=f"throughput drop that fails (default {d.default_threshold():.0%})"
+                        .replace("%", "%%"))
+        ap.add_argument("--alpha", type=argparse_type(parse_alpha), default=d.alpha,
+                        help=f"one-sided significance level (default {d.alpha})")
+        ap.add_argument("--baseline-runs", type=argparse_type(parse_positive_int),
+                        default=d.baseline_runs,
+                        help=f"newest N ancestor runs form the baseline (default "
+                        f"{d.baseline_runs})")
+        ap.add_argument("--baseline", type=argparse_type(parse_commit), default=None,
+                        help="compare with this commit's runs only")
+        for what, default in (("unstable", d.unstable), ("inconclusive", d.inconclusive)):
+            ap.add_argument(f"--{what}", type=argparse_type(parse_policy("fail", "warn")),
+                            default=default, help=f"{what.upper()} verdicts: fail or warn "
+                            f"(default {default})")
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.core.gate import Rule
+        from pytest_perfgate.core.judged import Judged, failing
+        from pytest_perfgate.history.store import History
+        from pytest_perfgate.modes.history import HistoryContext, HistoryMode, is_history_run
+        from pytest_perfgate.report import render
+
+        results, machine = history_location(args)
+        if not results.is_dir():
+            return _infra(f"no history at {results}: record runs with `pytest --perfgate` "
+                          "first, or pass --results-dir")
+        if machine is None:
+            machines = sorted(p.name for p in results.iterdir() if (p / "perfgate").is_dir())
+            if not machines:
+                return _infra(f"no machine in {results} has recorded runs")
+            if len(machines) > 1:
+                args.parser.error(f"{results} holds runs of several machines "
+                                  f"({', '.join(machines)}): name one with --machine")
+            machine = machines[0]
+        try:
+            runs = History(results, machine).load_runs()
+        except (OSError, ValueError) as e:
+            return _infra(f"cannot read the history of machine {machine!r} in {results}: {e}")
+        if args.run_id is not None:
+            found = [r for r in runs if r.run_id == args.run_id]
+            if not found:
+                args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}:"
+                                  " give an id printed as 'recorded run RUN_ID'")
+            run = found[0]
+            if not is_history_run(run):
+                args.parser.error(f"run {run.run_id} was measured in the A/B mode: its verdict "
+                                  "was a paired comparison; check judges history-mode runs")
+        else:
+            mine = [r for r in runs if is_history_run(r)]
+            if not mine:
+                return _infra(f"machine {machine!r} has no recorded history-mode run in "
+                              f"{results}")
+            run = max(mine, key=lambda r: r.started_at)
+        ctx = HistoryContext.for_run(results, run, args.repo)
+        judged: list[Judged] = []
+        mode = HistoryMode(False, _no_meter, judged.append, lambda: ctx, args.baseline_runs,
+                           args.baseline, records=None)
+        rule = Rule(threshold=args.threshold, alpha=args.alpha, unstable=args.unstable,
+                    inconclusive=args.inconclusive)
+        for name in sorted(run.benchmarks):
+            mode.judge(run.benchmarks[name], name, rule)
+        print(f"perfgate check: run {run.run_id} of machine {machine!r}, commit "
+              f"{run.commit[:10]}{' (dirty)' if run.dirty else ''}")
+        for line in render.table(judged) + render.notes(judged):
+            print(line)
+        bad = failing(judged)
+        for j in bad:
+            print()
+            print(render.explain(j))
+        return 1 if bad else 0
+
+
+def _no_meter(**_: Any) -> Any:
+    raise AssertionError("perfgate check judges recorded runs; it never measures")

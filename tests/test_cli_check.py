@@ -1,0 +1,70 @@
+"""`perfgate check`: a recorded run judged against its history, exit statuses for CI."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.cli import main
+from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.history.store import History
+
+
+def _record(results: Path, runs: list[tuple[str, float]], machine: str = "box",
+            mode: str = "history") -> None:
+    rng = random.Random(7)
+    for i, (commit_digit, level) in enumerate(runs):
+        samples = tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8))
+        b = BenchResult("walk", samples, 1e6 / level, verdict="OK")
+        History(results, machine).record(RunRecord(
+            f"20240101T0000{i:02d}-aaaa{i:02d}", float(i), commit_digit * 40, 0, "main", False,
+            machine, "fp", {"mode": mode}, {"walk": b}))
+
+
+BASE = [("1", 10.0), ("2", 10.05), ("3", 9.95), ("4", 10.0), ("5", 10.02)]
+
+
+def test_a_regressed_history_exits_1_and_a_clean_one_0(tmp_path: Path, capsys) -> None:
+    slow, clean = tmp_path / "slow", tmp_path / "clean"
+    _record(slow, BASE + [("6", 20.0)])
+    _record(clean, BASE + [("6", 10.01)])
+    argv = ["check", "--repo", str(tmp_path)]  # not a git checkout: every other commit counts
+    assert main([*argv, "--results-dir", str(slow)]) == 1
+    out = capsys.readouterr().out
+    assert "perfgate check: run 20240101T000005-aaaa05 of machine 'box', commit 6666666666" in out
+    assert "REGRESSION" in out and "perfgate REGRESSION: walk" in out
+    assert main([*argv, "--results-dir", str(clean)]) == 0
+    out = capsys.readouterr().out
+    assert " OK " in out and "REGRESSION" not in out
+    # An earlier run by id: the first run has nothing before it.
+    assert main([*argv, "--results-dir", str(slow), "20240101T000000-aaaa00"]) == 0
+    assert "NO BASELINE" in capsys.readouterr().out
+
+
+def test_missing_history_is_an_infrastructure_error_not_a_pass(tmp_path: Path, capsys) -> None:
+    assert main(["check", "--results-dir", str(tmp_path / "none")]) == 3
+    assert capsys.readouterr().out.startswith(
+        f"perfgate check: infrastructure error: no history at {tmp_path / 'none'}")
+    (tmp_path / "empty").mkdir()
+    assert main(["check", "--results-dir", str(tmp_path / "empty")]) == 3
+    _record(tmp_path / "ab", BASE, mode="ab")
+    assert main(["check", "--results-dir", str(tmp_path / "ab")]) == 3
+    assert "has no recorded history-mode run" in capsys.readouterr().out
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
+    _record(tmp_path / "two", BASE, machine="m1")
+    _record(tmp_path / "two", BASE, machine="m2")
+    for argv, message in [
+        (["--results-dir", str(tmp_path / "two")], "holds runs of several machines (m1, m2): "
+         "name one with --machine"),
+        (["--results-dir", str(tmp_path / "two"), "--machine", "m1", "nope"],
+         "no run 'nope' of machine 'm1'"),
+        (["--alpha", "0.7"], "argument --alpha: '0.7'"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            main(["check", *argv])
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
