@@ -215,3 +215,10 @@ def test_a_source_that_never_completes_a_step_is_an_error_naming_the_fix() -> No
         "the workload completed no env-step in windows of up to 32 s: its step is slower "
         "than that, or it never ran; pass a larger window_time= (or --perfgate-window-time) "
         "or check that the step returns")
+
+
+def test_library_code_imports_phase_from_the_documented_paths() -> None:
+    import pytest_perfgate
+    import pytest_perfgate.timing
+
+    assert pytest_perfgate.timing.phase is phase is pytest_perfgate.phase
