@@ -29,7 +29,7 @@ from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone
 # Header int64 slots; producer-written and consumer-written counters on separate lines.
 PUBLISHED, P_PID, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 1, 2, 3, 4, 5
 CONSUMED, C_PID, C_WAIT_NS, CLAIM, POPS = 8, 9, 10, 11, 12
-W_PROD, W_CONS, ATTACHED = 16, 17, 18
+W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
 SEM_OFF = 1024  # mutex, data bell, free bell
 
 
@@ -67,12 +67,15 @@ class Batch:
 class Ring:
     """Create with ``Ring(spec)``; hand it to the other process as a spawn argument."""
 
-    def __init__(self, spec: RingSpec) -> None:
+    def __init__(self, spec: RingSpec, parties: int = 1) -> None:
+        """``parties``: processes that will attach (2 when the creator only supervises);
+        the name is removed once that many have mapped the segment."""
         sweep_stale()  # segments of a killed parent (docs/design.md §9)
         self.spec = spec
         self._seg = Segment(new_name(), spec.layout()[1], create=True)
         self._finalizer = weakref.finalize(self, self._seg.unlink)
         self._map_views(init=True)
+        self._h[PARTIES] = parties
 
     # ---- setup / teardown ------------------------------------------------------------
     def _map_views(self, init: bool) -> None:
@@ -105,7 +108,9 @@ class Ring:
         self._map_views(init=False)
         with self._locked():
             self._h[ATTACHED] += 1
-        self._seg.unlink()  # both sides are mapped: nothing left to leak (§9)
+            last = self._h[ATTACHED] >= self._h[PARTIES]
+        if last:
+            self._seg.unlink()  # every side is mapped: nothing left to leak (§9)
 
     def close(self) -> None:
         """Unlink the name (if still there) and drop this process's mapping."""
@@ -320,6 +325,16 @@ class Ring:
         return Batch(out["obs"], out["next_obs"], a["action"].take(cur, axis=0),
                      a["reward"].take(cur, axis=0), term, trunc, out.get("critic_obs"),
                      out.get("next_critic_obs"), start)
+
+    @property
+    def blocked_ns(self) -> int:
+        """Producer time spent waiting for a free slot so far (its own counter)."""
+        return int(self._h[P_BLOCKED_NS])
+
+    @property
+    def waited_ns(self) -> int:
+        """Consumer time spent waiting for a consumable step so far (its own counter)."""
+        return int(self._h[C_WAIT_NS])
 
     @property
     def ended(self) -> bool:
