@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import statistics
 import time
 import warnings
@@ -122,6 +123,12 @@ class RingPair:
         if self._closed:
             return
         self._closed = True
+        for p in self._procs:  # a paused side would not see "stop" or SIGTERM
+            if p.exitcode is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
         for c in self._conns:
             try:
                 c.send(("stop",))
@@ -140,6 +147,19 @@ class RingPair:
         self.exitcodes = [p.exitcode for p in self._procs]
         if self.ring is not None:
             self.ring.close()
+
+    def pause(self) -> None:
+        """SIGSTOP both sides (an interleaved comparison parks the pairs not measured)."""
+        for p in self._procs:
+            if p.exitcode is None:
+                os.kill(p.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT both sides; the next window starts from a fresh snapshot."""
+        for p in self._procs:
+            if p.exitcode is None:
+                os.kill(p.pid, signal.SIGCONT)
+        self._last = self._gather("snap", self.snap_timeout, "snapshot", ask=True)
 
     @property
     def pids(self) -> list[int]:
