@@ -6,6 +6,8 @@ Real-process faults (crashes, a killed parent, cleanup) are tests/test_ring_faul
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,35 +58,47 @@ def _push(ring: Ring, s: dict[str, np.ndarray], critic: bool) -> bool:
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 5), cap=st.integers(2, 5), steps=st.integers(1, 25),
        p_term=st.sampled_from([0.0, 0.2, 0.6]), p_trunc=st.sampled_from([0.0, 0.2, 0.6]),
-       critic=st.booleans(), seed=st.integers(0, 2**31), pop_max=st.integers(1, 6))
+       critic=st.booleans(), seed=st.integers(0, 2**31), pop_max=st.integers(1, 6),
+       mode=st.sampled_from(["copy", "reuse", "borrow"]))
 def test_next_obs_matches_an_8_field_reference(n: int, cap: int, steps: int, p_term: float,
                                                 p_trunc: float, critic: bool, seed: int,
-                                                pop_max: int) -> None:
-    """Terminations, truncations, both at once, across wrap-around (steps > capacity)."""
+                                                pop_max: int, mode: str) -> None:
+    """Terminations, truncations, both at once, across wrap-around (steps > capacity),
+    popping into fresh arrays, into reused ``buffers()``, or borrowing views."""
     rng = np.random.default_rng(seed)
     ref = _episode(rng, n, steps, p_term, p_trunc, critic)
     spec = RingSpec(n, (3,), (2,), capacity=cap, critic_shape=(2,) if critic else None)
-    got = []
+    got: list[Any] = []
     with Ring(spec) as ring:
+        out = ring.buffers(pop_max) if mode == "reuse" else None
+
+        def keep(b: Any) -> Any:
+            if b is not None:  # views into reused buffers or the ring: keep a copy
+                got.append(SimpleNamespace(**{k: None if v is None else np.copy(v)
+                                              for k, v in vars(b).items()}))
+            return b
+
+        def pop() -> Any:
+            if mode != "borrow":
+                return keep(ring.pop(max_steps=pop_max, timeout=0, out=out))
+            with ring.borrow(max_steps=pop_max, timeout=0) as b:
+                return keep(b)
+
         for s in ref:
             while not _push(ring, s, critic):  # full: drain some, as a consumer would
-                b = ring.pop(max_steps=pop_max, timeout=0)
-                assert b is not None
-                got.append(b)
+                assert pop() is not None
         while not ring.finish(ref[-1]["ret_next"], ref[-1]["ret_cnext"] if critic else None,
                               timeout=0):
-            b = ring.pop(max_steps=pop_max, timeout=0)
-            assert b is not None
-            got.append(b)
-        while (b := ring.pop(max_steps=pop_max, timeout=0)) is not None:
-            got.append(b)
+            assert pop() is not None
+        while pop() is not None:
+            pass
         assert ring.ended
     keys = ["obs", "next_obs", "action", "reward", "terminated", "truncated"]
     keys += ["critic_obs", "next_critic_obs"] if critic else []
     for k in keys:
         mine = np.concatenate([getattr(b, k) for b in got]) if got else np.empty(0)
         np.testing.assert_array_equal(mine, np.stack([s[k] for s in ref]), err_msg=k)
-    assert sum(b.steps for b in got) == steps
+    assert sum(len(b.obs) for b in got) == steps
 
 
 def test_successor_holds_the_reset_obs_and_the_side_store_the_final_one() -> None:
@@ -100,6 +114,18 @@ def test_successor_holds_the_reset_obs_and_the_side_store_the_final_one() -> Non
         assert r.pop(timeout=0) is None and r.ended
         with pytest.raises(RingClosed, match="push after finish"):
             r.push(z, z, np.zeros(3, np.float32), np.zeros(3, bool), np.zeros(3, bool))
+
+
+def test_min_steps_waits_for_that_many_consumable_steps() -> None:
+    z = np.zeros((1, 1), np.float32)
+    args = (z, z, np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool))
+    with Ring(RingSpec(1, (1,), (1,), capacity=5)) as r:
+        for _ in range(3):
+            r.push(*args)
+        assert r.pop(min_steps=3, timeout=0.05) is None  # 2 consumable: not enough
+        r.push(*args)
+        b = r.pop(min_steps=3, timeout=0)
+        assert b is not None and b.steps == 3
 
 
 @pytest.mark.parametrize("cap", [0, 1, -3, 2.5])

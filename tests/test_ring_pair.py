@@ -101,13 +101,13 @@ def test_pair_measures_collector_steps_and_reports_the_learner() -> None:
 def test_learner_crash_is_reported_with_its_exit_code() -> None:
     pair = RingPair(SPEC, collector=fake_collector, learner=fake_learner,
                     learner_kwargs={"exit_after": 3})
-    pair.start()
     t0 = time.monotonic()
     with pytest.raises(WorkerCrashed, match=r"pair learner \(pid \d+\) died during the "
-                       r"window: exit code 7"):
+                       r"(window|first snapshot): exit code 7"):
+        pair.start()
         for _ in range(50):
             pair.run_window(0.2)
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 60  # spawn + import, then the crash within a window
     assert _children() == []
 
 

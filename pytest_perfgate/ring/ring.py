@@ -19,8 +19,9 @@ import ctypes
 import os
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
 from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
@@ -266,10 +267,85 @@ class Ring:
         return True
 
     # ---- consumer --------------------------------------------------------------------
-    def pop(self, max_steps: int | None = None, timeout: float | None = None
-            ) -> Batch | None:
-        """Copy out up to ``max_steps`` consumable steps (at least one). None when the
-        stream is finished and drained, or when ``timeout`` passed first (see ``ended``)."""
+    def buffers(self, max_steps: int) -> dict[str, Any]:
+        """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
+        same buffers every time skips allocating (and page-faulting) fresh ones."""
+        import numpy as np
+
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise RingInputError(f"max_steps={max_steps!r}: pass a positive int")
+        out = {}
+        for key, (shape, dt) in self._fields.items():
+            if key.startswith("final_"):
+                continue
+            seq = key in ("obs", "critic_obs")
+            out[key] = np.empty((max_steps + seq, *shape), dt)
+            if seq:
+                out["next_" + key] = np.empty((max_steps, *shape), dt)
+        return out
+
+    def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
+            min_steps: int = 1, out: dict[str, Any] | None = None) -> Batch | None:
+        """Copy out up to ``max_steps`` consumable steps, waiting until ``min_steps`` are
+        (fewer only once the stream is finished). Returns None when the stream is finished
+        and drained, or when ``timeout`` passed first (see ``ended``). With ``out`` (from
+        :meth:`buffers`) the batch is views into those arrays, valid until the next pop."""
+        if out is not None:
+            cap = out["action"].shape[0]
+            max_steps = cap if max_steps is None else min(max_steps, cap)
+        got = self._claim(max_steps, timeout, min_steps)
+        if got is None:
+            return None
+        con, k = got
+        try:
+            return self._copy_out(con, k, out)
+        finally:
+            self._release(con, k)
+
+    @contextmanager
+    def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
+               min_steps: int = 1) -> Iterator[Batch | None]:
+        """Like pop(), but the batch is views into the ring itself (no copy), valid only
+        inside the ``with`` block; the steps are released when it ends. A batch stops at
+        the ring's wrap point (one step there is copied); next_obs is copied only when an
+        env ended in the batch. The producer cannot reuse borrowed slots meanwhile."""
+        got = self._claim(max_steps, timeout, min_steps)
+        if got is None:
+            yield None
+            return
+        con, k = got
+        cap = self.spec.capacity
+        run = min(k, cap - con % cap - 1)  # steps whose successor is contiguous
+        try:
+            yield self._views(con, run) if run > 0 else self._copy_out(con, 1, None)
+        finally:
+            self._release(con, max(run, 1))
+
+    def _views(self, start: int, k: int) -> Batch:
+        import numpy as np
+
+        a, s = self._a, start % self.spec.capacity
+        term, trunc = a["terminated"][s:s + k], a["truncated"][s:s + k]
+        done = term | trunc
+        got: dict[str, Any] = {}
+        for key in ("obs", "critic_obs"):
+            if key not in a:
+                continue
+            seq = a[key][s:s + k + 1]
+            nxt = seq[1:]
+            if done.any():
+                nxt = nxt.copy()
+                for t in np.flatnonzero(done.any(axis=1)):
+                    envs = np.flatnonzero(done[t])
+                    nxt[t, envs] = a["final_" + key][s + t, :len(envs)]
+            got[key], got["next_" + key] = seq[:-1], nxt
+        return Batch(got["obs"], got["next_obs"], a["action"][s:s + k],
+                     a["reward"][s:s + k], term, trunc, got.get("critic_obs"),
+                     got.get("next_critic_obs"), start)
+
+    def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int
+               ) -> tuple[int, int] | None:
+        """Wait for consumable steps and mark them being read: (first index, count)."""
         self._claim_role("consumer")
         h = self._h
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -278,11 +354,12 @@ class Ring:
             with self._locked():
                 con = int(h[CONSUMED])
                 avail = int(h[PUBLISHED]) - con - 1
-                if avail > 0:
+                ended = bool(h[CLOSED])
+                want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
+                if avail >= want or (ended and avail > 0):
                     k = avail if max_steps is None else min(avail, max_steps)
                     h[CLAIM] = k
                     break
-                ended = bool(h[CLOSED])
                 if not ended:
                     h[W_CONS] = 1
             if ended or (deadline is not None and time.monotonic() >= deadline):
@@ -290,41 +367,51 @@ class Ring:
                 return None
             self._wait(self._data_bell, "consumer", deadline)
         h[C_WAIT_NS] += time.perf_counter_ns() - t0
-        try:
-            batch = self._copy_out(con, k)
-        finally:
-            with self._locked():
-                h[CONSUMED] = con + k
-                h[CLAIM] = 0
-                h[POPS] += 1
-                if h[W_PROD]:
-                    h[W_PROD] = 0
-                    self._free_bell.post()
-        return batch
+        return con, k
 
-    def _copy_out(self, start: int, k: int) -> Batch:
+    def _release(self, con: int, k: int) -> None:
+        h = self._h
+        with self._locked():
+            h[CONSUMED] = con + k
+            h[CLAIM] = 0
+            h[POPS] += 1
+            if h[W_PROD]:
+                h[W_PROD] = 0
+                self._free_bell.post()
+
+    def _copy_out(self, start: int, k: int, out: dict[str, Any] | None) -> Batch:
         import numpy as np
 
         a, cap = self._a, self.spec.capacity
         idx = (start + np.arange(k + 1)) % cap
         cur = idx[:-1]
-        term, trunc = a["terminated"].take(cur, axis=0), a["truncated"].take(cur, axis=0)
+
+        def take(key: str, rows: Any) -> Any:
+            if out is None:
+                return a[key].take(rows, axis=0)
+            return np.take(a[key], rows, axis=0, out=out[key][:len(rows)], mode="clip")
+
+        term, trunc = take("terminated", cur), take("truncated", cur)
         done = term | trunc
-        out: dict[str, Any] = {}
+        got: dict[str, Any] = {}
         for key in ("obs", "critic_obs"):
             if key not in a:
                 continue
-            seq = a[key].take(idx, axis=0)
+            seq = take(key, idx)
             nxt = seq[1:]
             if done.any():
-                nxt = nxt.copy()
+                if out is None:
+                    nxt = nxt.copy()
+                else:
+                    dst = out["next_" + key][:k]
+                    np.copyto(dst, nxt)
+                    nxt = dst
                 for t in np.flatnonzero(done.any(axis=1)):
                     envs = np.flatnonzero(done[t])
                     nxt[t, envs] = a["final_" + key][cur[t], :len(envs)]
-            out[key], out["next_" + key] = seq[:-1], nxt
-        return Batch(out["obs"], out["next_obs"], a["action"].take(cur, axis=0),
-                     a["reward"].take(cur, axis=0), term, trunc, out.get("critic_obs"),
-                     out.get("next_critic_obs"), start)
+            got[key], got["next_" + key] = seq[:-1], nxt
+        return Batch(got["obs"], got["next_obs"], take("action", cur), take("reward", cur),
+                     term, trunc, got.get("critic_obs"), got.get("next_critic_obs"), start)
 
     @property
     def blocked_ns(self) -> int:
