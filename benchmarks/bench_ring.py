@@ -123,13 +123,19 @@ class Side:
             self.out = self.ring.buffers(capacity - 1)  # reused: no page faults per pop
             self.min_steps = max(1, capacity // 2)
 
-    def turn(self, steps: int) -> tuple[float, Any]:
-        """Seconds from asking for ``steps`` steps to having them all in hand here."""
+    def turn(self, steps: int, borrow: bool = False) -> tuple[float, Any]:
+        """Seconds from asking for ``steps`` steps to having them all in hand here: copied
+        into reused buffers, or (``borrow``) as views into the ring, released right away."""
         t0 = time.perf_counter()
         self.conn.send(steps)
         got, last = 0, None
         while got < steps:
-            if self.ring is not None:
+            if self.ring is not None and borrow:
+                with self.ring.borrow(max_steps=steps - got, timeout=30,
+                                      min_steps=min(self.min_steps, steps - got)) as b:
+                    assert b is not None
+                    got += b.steps
+            elif self.ring is not None:
                 b = self.ring.pop(max_steps=steps - got, timeout=30, out=self.out,
                                   min_steps=min(self.min_steps, steps - got))
                 assert b is not None
@@ -153,54 +159,63 @@ class Side:
 def bench_queue(turns: int, steps: int) -> None:
     n, d = 4096, 376
     ring, queue = Side("ring", n, d), Side("queue", n, d)
-    tr: list[float] = []
-    tq: list[float] = []
+    t: dict[str, list[float]] = {"copy": [], "borrow": [], "queue": []}
+    runs = {"copy": lambda: ring.turn(steps)[0], "borrow": lambda: ring.turn(steps, True)[0],
+            "queue": lambda: queue.turn(steps)[0]}
     try:
         ring.turn(2)
         queue.turn(2)  # warm both paths
-        for t in range(turns):
-            for s, out in ((ring, tr), (queue, tq)) if t % 2 == 0 else ((queue, tq),
-                                                                         (ring, tr)):
-                out.append(s.turn(steps)[0])
+        for i in range(turns):
+            names = list(runs)[i % 3:] + list(runs)[:i % 3]
+            for name in names:
+                t[name].append(runs[name]())
     finally:
         ring.close()
         queue.close()
-    ratio = statistics.median(q / r for r, q in zip(tr, tq, strict=True))
     mb = n * d * 4 / 1e6
+    rate = {k: steps * mb / statistics.median(v) for k, v in t.items()}
+    r_copy = statistics.median(q / r for r, q in zip(t["copy"], t["queue"], strict=True))
+    r_borrow = statistics.median(q / r for r, q in zip(t["borrow"], t["queue"], strict=True))
     print(f"queue {n} x {d} float32 ({mb:.1f} MB obs per step), {turns} turns x {steps} "
-          f"steps:\n      ring {steps * mb / statistics.median(tr):.0f} MB/s  Queue "
-          f"{steps * mb / statistics.median(tq):.0f} MB/s  ring/Queue {ratio:.1f}x "
-          "(target >= 10x)")
+          f"steps:\n      ring pop(out=) {rate['copy']:.0f} MB/s  ring borrow "
+          f"{rate['borrow']:.0f} MB/s  Queue {rate['queue']:.0f} MB/s\n      ring/Queue: "
+          f"pop {r_copy:.1f}x, borrow {r_borrow:.1f}x (target >= 10x)")
 
 
 def bench_bw(turns: int) -> None:
-    for n, steps in ((2048, 24), (32768, 4)):  # 3.1 MB and 49 MB of obs per step; L3 32 MB
-        d = 376
-        side = Side("ring", n, d, capacity=8)
-        src = np.random.default_rng(2).standard_normal((steps, n, d)).astype(np.float32)
-        dst = np.empty_like(src)
-        tr: list[float] = []
-        tm: list[float] = []
-        try:
-            side.turn(2)
-            for t in range(turns):
-                for which in (("ring", "memcpy") if t % 2 == 0 else ("memcpy", "ring")):
-                    if which == "ring":
-                        tr.append(side.turn(steps)[0])
-                    else:
-                        t0 = time.perf_counter()
-                        np.copyto(dst, src)
-                        tm.append(time.perf_counter() - t0)
-        finally:
-            side.close()
-        slot = RingSpec(n, (d,), (17,)).slot_bytes()
-        gb_ring = steps * slot / statistics.median(tr) / 1e9
-        gb_copy = src.nbytes / statistics.median(tm) / 1e9
-        eff = statistics.median((src.nbytes / m) / (steps * slot / r)
-                                for r, m in zip(tr, tm, strict=True))
-        print(f"bw    {n} envs x {d} float32 ({slot / 1e6:.1f} MB per step, {steps} steps "
-              f"per turn, {turns} turns):\n      ring {gb_ring:.2f} GB/s  memcpy "
-              f"{gb_copy:.2f} GB/s  ring/memcpy {1 / eff:.0%} (target >= 70%)")
+    for n, steps in ((2048, 24), (32768, 4)):  # 3.2 MB and 52 MB per step; L3 is 32 MB here
+        _bw_one(n, steps, turns)
+
+
+def _bw_one(n: int, steps: int, turns: int) -> None:
+    d = 376
+    side = Side("ring", n, d, capacity=8)
+    slot = RingSpec(n, (d,), (17,)).slot_bytes()
+    src = np.random.default_rng(2).standard_normal(steps * slot // 4).astype(np.float32)
+    dst = np.empty_like(src)
+
+    def memcpy() -> float:
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        return time.perf_counter() - t0
+
+    runs = {"copy": lambda: side.turn(steps)[0],
+            "borrow": lambda: side.turn(steps, True)[0], "memcpy": memcpy}
+    t: dict[str, list[float]] = {k: [] for k in runs}
+    try:
+        side.turn(2)
+        for i in range(turns):
+            for name in list(runs)[i % 3:] + list(runs)[:i % 3]:
+                t[name].append(runs[name]())
+    finally:
+        side.close()
+    gb = {k: steps * slot / statistics.median(v) / 1e9 for k, v in t.items()}
+    eff = {k: statistics.median(m / r for r, m in zip(t[k], t["memcpy"], strict=True))
+           for k in ("copy", "borrow")}
+    print(f"bw    {n} envs x {d} float32 ({slot / 1e6:.1f} MB per step, {steps} steps "
+          f"per turn, {turns} turns):\n      memcpy {gb['memcpy']:.2f} GB/s  ring "
+          f"pop(out=) {gb['copy']:.2f} GB/s ({eff['copy']:.0%})  ring borrow "
+          f"{gb['borrow']:.2f} GB/s ({eff['borrow']:.0%})  (target >= 70%)")
 
 
 def bench_pair(turns: int, envs: int) -> None:
