@@ -84,7 +84,8 @@ class Ring:
 
         buf = self._seg.map
         self._h = np.ndarray((SEM_OFF // 8,), np.int64, buf, 0)
-        base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        self._base = ctypes.c_char.from_buffer(buf)  # an export: dropped in close()
+        base = ctypes.addressof(self._base)
         self._mutex = SharedSem(base + SEM_OFF, 1 if init else None)
         self._data_bell = SharedSem(base + SEM_OFF + SEM_BYTES, 0 if init else None)
         self._free_bell = SharedSem(base + SEM_OFF + 2 * SEM_BYTES, 0 if init else None)
@@ -116,8 +117,10 @@ class Ring:
     def close(self) -> None:
         """Unlink the name (if still there) and drop this process's mapping."""
         self._seg.unlink()
-        self._a.clear()
-        self._seg.close()
+        self._a = {}
+        for attr in ("_h", "_base", "_mutex", "_data_bell", "_free_bell"):
+            self.__dict__.pop(attr, None)
+        self._seg.close()  # unmaps unless a caller still holds views (then at exit)
 
     def __enter__(self) -> Ring:
         return self
