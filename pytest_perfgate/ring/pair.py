@@ -48,7 +48,11 @@ class RingPair:
                  collector_cpus: _cpus.CpuSpec = None, learner_cpus: _cpus.CpuSpec = None,
                  collector_kwargs: dict[str, Any] | None = None,
                  learner_kwargs: dict[str, Any] | None = None, start_timeout: float = 120.0,
-                 snap_timeout: float = 30.0) -> None:
+                 snap_timeout: float = 30.0, park: bool = True) -> None:
+        """``park``: stop both sides (SIGSTOP) between windows, so nothing of the pair runs
+        while another benchmark or the other A/B side is measured."""
+        self.park = park
+        self._paused = False
         self.spec = spec
         self.factories = (collector, learner)
         self.kwargs = (dict(collector_kwargs or {}), dict(learner_kwargs or {}))
@@ -114,6 +118,8 @@ class RingPair:
             for c in self._conns:
                 c.send(("go",))
             self._last = self._gather("snap", self.snap_timeout, "first snapshot", ask=True)
+            if self.park:
+                self.pause()
         except BaseException:
             self.close()
             raise
@@ -153,12 +159,14 @@ class RingPair:
         for p in self._procs:
             if p.exitcode is None:
                 os.kill(p.pid, signal.SIGSTOP)
+        self._paused = True
 
     def resume(self) -> None:
         """SIGCONT both sides; the next window starts from a fresh snapshot."""
         for p in self._procs:
             if p.exitcode is None:
                 os.kill(p.pid, signal.SIGCONT)
+        self._paused = False
         self._last = self._gather("snap", self.snap_timeout, "snapshot", ask=True)
 
     @property
@@ -170,12 +178,16 @@ class RingPair:
         """Collector env-steps between two snapshots ``duration_s`` apart (both sides)."""
         if not duration_s > 0:
             raise ValueError(f"window duration {duration_s!r}: must be > 0 seconds")
+        if self._paused:
+            self.resume()
         first = self._last
         ready = wait([p.sentinel for p in self._procs], timeout=duration_s)
         if ready:
             self._gather("snap", 1.0, "window", ask=True)  # reports the dead side
         last = self._gather("snap", self.snap_timeout, "window", ask=True)
         self._last = last
+        if self.park:
+            self.pause()
         diffs = [self._diff(a, b) for a, b in zip(first, last, strict=True)]
         col, lrn = diffs
         upd = lrn.phases.get("update")
@@ -202,7 +214,8 @@ class RingPair:
             "placement": [{k: (_cpus.format_cpus(v) if k.endswith("_cpus") and v else v)
                            for k, v in p.items()} for p in self.placements],
             "notes": list(self.notes),
-            "ring": self.ring.stats() if self.ring is not None and not self._closed else {},
+            "ring": (self.ring.stats(lock=False) if self.ring is not None and not self._closed
+                     else {}),
             "learner_updates_per_s": statistics.median(ups),
             "learner_samples_per_s": statistics.median(sps)}}
 

@@ -19,7 +19,7 @@ import ctypes
 import os
 import time
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -433,10 +433,12 @@ class Ring:
         with self._locked():
             return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) <= 1
 
-    def stats(self) -> dict[str, float]:
-        """Fill level, blocked/wait time, overwrites: what a run report shows."""
+    def stats(self, lock: bool = True) -> dict[str, float]:
+        """Fill level, blocked/wait time, overwrites: what a run report shows. ``lock=False``
+        reads without the mutex (a supervisor whose sides may be stopped holding it): each
+        counter is then exact, but they may be from slightly different moments."""
         h = self._h
-        with self._locked():
+        with self._locked() if lock else nullcontext():
             pub, con = int(h[PUBLISHED]), int(h[CONSUMED])
             return {"capacity": self.spec.capacity, "pushed": int(h[PUSHES]),
                     "consumed": con, "fill": max(0, pub - con - 1),
