@@ -103,7 +103,7 @@ def test_learner_crash_is_reported_with_its_exit_code() -> None:
                     learner_kwargs={"exit_after": 3})
     t0 = time.monotonic()
     with pytest.raises(WorkerCrashed, match=r"pair learner \(pid \d+\) died during the "
-                       r"(window|first snapshot): exit code 7"):
+                       r"(window|first snapshot|snapshot): exit code 7"):
         pair.start()
         for _ in range(50):
             pair.run_window(0.2)
@@ -116,7 +116,7 @@ def test_collector_killed_is_reported_with_its_signal() -> None:
     pair = RingPair(SPEC, collector=fake_collector, learner=fake_learner,
                     collector_kwargs={"die_after": 20, "sig": int(signal.SIGKILL)})
     with pytest.raises(WorkerCrashed, match=r"pair collector \(pid \d+\) died during the "
-                       r"(window|first snapshot): killed by signal SIGKILL"):
+                       r"(window|first snapshot|snapshot): killed by signal SIGKILL"):
         with pair:
             for _ in range(50):
                 pair.run_window(0.2)
