@@ -20,9 +20,10 @@ import os
 import time
 import weakref
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import Any, Iterator
 
+from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
 from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
 from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone
@@ -40,29 +41,6 @@ class PeerDied(RuntimeError):
 
 class RingClosed(RuntimeError):
     """push() after finish(), or a ring whose segment was closed."""
-
-
-@dataclass
-class Batch:
-    """Consecutive transitions, copied out of the ring: arrays of shape (steps, num_envs, ...)."""
-
-    obs: Any
-    next_obs: Any
-    action: Any
-    reward: Any
-    terminated: Any
-    truncated: Any
-    critic_obs: Any = None
-    next_critic_obs: Any = None
-    start: int = 0  # stream index of the first step
-
-    @property
-    def steps(self) -> int:
-        return int(self.obs.shape[0])
-
-    @property
-    def transitions(self) -> int:
-        return int(self.obs.shape[0] * self.obs.shape[1])
 
 
 class Ring:
@@ -273,19 +251,7 @@ class Ring:
     def buffers(self, max_steps: int) -> dict[str, Any]:
         """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
         same buffers every time skips allocating (and page-faulting) fresh ones."""
-        import numpy as np
-
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise RingInputError(f"max_steps={max_steps!r}: pass a positive int")
-        out = {}
-        for key, (shape, dt) in self._fields.items():
-            if key.startswith("final_"):
-                continue
-            seq = key in ("obs", "critic_obs")
-            out[key] = np.empty((max_steps + seq, *shape), dt)
-            if seq:
-                out["next_" + key] = np.empty((max_steps, *shape), dt)
-        return out
+        return _batch.buffers(self._fields, max_steps)
 
     def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
             min_steps: int = 1, out: dict[str, Any] | None = None) -> Batch | None:
@@ -301,7 +267,7 @@ class Ring:
             return None
         con, k = got
         try:
-            return self._copy_out(con, k, out)
+            return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
         finally:
             self._release(con, k)
 
@@ -320,31 +286,10 @@ class Ring:
         cap = self.spec.capacity
         run = min(k, cap - con % cap - 1)  # steps whose successor is contiguous
         try:
-            yield self._views(con, run) if run > 0 else self._copy_out(con, 1, None)
+            yield (_batch.views(self._a, cap, con, run) if run > 0
+                   else _batch.copy_out(self._a, cap, con, 1, None))
         finally:
             self._release(con, max(run, 1))
-
-    def _views(self, start: int, k: int) -> Batch:
-        import numpy as np
-
-        a, s = self._a, start % self.spec.capacity
-        term, trunc = a["terminated"][s:s + k], a["truncated"][s:s + k]
-        done = term | trunc
-        got: dict[str, Any] = {}
-        for key in ("obs", "critic_obs"):
-            if key not in a:
-                continue
-            seq = a[key][s:s + k + 1]
-            nxt = seq[1:]
-            if done.any():
-                nxt = nxt.copy()
-                for t in np.flatnonzero(done.any(axis=1)):
-                    envs = np.flatnonzero(done[t])
-                    nxt[t, envs] = a["final_" + key][s + t, :len(envs)]
-            got[key], got["next_" + key] = seq[:-1], nxt
-        return Batch(got["obs"], got["next_obs"], a["action"][s:s + k],
-                     a["reward"][s:s + k], term, trunc, got.get("critic_obs"),
-                     got.get("next_critic_obs"), start)
 
     def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int
                ) -> tuple[int, int] | None:
@@ -381,40 +326,6 @@ class Ring:
             if h[W_PROD]:
                 h[W_PROD] = 0
                 self._free_bell.post()
-
-    def _copy_out(self, start: int, k: int, out: dict[str, Any] | None) -> Batch:
-        import numpy as np
-
-        a, cap = self._a, self.spec.capacity
-        idx = (start + np.arange(k + 1)) % cap
-        cur = idx[:-1]
-
-        def take(key: str, rows: Any) -> Any:
-            if out is None:
-                return a[key].take(rows, axis=0)
-            return np.take(a[key], rows, axis=0, out=out[key][:len(rows)], mode="clip")
-
-        term, trunc = take("terminated", cur), take("truncated", cur)
-        done = term | trunc
-        got: dict[str, Any] = {}
-        for key in ("obs", "critic_obs"):
-            if key not in a:
-                continue
-            seq = take(key, idx)
-            nxt = seq[1:]
-            if done.any():
-                if out is None:
-                    nxt = nxt.copy()
-                else:
-                    dst = out["next_" + key][:k]
-                    np.copyto(dst, nxt)
-                    nxt = dst
-                for t in np.flatnonzero(done.any(axis=1)):
-                    envs = np.flatnonzero(done[t])
-                    nxt[t, envs] = a["final_" + key][cur[t], :len(envs)]
-            got[key], got["next_" + key] = seq[:-1], nxt
-        return Batch(got["obs"], got["next_obs"], take("action", cur), take("reward", cur),
-                     term, trunc, got.get("critic_obs"), got.get("next_critic_obs"), start)
 
     @property
     def blocked_ns(self) -> int:
