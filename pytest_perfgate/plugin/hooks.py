@@ -17,6 +17,7 @@ from pytest_perfgate.plugin import markers, select
 from pytest_perfgate.plugin.rootdir import default_name, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
+from pytest_perfgate.plugin.fixtures_ring import ring_pair  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
 from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError)
 

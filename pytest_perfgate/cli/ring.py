@@ -1,0 +1,58 @@
+"""``perfgate ring-compare``: a collector/learner pair pinned vs unpinned, interleaved.
+
+Prints the field report's table: env-steps/s, change vs unpinned, env_step ms, push ms,
+for the unpinned pair and the pinned pair at each learner core count (docs/design.md §9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import argparse_type, parse_int_list
+from pytest_perfgate.session.options import parse_positive_int
+
+
+class RingCompare(Command):
+    name = "ring-compare"
+    help = "collector/learner ring pair: pinned vs unpinned over learner core counts"
+    description = ("Start the default humanoid collector / SAC learner pair once per "
+                   "configuration (unpinned, then the learner on its first k cores and the "
+                   "collector on the rest), measure them in rotating turns and print "
+                   "env-steps/s, change vs unpinned, env_step ms and push ms.")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("--envs", type=argparse_type(parse_positive_int), default=256,
+                        help="environments the collector steps (default 256)")
+        ap.add_argument("--capacity", type=argparse_type(parse_positive_int), default=8,
+                        help="ring slots, >= 2 (default 8)")
+        ap.add_argument("--learner-cores", type=argparse_type(parse_int_list), default=None,
+                        help="learner core counts, e.g. 1,2 (default: 1,2,4,8 below the "
+                        "CPU count)")
+        ap.add_argument("--turns", type=argparse_type(parse_positive_int), default=6,
+                        help="interleaved turns (medians; default 6)")
+        ap.add_argument("--window", type=float, default=1.0,
+                        help="seconds measured per configuration per turn (default 1)")
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.ring import compare
+        from pytest_perfgate.ring.layout import RingInputError
+        from pytest_perfgate.sim.models import MujocoUnavailable
+
+        try:
+            from pytest_perfgate.ring.workloads import humanoid_spec
+
+            spec = humanoid_spec(args.envs, args.capacity)
+            configs = compare.plan(args.learner_cores)
+            rows = compare.compare(spec, configs, turns=args.turns, window_s=args.window)
+        except (MujocoUnavailable, RingInputError, ValueError, FileNotFoundError) as exc:
+            print(f"perfgate ring-compare: error: {exc}", file=sys.stderr)
+            return 2
+        print(compare.table(rows, spec))
+        return 0

@@ -1,0 +1,1 @@
+"""Collector/learner pairs over a shared-memory transition ring (docs/design.md §9)."""

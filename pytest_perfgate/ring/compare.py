@@ -1,0 +1,104 @@
+"""Pinned vs unpinned pairs, over learner core counts, measured interleaved.
+
+The field report's table (docs/design.md §9): collector env-steps/s, change vs unpinned,
+env_step ms and push ms per configuration. All pairs are started once and parked with
+SIGSTOP; each turn resumes one, settles it for a short window, measures one window and
+parks it again, the order rotating every turn, so drift hits every configuration alike
+(docs/design.md §1). Figures are medians over turns.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.ring.layout import RingSpec
+from pytest_perfgate.ring.pair import RingPair
+
+
+@dataclass
+class Config:
+    label: str
+    collector_cpus: str | None
+    learner_cpus: str | None
+    rates: list[float] = field(default_factory=list)
+    env_step_ms: list[float] = field(default_factory=list)
+    push_ms: list[float] = field(default_factory=list)
+
+    def row(self, base: float) -> dict[str, Any]:
+        rate = statistics.median(self.rates) if self.rates else 0.0
+        return {"config": self.label, "collector_cpus": self.collector_cpus or "unpinned",
+                "learner_cpus": self.learner_cpus or "unpinned", "env_steps_per_s": rate,
+                "change": rate / base - 1 if base else 0.0,
+                "env_step_ms": statistics.median(self.env_step_ms or [0.0]),
+                "push_ms": statistics.median(self.push_ms or [0.0]), "turns": len(self.rates)}
+
+
+def plan(learner_cores: tuple[int, ...] | None = None,
+         usable: tuple[int, ...] | None = None) -> list[Config]:
+    """Unpinned first, then learner on its first k cores and the collector on the rest."""
+    cpus = tuple(sorted(usable if usable is not None else _cpus.usable_cpus()))
+    counts = learner_cores or tuple(k for k in (1, 2, 4, 8) if k < len(cpus))
+    bad = [k for k in counts if not 0 < k < len(cpus)]
+    if bad:
+        raise ValueError(f"learner core counts {bad}: each must leave the collector at least "
+                         f"one of the {len(cpus)} usable CPUs ({_cpus.format_cpus(cpus)})")
+    out = [Config("unpinned", None, None)]
+    for k in counts:
+        out.append(Config(f"pinned L{k}", _cpus.format_cpus(cpus[k:]),
+                          _cpus.format_cpus(cpus[:k])))
+    return out
+
+
+def compare(spec: RingSpec, configs: list[Config], *, turns: int = 10,
+            window_s: float = 1.0, settle_s: float = 0.5, **pair_kw: Any) -> list[dict[str, Any]]:
+    """Run every configuration interleaved; rows as :meth:`Config.row`."""
+    if turns < 1 or window_s <= 0 or settle_s < 0:
+        raise ValueError(f"turns={turns!r}, window_s={window_s!r}, settle_s={settle_s!r}: "
+                         "need turns >= 1, window_s > 0, settle_s >= 0")
+    pairs: list[RingPair] = []
+    try:
+        for c in configs:
+            p = RingPair(spec, collector_cpus=c.collector_cpus, learner_cpus=c.learner_cpus,
+                         **pair_kw)
+            pairs.append(p)
+            p.start()
+            p.pause()
+        for turn in range(turns):
+            k = turn % len(configs)
+            order = list(range(len(configs)))[k:] + list(range(len(configs)))[:k]
+            for i in order:
+                c, p = configs[i], pairs[i]
+                p.resume()
+                if settle_s:
+                    p.run_window(settle_s)
+                w = p.run_window(window_s)
+                p.pause()
+                c.rates.append(w.transitions / w.wall_s)
+                ph = w.phases
+                if "env_step" in ph:
+                    c.env_step_ms.append(ph["env_step"].ms_per_call)
+                if "push" in ph:
+                    waited = ph["wait_free"].wall_ns if "wait_free" in ph else 0
+                    c.push_ms.append((ph["push"].wall_ns - waited) / 1e6 / ph["push"].calls)
+    finally:
+        for p in pairs:
+            p.close()
+    base = statistics.median(configs[0].rates) if configs[0].rates else 0.0
+    return [c.row(base) for c in configs]
+
+
+def table(rows: list[dict[str, Any]], spec: RingSpec) -> str:
+    """The field report's table, plus the sizes used."""
+    head = (f"{'config':<12} {'collector':>9} {'learner':>9} {'env-steps/s':>12} "
+            f"{'vs unpinned':>11} {'env_step ms':>11} {'push ms':>8}")
+    lines = [f"ring pair: {spec.num_envs} envs, obs {spec.obs_shape}, capacity {spec.capacity}",
+             head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['config']:<12} {r['collector_cpus']:>9} {r['learner_cpus']:>9} "
+                     f"{r['env_steps_per_s']:>12.0f} {r['change']:>+10.1%} "
+                     f"{r['env_step_ms']:>11.2f} {r['push_ms']:>8.3f}")
+    lines.append(f"(medians of {rows[0]['turns'] if rows else 0} interleaved turns)")
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""What a ring slot holds and where each array lives in the segment (docs/design.md §9).
+
+Six slot fields (obs, critic_obs optional, action, reward, terminated, truncated): a step's
+observation is written once, and ``next_obs`` is read from the successor slot. The final
+observations of envs that ended at a step go to a per-slot side store, written only for
+those envs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+HEADER_BYTES = 4096  # counters, one 64-byte line per writer (see ring.py _H_*)
+ALIGN = 64
+
+
+class RingInputError(ValueError):
+    """A push or a spec does not match what the ring declared; the message names it."""
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Shapes and dtypes, declared once. ``obs_shape``/``critic_shape`` exclude num_envs."""
+
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    action_shape: tuple[int, ...]
+    capacity: int = 8
+    critic_shape: tuple[int, ...] | None = None
+    obs_dtype: str = "float32"
+    action_dtype: str = "float32"
+    reward_dtype: str = "float32"
+    overwrite: bool = False  # False: push blocks when full (default); True: drop the oldest
+    check_finite: bool = False  # False: NaN/inf passed through; True: rejected at push
+
+    def __post_init__(self) -> None:
+        import numpy as np
+
+        cap = self.capacity
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 2:
+            raise RingInputError(
+                f"capacity={cap!r}: a ring needs capacity >= 2. Slot t becomes readable only "
+                "when slot t+1 is written (next_obs lives there), so with 1 slot the learner "
+                "waits for a successor the collector can never write: a deadlock. Use >= 2")
+        n = self.num_envs
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise RingInputError(f"num_envs={n!r}: pass a positive int")
+        for name in ("obs_shape", "action_shape", "critic_shape"):
+            shape = getattr(self, name)
+            if shape is None:
+                continue
+            shape = tuple(int(d) for d in shape)
+            if any(d < 1 for d in shape):
+                raise RingInputError(f"{name}={shape!r}: every dimension must be >= 1")
+            object.__setattr__(self, name, shape)
+        for name in ("obs_dtype", "action_dtype", "reward_dtype"):
+            try:
+                object.__setattr__(self, name, np.dtype(getattr(self, name)).name)
+            except TypeError as exc:
+                raise RingInputError(f"{name}={getattr(self, name)!r}: not a numpy dtype "
+                                     f"({exc})") from None
+
+    def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Per-slot arrays (without the capacity axis): name -> (shape, dtype)."""
+        n = self.num_envs
+        f = {"obs": ((n, *self.obs_shape), self.obs_dtype)}
+        if self.critic_shape is not None:
+            f["critic_obs"] = ((n, *self.critic_shape), self.obs_dtype)
+        f["action"] = ((n, *self.action_shape), self.action_dtype)
+        f["reward"] = ((n,), self.reward_dtype)
+        f["terminated"] = ((n,), "bool")
+        f["truncated"] = ((n,), "bool")
+        # Side store: final observations of the envs that ended, packed in env order.
+        f["final_obs"] = ((n, *self.obs_shape), self.obs_dtype)
+        if self.critic_shape is not None:
+            f["final_critic_obs"] = ((n, *self.critic_shape), self.obs_dtype)
+        return f
+
+    def layout(self) -> tuple[dict[str, tuple[int, tuple[int, ...], str]], int]:
+        """name -> (offset, shape incl. capacity, dtype), and the segment size in bytes."""
+        import numpy as np
+
+        off = HEADER_BYTES
+        out: dict[str, tuple[int, tuple[int, ...], str]] = {}
+        for name, (shape, dtype) in self.fields().items():
+            full = (self.capacity, *shape)
+            out[name] = (off, full, dtype)
+            nbytes = int(np.prod(full)) * np.dtype(dtype).itemsize
+            off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        return out, off
+
+    def slot_bytes(self) -> int:
+        """Bytes one push writes when no env ended (the side store is not touched)."""
+        import numpy as np
+
+        return sum(int(np.prod(s)) * np.dtype(d).itemsize
+                   for k, (s, d) in self.fields().items() if not k.startswith("final_"))
+
+
+def check_array(field: str, value: Any, shape: tuple[int, ...], dtype: str,
+                finite: bool) -> Any:
+    """The array to store, or RingInputError naming the field, what was expected and got."""
+    import numpy as np
+
+    arr = np.asarray(value)
+    if arr.shape != shape or arr.dtype != np.dtype(dtype):
+        raise RingInputError(f"push: field {field!r} expected shape {shape} dtype {dtype}, "
+                             f"got shape {arr.shape} dtype {arr.dtype}; convert it or declare "
+                             "the ring with this shape/dtype")
+    if finite and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0].tolist()
+        raise RingInputError(f"push: field {field!r} holds a non-finite value at index {bad} "
+                             f"({float(arr[tuple(bad)])!r}); the ring was created with "
+                             "check_finite=True, which rejects NaN/inf")
+    return arr

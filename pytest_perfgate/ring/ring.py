@@ -1,0 +1,376 @@
+"""A single-producer / single-consumer transition ring in shared memory (docs/design.md §9).
+
+Slot t holds one step: obs_t, action_t, reward_t, terminated_t, truncated_t (+ critic_obs_t).
+``next_obs`` of slot t is slot t+1's obs, so slot t is consumable only once slot t+1 is
+written: the newest slot waits for its successor, and :meth:`Ring.finish` (the observation
+after the last step) flushes it at shutdown. Envs that ended at step t have their true final
+observation in slot t's side store; the successor holds their reset observation.
+
+Counters live in the segment header and are read and written only under a process-shared
+semaphore used as a mutex (sem_wait/sem_post synchronise memory, POSIX XBD 4.12), so the
+slot bytes written before a publish are visible to whoever sees the new count, on x86-64
+and aarch64 alike. Backpressure: ``overwrite=False`` (default) blocks the producer while
+the ring is full; ``overwrite=True`` drops the oldest unread step and counts it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+import weakref
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator
+
+from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring.batch import Batch
+from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
+from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
+from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone
+
+# Header int64 slots; producer-written and consumer-written counters on separate lines.
+PUBLISHED, P_PID, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 1, 2, 3, 4, 5
+CONSUMED, C_PID, C_WAIT_NS, CLAIM, POPS = 8, 9, 10, 11, 12
+W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
+SEM_OFF = 1024  # mutex, data bell, free bell
+
+
+class PeerDied(RuntimeError):
+    """The other side of the ring exited; the message names it and how it ended."""
+
+
+class RingClosed(RuntimeError):
+    """push() after finish(), or a ring whose segment was closed."""
+
+
+class Ring:
+    """Create with ``Ring(spec)``; hand it to the other process as a spawn argument."""
+
+    def __init__(self, spec: RingSpec, parties: int = 1) -> None:
+        """``parties``: processes that will attach (2 when the creator only supervises);
+        the name is removed once that many have mapped the segment."""
+        sweep_stale()  # segments of a killed parent (docs/design.md §9)
+        self.spec = spec
+        self._seg = Segment(new_name(), spec.layout()[1], create=True)
+        self._finalizer = weakref.finalize(self, self._seg.unlink)
+        self._map_views(init=True)
+        self._h[PARTIES] = parties
+
+    # ---- setup / teardown ------------------------------------------------------------
+    def _map_views(self, init: bool) -> None:
+        import numpy as np
+
+        buf = self._seg.map
+        self._h = np.ndarray((SEM_OFF // 8,), np.int64, buf, 0)
+        self._base = ctypes.c_char.from_buffer(buf)  # an export: dropped in close()
+        base = ctypes.addressof(self._base)
+        self._mutex = SharedSem(base + SEM_OFF, 1 if init else None)
+        self._data_bell = SharedSem(base + SEM_OFF + SEM_BYTES, 0 if init else None)
+        self._free_bell = SharedSem(base + SEM_OFF + 2 * SEM_BYTES, 0 if init else None)
+        layout, _ = self.spec.layout()
+        self._a = {k: np.ndarray(shape, dt, buf, off) for k, (off, shape, dt) in layout.items()}
+        self._fields = self.spec.fields()
+        self._peer_watch: Any = None
+        self._role: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "name": self._seg.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.spec = state["spec"]
+        try:
+            self._seg = Segment(state["name"], self.spec.layout()[1], create=False)
+        except FileNotFoundError:
+            raise RingClosed(f"ring segment {state['name']!r} is gone: a ring joins exactly "
+                             "two processes, and its name is removed once the second one "
+                             "attached (or its creator exited)") from None
+        self._finalizer = weakref.finalize(self, lambda: None)
+        self._map_views(init=False)
+        with self._locked():
+            self._h[ATTACHED] += 1
+            last = self._h[ATTACHED] >= self._h[PARTIES]
+        if last:
+            self._seg.unlink()  # every side is mapped: nothing left to leak (§9)
+
+    def close(self) -> None:
+        """Unlink the name (if still there) and drop this process's mapping."""
+        self._seg.unlink()
+        self._a = {}
+        for attr in ("_h", "_base", "_mutex", "_data_bell", "_free_bell"):
+            self.__dict__.pop(attr, None)
+        self._seg.close()  # unmaps unless a caller still holds views (then at exit)
+
+    def __enter__(self) -> Ring:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def name(self) -> str:
+        return self._seg.name
+
+    def watch(self, peer: Any) -> None:
+        """Let waits report a peer ``multiprocessing.Process`` with its exit code/signal."""
+        self._peer_watch = peer
+
+    # ---- locking and waiting ---------------------------------------------------------
+    def _check_peer(self, role: str) -> None:
+        peer_role = "consumer" if role == "producer" else "producer"
+        w = self._peer_watch
+        if w is not None and w.exitcode is not None:
+            code = w.exitcode
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            raise PeerDied(f"ring {peer_role} (pid {w.pid}) died: {how}")
+        pid = int(self._h[C_PID if role == "producer" else P_PID])
+        gone = peer_gone(pid)
+        if gone is not None:
+            raise PeerDied(f"ring {peer_role} (pid {pid}) died: {gone}")
+
+    def _locked(self) -> _Held:
+        return _Held(self)
+
+    def _wait(self, bell: SharedSem, role: str, deadline: float | None) -> bool:
+        """One sliced wait on ``bell``; PeerDied within a slice of the peer dying."""
+        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
+        got = bell.wait(max(0.0, left))
+        if not got:
+            self._check_peer(role)
+        return got
+
+    def _claim_role(self, role: str) -> None:
+        if self._role is None:
+            with self._locked():
+                self._h[P_PID if role == "producer" else C_PID] = os.getpid()
+            self._role = role
+
+    # ---- producer --------------------------------------------------------------------
+    def push(self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any, *,
+             critic_obs: Any = None, final_obs: Any = None, final_critic_obs: Any = None,
+             timeout: float | None = None) -> bool:
+        """Write one step. ``final_obs``: true final observations of the envs that ended
+        (terminated | truncated), one row per such env in env order. Returns False only
+        when ``timeout`` passed with the ring full (block mode)."""
+        sp, f = self.spec, self._fields
+        chk = sp.check_finite
+        vals = {"obs": check_array("obs", obs, *f["obs"], chk),
+                "action": check_array("action", action, *f["action"], chk),
+                "reward": check_array("reward", reward, *f["reward"], chk),
+                "terminated": check_array("terminated", terminated, *f["terminated"], False),
+                "truncated": check_array("truncated", truncated, *f["truncated"], False)}
+        if sp.critic_shape is not None:
+            vals["critic_obs"] = check_array("critic_obs", critic_obs, *f["critic_obs"], chk)
+        elif critic_obs is not None:
+            raise RingInputError("push: critic_obs given but the ring declares no "
+                                 "critic_shape; declare it in RingSpec or drop the argument")
+        done = vals["terminated"] | vals["truncated"]
+        k = int(done.sum())
+        finals = self._finals(k, final_obs, final_critic_obs)
+        slot = self._acquire("push", timeout)
+        if slot is None:
+            return False
+        a = self._a
+        for name, v in vals.items():
+            a[name][slot] = v
+        for name, v in finals.items():
+            a[name][slot, :k] = v
+        self._publish(closed=False)
+        return True
+
+    def _finals(self, k: int, final_obs: Any, final_critic_obs: Any) -> dict[str, Any]:
+        sp, out = self.spec, {}
+        pairs = [("final_obs", final_obs, sp.obs_shape)]
+        if sp.critic_shape is not None:
+            pairs.append(("final_critic_obs", final_critic_obs, sp.critic_shape))
+        for name, val, shape in pairs:
+            if k == 0 and val is None:
+                continue
+            if val is None:
+                raise RingInputError(f"push: {k} env(s) ended at this step but {name} is "
+                                     f"None; pass their final observations, shape "
+                                     f"({k}, {', '.join(map(str, shape))}), in env order")
+            out[name] = check_array(name, val, (k, *shape), sp.obs_dtype, sp.check_finite)
+        return out
+
+    def _acquire(self, what: str, timeout: float | None) -> int | None:
+        """Index of a free slot (dropping the oldest in overwrite mode), or None at timeout."""
+        self._claim_role("producer")
+        h, cap = self._h, self.spec.capacity
+        deadline = None if timeout is None else time.monotonic() + timeout
+        t0 = time.perf_counter_ns()
+        try:
+            while True:
+                with self._locked():
+                    if h[CLOSED]:
+                        raise RingClosed(f"{what} after finish(): the stream is closed")
+                    pub, con = int(h[PUBLISHED]), int(h[CONSUMED])
+                    if pub - con < cap:
+                        return pub % cap
+                    if self.spec.overwrite and not h[CLAIM]:
+                        h[CONSUMED] = con + 1  # drop the oldest unread step, counted
+                        h[OVERWRITTEN] += 1
+                        return pub % cap
+                    h[W_PROD] = 1  # full (or the oldest is being copied out): wait
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                self._wait(self._free_bell, "producer", deadline)
+        finally:
+            waited = time.perf_counter_ns() - t0
+            if waited > 50_000:
+                h[P_BLOCKED_NS] += waited  # producer-owned line, single writer
+
+    def _publish(self, closed: bool) -> None:
+        h = self._h
+        with self._locked():
+            h[PUBLISHED] += 1
+            h[PUSHES] += not closed
+            if closed:
+                h[CLOSED] = 1
+            if h[W_CONS]:
+                h[W_CONS] = 0
+                self._data_bell.post()
+
+    def finish(self, next_obs: Any, next_critic_obs: Any = None,
+               timeout: float | None = None) -> bool:
+        """End the stream with the observation after the last step: the last pushed step
+        becomes consumable, and pop() returns None once everything is drained."""
+        f, chk = self._fields, self.spec.check_finite
+        o = check_array("obs", next_obs, *f["obs"], chk)
+        c = (check_array("critic_obs", next_critic_obs, *f["critic_obs"], chk)
+             if self.spec.critic_shape is not None else None)
+        slot = self._acquire("finish", timeout)
+        if slot is None:
+            return False
+        self._a["obs"][slot] = o
+        if c is not None:
+            self._a["critic_obs"][slot] = c
+        self._publish(closed=True)
+        return True
+
+    # ---- consumer --------------------------------------------------------------------
+    def buffers(self, max_steps: int) -> dict[str, Any]:
+        """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
+        same buffers every time skips allocating (and page-faulting) fresh ones."""
+        return _batch.buffers(self._fields, max_steps)
+
+    def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
+            min_steps: int = 1, out: dict[str, Any] | None = None) -> Batch | None:
+        """Copy out up to ``max_steps`` consumable steps, waiting until ``min_steps`` are
+        (fewer only once the stream is finished). Returns None when the stream is finished
+        and drained, or when ``timeout`` passed first (see ``ended``). With ``out`` (from
+        :meth:`buffers`) the batch is views into those arrays, valid until the next pop."""
+        if out is not None:
+            cap = out["action"].shape[0]
+            max_steps = cap if max_steps is None else min(max_steps, cap)
+        got = self._claim(max_steps, timeout, min_steps)
+        if got is None:
+            return None
+        con, k = got
+        try:
+            return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
+        finally:
+            self._release(con, k)
+
+    @contextmanager
+    def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
+               min_steps: int = 1) -> Iterator[Batch | None]:
+        """Like pop(), but the batch is views into the ring itself (no copy), valid only
+        inside the ``with`` block; the steps are released when it ends. A batch stops at
+        the ring's wrap point (one step there is copied); next_obs is copied only when an
+        env ended in the batch. The producer cannot reuse borrowed slots meanwhile."""
+        got = self._claim(max_steps, timeout, min_steps)
+        if got is None:
+            yield None
+            return
+        con, k = got
+        cap = self.spec.capacity
+        run = min(k, cap - con % cap - 1)  # steps whose successor is contiguous
+        try:
+            yield (_batch.views(self._a, cap, con, run) if run > 0
+                   else _batch.copy_out(self._a, cap, con, 1, None))
+        finally:
+            self._release(con, max(run, 1))
+
+    def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int
+               ) -> tuple[int, int] | None:
+        """Wait for consumable steps and mark them being read: (first index, count)."""
+        self._claim_role("consumer")
+        h = self._h
+        deadline = None if timeout is None else time.monotonic() + timeout
+        t0 = time.perf_counter_ns()
+        while True:
+            with self._locked():
+                con = int(h[CONSUMED])
+                avail = int(h[PUBLISHED]) - con - 1
+                ended = bool(h[CLOSED])
+                want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
+                if avail >= want or (ended and avail > 0):
+                    k = avail if max_steps is None else min(avail, max_steps)
+                    h[CLAIM] = k
+                    break
+                if not ended:
+                    h[W_CONS] = 1
+            if ended or (deadline is not None and time.monotonic() >= deadline):
+                h[C_WAIT_NS] += time.perf_counter_ns() - t0
+                return None
+            self._wait(self._data_bell, "consumer", deadline)
+        h[C_WAIT_NS] += time.perf_counter_ns() - t0
+        return con, k
+
+    def _release(self, con: int, k: int) -> None:
+        h = self._h
+        with self._locked():
+            h[CONSUMED] = con + k
+            h[CLAIM] = 0
+            h[POPS] += 1
+            if h[W_PROD]:
+                h[W_PROD] = 0
+                self._free_bell.post()
+
+    @property
+    def blocked_ns(self) -> int:
+        """Producer time spent waiting for a free slot so far (its own counter)."""
+        return int(self._h[P_BLOCKED_NS])
+
+    @property
+    def waited_ns(self) -> int:
+        """Consumer time spent waiting for a consumable step so far (its own counter)."""
+        return int(self._h[C_WAIT_NS])
+
+    @property
+    def ended(self) -> bool:
+        """finish() was called and every step has been consumed."""
+        h = self._h
+        with self._locked():
+            return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) <= 1
+
+    def stats(self, lock: bool = True) -> dict[str, float]:
+        """Fill level, blocked/wait time, overwrites: what a run report shows. ``lock=False``
+        reads without the mutex (a supervisor whose sides may be stopped holding it): each
+        counter is then exact, but they may be from slightly different moments."""
+        h = self._h
+        with self._locked() if lock else nullcontext():
+            pub, con = int(h[PUBLISHED]), int(h[CONSUMED])
+            return {"capacity": self.spec.capacity, "pushed": int(h[PUSHES]),
+                    "consumed": con, "fill": max(0, pub - con - 1),
+                    "overwritten": int(h[OVERWRITTEN]),
+                    "producer_blocked_s": int(h[P_BLOCKED_NS]) / 1e9,
+                    "consumer_wait_s": int(h[C_WAIT_NS]) / 1e9, "pops": int(h[POPS])}
+
+
+class _Held:
+    """The ring mutex, taken in slices so a peer that died holding it is reported."""
+
+    def __init__(self, ring: Ring) -> None:
+        self.ring = ring
+
+    def __enter__(self) -> None:
+        r = self.ring
+        while not r._mutex.wait(SLICE_S):
+            r._check_peer(r._role or "producer")
+
+    def __exit__(self, *exc: object) -> None:
+        self.ring._mutex.post()
+
+
+__all__ = ["Ring", "RingSpec", "Batch", "PeerDied", "RingClosed", "RingInputError"]

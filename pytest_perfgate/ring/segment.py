@@ -1,0 +1,106 @@
+"""Shared-memory segments for rings: unguessable names, mode 0600, swept after a crash.
+
+Names are ``perfgate_ring_<creator pid>_<128 random bits>``: the random part makes them
+unguessable, the pid lets :func:`sweep_stale` remove segments whose creator is dead (a
+killed parent cannot run its cleanup). The ring unlinks its name as soon as both sides have
+mapped it (docs/design.md §9), so a later crash of anyone leaves nothing in /dev/shm; the
+sweep covers only the start-up window. No multiprocessing resource tracker is involved: it
+would unlink a segment at the wrong process's exit and warn about "leaks" it caused.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+PREFIX = "perfgate_ring_"
+SHM_DIR = Path("/dev/shm")
+
+
+def _shm() -> Any:
+    import importlib
+
+    return importlib.import_module("_posixshmem")  # CPython's shm_open, as multiprocessing
+
+
+def new_name() -> str:
+    return f"{PREFIX}{os.getpid()}_{secrets.token_hex(16)}"
+
+
+class Segment:
+    """One mapped POSIX shared-memory segment."""
+
+    def __init__(self, name: str, size: int, create: bool) -> None:
+        shm = _shm()
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = shm.shm_open("/" + name, flags, mode=0o600)
+        try:
+            if create:
+                os.fchmod(fd, 0o600)  # whatever the umask did
+                os.ftruncate(fd, size)
+            elif os.fstat(fd).st_size < size:
+                raise ValueError(f"shared-memory segment {name!r} is smaller than the ring "
+                                 "declared: was it created with another spec?")
+            self.map = mmap.mmap(fd, size)
+        except BaseException:
+            if create:
+                self._unlink(name)
+            raise
+        finally:
+            os.close(fd)
+        self.name, self.size = name, size
+        self.unlinked = False
+
+    @staticmethod
+    def _unlink(name: str) -> None:
+        try:
+            _shm().shm_unlink("/" + name)
+        except FileNotFoundError:
+            pass
+
+    def unlink(self) -> None:
+        """Remove the name; mappings stay valid until every process closes them."""
+        if not self.unlinked:
+            self.unlinked = True
+            self._unlink(self.name)
+
+    def close(self) -> None:
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # numpy views still alive: the mapping goes away with the process
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink ring segments whose creator process no longer exists; return their names."""
+    removed: list[str] = []
+    try:
+        entries = list(shm_dir.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        name = path.name
+        if not name.startswith(PREFIX):
+            continue
+        pid_text = name[len(PREFIX):].split("_", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        try:
+            path.unlink()
+            removed.append(name)
+        except OSError:
+            pass
+    return removed

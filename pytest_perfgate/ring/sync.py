@@ -1,0 +1,114 @@
+"""Process-shared POSIX semaphores living inside the ring's own segment, and peer liveness.
+
+Unnamed semaphores (``sem_init(pshared=1)``) in the mapped segment leave nothing else in
+/dev/shm (multiprocessing's named ones would, if a parent is SIGKILLed). POSIX requires
+sem_wait/sem_post to synchronise memory (XBD 4.12): that is the whole ordering argument of
+docs/design.md §9. Every wait here is sliced (at most ``SLICE_S``) so the caller can look at
+its peer between slices and fail within 1 s when it died.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import signal
+import time
+from typing import Any
+
+SEM_BYTES = 64  # sizeof(sem_t) is 32 on x86-64 and aarch64 glibc; one cache line each
+SLICE_S = 0.1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_LIB: Any = None
+
+
+def _lib() -> Any:
+    global _LIB
+    if _LIB is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("pthread") or None, use_errno=True)
+        for fn in ("sem_init", "sem_post", "sem_trywait", "sem_timedwait", "sem_destroy"):
+            getattr(lib, fn).restype = ctypes.c_int
+            getattr(lib, fn).argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
+                                         if fn == "sem_init" else
+                                         [ctypes.c_void_p, ctypes.POINTER(_Timespec)]
+                                         if fn == "sem_timedwait" else [ctypes.c_void_p])
+        _LIB = lib
+    return _LIB
+
+
+class SharedSem:
+    """A counting semaphore at ``addr`` (inside a shared mapping)."""
+
+    def __init__(self, addr: int, init: int | None = None) -> None:
+        self.addr = addr
+        if init is not None and _lib().sem_init(addr, 1, init) != 0:
+            raise OSError(ctypes.get_errno(), "sem_init(pshared=1) failed: process-shared "
+                          "semaphores are unsupported here")
+
+    def post(self) -> None:
+        if _lib().sem_post(self.addr) != 0:
+            raise OSError(ctypes.get_errno(), "sem_post failed")
+
+    def wait(self, timeout_s: float) -> bool:
+        """Take one unit within ``timeout_s`` (0 = try); False on timeout."""
+        lib = _lib()
+        if lib.sem_trywait(self.addr) == 0:
+            return True
+        if timeout_s <= 0:
+            return False
+        end = time.time() + timeout_s
+        ts = _Timespec(int(end), int((end % 1) * 1e9))
+        while True:
+            if lib.sem_timedwait(self.addr, ctypes.byref(ts)) == 0:
+                return True
+            err = ctypes.get_errno()
+            if err == errno.ETIMEDOUT:
+                return False
+            if err != errno.EINTR:
+                raise OSError(err, "sem_timedwait failed")
+
+
+def describe_status(status: int) -> str:
+    """A wait(2) status as 'exit code N' / 'signal NAME'."""
+    if status & 0x7F:
+        sig = status & 0x7F
+        try:
+            return f"killed by signal {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exit code {(status >> 8) & 0xFF}"
+
+
+def peer_gone(pid: int) -> str | None:
+    """None while ``pid`` runs; else how it ended, as far as this process can see.
+
+    A dead child not yet reaped is a zombie: /proc/<pid>/stat field 52 holds its wait
+    status (Linux >= 3.5). Once reaped, the status is its parent's to report.
+    """
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return "exited (status reaped by its parent)"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return None
+        except ProcessLookupError:
+            return "exited"
+        except PermissionError:
+            return None
+    if rest[0] not in (b"Z", b"X"):
+        return None
+    try:
+        return describe_status(int(rest[49]))
+    except (IndexError, ValueError):
+        return "exited"

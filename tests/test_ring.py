@@ -1,0 +1,206 @@
+"""The ring in one process: next_obs against a plain 8-field reference, and bad input.
+
+Real-process faults (crashes, a killed parent, cleanup) are tests/test_ring_faults.py.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_perfgate.ring.layout import RingInputError, RingSpec
+from pytest_perfgate.ring.ring import Ring, RingClosed
+
+
+def _segments() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
+
+
+def _episode(rng: np.random.Generator, n: int, steps: int, p_term: float, p_trunc: float,
+             critic: bool) -> list[dict[str, np.ndarray]]:
+    """A plain 8-field record of a vector env run: obs and next_obs stored per step."""
+    obs = rng.standard_normal((n, 3)).astype(np.float32)
+    cobs = rng.standard_normal((n, 2)).astype(np.float32)
+    out = []
+    for _ in range(steps):
+        term = rng.random(n) < p_term
+        trunc = rng.random(n) < p_trunc
+        done = term | trunc
+        final = rng.standard_normal((n, 3)).astype(np.float32)  # obs the step really ended in
+        cfinal = rng.standard_normal((n, 2)).astype(np.float32)
+        reset = rng.standard_normal((n, 3)).astype(np.float32)
+        creset = rng.standard_normal((n, 2)).astype(np.float32)
+        nxt = np.where(done[:, None], reset, final)  # what the env returns: reset where done
+        cnxt = np.where(done[:, None], creset, cfinal)
+        out.append({"obs": obs, "next_obs": final, "action": rng.standard_normal((n, 2))
+                    .astype(np.float32), "reward": rng.standard_normal(n).astype(np.float32),
+                    "terminated": term, "truncated": trunc, "ret_next": nxt,
+                    "critic_obs": cobs, "next_critic_obs": cfinal, "ret_cnext": cnxt})
+        obs, cobs = nxt, cnxt
+    return out
+
+
+def _push(ring: Ring, s: dict[str, np.ndarray], critic: bool) -> bool:
+    done = s["terminated"] | s["truncated"]
+    kw = {}
+    if critic:
+        kw = {"critic_obs": s["critic_obs"], "final_critic_obs": s["next_critic_obs"][done]}
+    return ring.push(s["obs"], s["action"], s["reward"], s["terminated"], s["truncated"],
+                     final_obs=s["next_obs"][done], timeout=0, **kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 5), cap=st.integers(2, 5), steps=st.integers(1, 25),
+       p_term=st.sampled_from([0.0, 0.2, 0.6]), p_trunc=st.sampled_from([0.0, 0.2, 0.6]),
+       critic=st.booleans(), seed=st.integers(0, 2**31), pop_max=st.integers(1, 6),
+       mode=st.sampled_from(["copy", "reuse", "borrow"]))
+def test_next_obs_matches_an_8_field_reference(n: int, cap: int, steps: int, p_term: float,
+                                                p_trunc: float, critic: bool, seed: int,
+                                                pop_max: int, mode: str) -> None:
+    """Terminations, truncations, both at once, across wrap-around (steps > capacity),
+    popping into fresh arrays, into reused ``buffers()``, or borrowing views."""
+    rng = np.random.default_rng(seed)
+    ref = _episode(rng, n, steps, p_term, p_trunc, critic)
+    spec = RingSpec(n, (3,), (2,), capacity=cap, critic_shape=(2,) if critic else None)
+    got: list[Any] = []
+    with Ring(spec) as ring:
+        out = ring.buffers(pop_max) if mode == "reuse" else None
+
+        def keep(b: Any) -> Any:
+            if b is not None:  # views into reused buffers or the ring: keep a copy
+                got.append(SimpleNamespace(**{k: None if v is None else np.copy(v)
+                                              for k, v in vars(b).items()}))
+            return b
+
+        def pop() -> Any:
+            if mode != "borrow":
+                return keep(ring.pop(max_steps=pop_max, timeout=0, out=out))
+            with ring.borrow(max_steps=pop_max, timeout=0) as b:
+                return keep(b)
+
+        for s in ref:
+            while not _push(ring, s, critic):  # full: drain some, as a consumer would
+                assert pop() is not None
+        while not ring.finish(ref[-1]["ret_next"], ref[-1]["ret_cnext"] if critic else None,
+                              timeout=0):
+            assert pop() is not None
+        while pop() is not None:
+            pass
+        assert ring.ended
+    keys = ["obs", "next_obs", "action", "reward", "terminated", "truncated"]
+    keys += ["critic_obs", "next_critic_obs"] if critic else []
+    for k in keys:
+        mine = np.concatenate([getattr(b, k) for b in got]) if got else np.empty(0)
+        np.testing.assert_array_equal(mine, np.stack([s[k] for s in ref]), err_msg=k)
+    assert sum(len(b.obs) for b in got) == steps
+
+
+def test_successor_holds_the_reset_obs_and_the_side_store_the_final_one() -> None:
+    with Ring(RingSpec(3, (1,), (1,), capacity=2)) as r:
+        z = np.zeros((3, 1), np.float32)
+        r.push(z, z, np.zeros(3, np.float32), np.array([False, True, False]),
+               np.array([False, False, True]), final_obs=np.array([[5.0], [6.0]], np.float32))
+        assert r.pop(timeout=0) is None  # the newest step waits for its successor
+        r.finish(np.full((3, 1), 9, np.float32))
+        b = r.pop(timeout=0)
+        assert b is not None
+        assert b.next_obs[0, :, 0].tolist() == [9.0, 5.0, 6.0]
+        assert r.pop(timeout=0) is None and r.ended
+        with pytest.raises(RingClosed, match="push after finish"):
+            r.push(z, z, np.zeros(3, np.float32), np.zeros(3, bool), np.zeros(3, bool))
+
+
+def test_min_steps_waits_for_that_many_consumable_steps() -> None:
+    z = np.zeros((1, 1), np.float32)
+    args = (z, z, np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool))
+    with Ring(RingSpec(1, (1,), (1,), capacity=5)) as r:
+        for _ in range(3):
+            r.push(*args)
+        assert r.pop(min_steps=3, timeout=0.05) is None  # 2 consumable: not enough
+        r.push(*args)
+        b = r.pop(min_steps=3, timeout=0)
+        assert b is not None and b.steps == 3
+
+
+@pytest.mark.parametrize("cap", [0, 1, -3, 2.5])
+def test_capacity_below_two_is_refused_naming_the_value(cap: object) -> None:
+    with pytest.raises(RingInputError) as info:
+        RingSpec(4, (3,), (2,), capacity=cap)  # type: ignore[arg-type]
+    msg = str(info.value)
+    assert msg.startswith(f"capacity={cap!r}: a ring needs capacity >= 2.")
+    assert "deadlock" in msg
+
+
+def test_shape_and_dtype_mismatch_name_field_expected_and_got() -> None:
+    with Ring(RingSpec(4, (3,), (2,))) as r:
+        z = np.zeros(4, np.float32)
+        with pytest.raises(RingInputError) as info:
+            r.push(np.zeros((4, 5), np.float32), np.zeros((4, 2), np.float32), z,
+                   np.zeros(4, bool), np.zeros(4, bool))
+        assert str(info.value) == (
+            "push: field 'obs' expected shape (4, 3) dtype float32, got shape (4, 5) dtype "
+            "float32; convert it or declare the ring with this shape/dtype")
+        with pytest.raises(RingInputError, match=r"field 'action' expected shape \(4, 2\) "
+                           r"dtype float32, got shape \(4, 2\) dtype float64"):
+            r.push(np.zeros((4, 3), np.float32), np.zeros((4, 2)), z, np.zeros(4, bool),
+                   np.zeros(4, bool))
+        with pytest.raises(RingInputError, match=r"1 env\(s\) ended at this step but "
+                           r"final_obs is None"):
+            r.push(np.zeros((4, 3), np.float32), np.zeros((4, 2), np.float32), z,
+                   np.array([1, 0, 0, 0], bool), np.zeros(4, bool))
+        assert r.stats()["pushed"] == 0  # nothing half-written
+
+
+def test_non_finite_values_pass_through_unless_check_finite() -> None:
+    obs = np.zeros((2, 1), np.float32)
+    obs[1, 0] = np.nan
+    args = (obs, np.zeros((2, 1), np.float32), np.array([np.inf, 0], np.float32),
+            np.zeros(2, bool), np.zeros(2, bool))
+    with Ring(RingSpec(2, (1,), (1,))) as r:
+        r.push(*args)
+        r.finish(obs)
+        b = r.pop(timeout=0)
+        assert b is not None and np.isnan(b.obs[0, 1, 0]) and np.isinf(b.reward[0, 0])
+    with Ring(RingSpec(2, (1,), (1,), check_finite=True)) as r:
+        with pytest.raises(RingInputError, match=r"field 'obs' holds a non-finite value at "
+                           r"index \[1, 0\] \(nan\); the ring was created with "
+                           "check_finite=True"):
+            r.push(*args)
+
+
+def test_overwrite_mode_drops_the_oldest_and_counts_it() -> None:
+    z = np.zeros((1, 1), np.float32)
+    with Ring(RingSpec(1, (1,), (1,), capacity=3, overwrite=True)) as r:
+        for t in range(7):
+            assert r.push(np.full((1, 1), t, np.float32), z, np.zeros(1, np.float32),
+                          np.zeros(1, bool), np.zeros(1, bool), timeout=0)
+        st_ = r.stats()
+        assert st_["overwritten"] == 4 and st_["pushed"] == 7
+        b = r.pop(timeout=0)
+        assert b is not None
+        assert b.obs[:, 0, 0].tolist() == [4.0, 5.0] and b.next_obs[:, 0, 0].tolist() == [5, 6]
+
+
+def test_block_mode_push_times_out_when_full_and_counts_blocked_time() -> None:
+    z = np.zeros((1, 1), np.float32)
+    with Ring(RingSpec(1, (1,), (1,), capacity=2)) as r:
+        args = (z, z, np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool))
+        assert r.push(*args, timeout=0) and r.push(*args, timeout=0)
+        assert not r.push(*args, timeout=0.2)
+        assert r.stats()["producer_blocked_s"] >= 0.19
+
+
+def test_segment_is_private_and_removed_on_close() -> None:
+    before = _segments()
+    r = Ring(RingSpec(2, (1,), (1,)))
+    (name,) = _segments() - before
+    assert name == r.name and len(name.rsplit("_", 1)[1]) == 32  # 128 random bits
+    assert os.stat(f"/dev/shm/{name}").st_mode & 0o777 == 0o600
+    r.close()
+    assert _segments() == before

@@ -1,0 +1,155 @@
+"""RingPair with real spawn processes: measured windows, a side crashing, teardown.
+
+The workloads here are tiny module-level factories (spawn imports them by reference); the
+default humanoid/SAC pair runs in perf/test_perf_ring.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import psutil
+import pytest
+
+from pytest_perfgate.placement.cpus import PlacementWarning
+from pytest_perfgate.placement.workers import WorkerCrashed
+from pytest_perfgate.ring.layout import RingSpec
+from pytest_perfgate.ring.pair import RingPair
+
+slow = pytest.mark.slow
+SPEC = RingSpec(8, (4,), (2,), capacity=4)
+
+
+def fake_collector(ring: Any, rec: Any, die_after: int = 0, sig: int = 0
+                   ) -> Callable[[], int]:
+    state = {"t": 0}
+    z = np.zeros(8, np.float32)
+
+    def once() -> int:
+        state["t"] += 1
+        if die_after and state["t"] > die_after:
+            os.kill(os.getpid(), sig)
+        with rec.phase("env_step"):
+            obs = np.full((8, 4), state["t"], np.float32)
+        with rec.phase("push"):
+            ring.push(obs, np.zeros((8, 2), np.float32), z, z > 0, z > 0)
+        time.sleep(0.001)
+        return 8
+
+    return once
+
+
+def fake_learner(ring: Any, rec: Any, exit_after: int = 0) -> Callable[[], int]:
+    state = {"n": 0}
+
+    def once() -> int:
+        with rec.phase("drain"):
+            b = ring.pop(timeout=0.05)
+        if b is None:
+            return 0
+        state["n"] += 1
+        if exit_after and state["n"] > exit_after:
+            os._exit(7)
+        with rec.phase("update"):
+            np.testing.assert_array_equal(b.next_obs[:-1], b.obs[1:])
+        return b.transitions
+
+    return once
+
+
+def _pair(**kw: Any) -> RingPair:
+    return RingPair(SPEC, collector=fake_collector, learner=fake_learner, **kw)
+
+
+def _children() -> list[psutil.Process]:
+    """Live descendants, minus multiprocessing's resource tracker (a per-parent singleton
+    that spawn starts and that exits with the parent: not a side)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != "zombie" and "resource_tracker" not in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _segments() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
+
+
+@slow
+def test_pair_measures_collector_steps_and_reports_the_learner() -> None:
+    before = _segments()
+    with _pair() as pair:
+        assert _segments() == before  # unlinked once both sides mapped it
+        w = pair.run_window(0.3)
+        meta = pair.metadata()["ring_pair"]
+    assert w.transitions > 0 and w.transitions % 8 == 0 and w.streams == 2
+    assert {"env_step", "push", "drain", "update"} <= set(w.phases)
+    assert meta["learner_samples_per_s"] > 0 and meta["ring"]["pushed"] > 0
+    assert [p["side"] for p in meta["placement"]] == ["collector", "learner"]
+    assert _children() == [] and _segments() == before
+
+
+@slow
+def test_learner_crash_is_reported_with_its_exit_code() -> None:
+    pair = RingPair(SPEC, collector=fake_collector, learner=fake_learner,
+                    learner_kwargs={"exit_after": 3})
+    t0 = time.monotonic()
+    with pytest.raises(WorkerCrashed, match=r"pair learner \(pid \d+\) died during the "
+                       r"(window|first snapshot|snapshot): exit code 7"):
+        pair.start()
+        for _ in range(50):
+            pair.run_window(0.2)
+    assert time.monotonic() - t0 < 60  # spawn + import, then the crash within a window
+    assert _children() == []
+
+
+@slow
+def test_collector_killed_is_reported_with_its_signal() -> None:
+    pair = RingPair(SPEC, collector=fake_collector, learner=fake_learner,
+                    collector_kwargs={"die_after": 20, "sig": int(signal.SIGKILL)})
+    with pytest.raises(WorkerCrashed, match=r"pair collector \(pid \d+\) died during the "
+                       r"(window|first snapshot|snapshot): killed by signal SIGKILL"):
+        with pair:
+            for _ in range(50):
+                pair.run_window(0.2)
+    assert _children() == []
+
+
+def test_overlapping_core_specs_warn() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        RingPair(SPEC, collector_cpus=str(cpus[0]), learner_cpus=str(cpus[0]))
+    msgs = [str(w.message) for w in got if issubclass(w.category, PlacementWarning)]
+    assert msgs == [f"collector cpus {cpus[0]} and learner cpus {cpus[0]} overlap on "
+                    f"{cpus[0]}: the two sides compete for those cores; give each its own "
+                    "slice"]
+
+
+@slow
+def test_a_failing_test_leaves_no_side_no_segment_and_does_not_hang(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_inner=f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_ring_pair import SPEC, fake_collector, fake_learner
+
+        def test_fails(ring_pair):
+            pair = ring_pair(SPEC, collector=fake_collector, learner=fake_learner)
+            pair.run_window(0.2)
+            assert False, "the test body failed mid-stream"
+        """)
+    before = _segments()
+    t0 = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=1)
+    assert time.monotonic() - t0 < 60
+    assert _segments() == before and _children() == []
