@@ -147,6 +147,7 @@ class Spec:
     parse: Callable[[str], Any]
     help: str
     env: str | None = None
+    switch: bool = False  # a bare flag (--perfgate-counts); the ini takes true/false
 
     @property
     def flag(self) -> str:
@@ -232,6 +233,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("ab_turn_time", parse_seconds, "seconds per A/B turn"),
     Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
+    Spec("counts", parse_bool, "also count instructions per env-step under valgrind "
+         "(callgrind) and gate them as <benchmark>.counts beside steps/s; needs valgrind "
+         "(off by default; @pytest.mark.perfgate(counts=...) decides per test)",
+         switch=True),
 )
 
 
@@ -257,6 +262,7 @@ class Options:
     ab_turns: int = 96
     ab_turn_time: float = 0.1
     ab_setup: str | None = None
+    counts: bool | None = None  # None: off (help shows no default for a bare flag)
 
     @classmethod
     def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],
