@@ -5,8 +5,9 @@
         counted in 10 separate callgrind workers: run-to-run spread of instructions per
         env-step, estimated cycles, and each worker's wall time (the cost). The load average
         is printed: valgrind counts do not depend on it.
-    python benchmarks/study_counts.py gate --unchanged 22 --slowed 10 --envs 32
-        the same humanoid step (a copy with ``--envs`` envs, to fit the study's time) counted
+    python benchmarks/study_counts.py gate --unchanged 22 --slowed 10 --envs 16 --settle 60
+        the same humanoid step (a copy with ``--envs`` envs held after ``--settle`` substeps,
+        to fit the study's time: start-up and settling under valgrind dominate) counted
         in 22 unchanged runs and 10 runs of a changed step that does ~1% extra numpy work
         (np.sin over a buffer sized from the first run: not a sleep). Each unchanged run from
         the third on is judged against the newest 5 earlier unchanged runs (spread: up to 20),
@@ -43,7 +44,7 @@ EXTRA = int(os.environ.get("PERFGATE_STUDY_EXTRA", "0"))  # the "committed" extr
 
 def test_humanoid(perfgate, mujoco_pool, humanoid_xml):
     pool = mujoco_pool(humanoid_xml, {envs}, frame_skip=5)
-    pool.hold(settled_state(pool.model, pool.num_envs, 300, seed=0,
+    pool.hold(settled_state(pool.model, pool.num_envs, {settle}, seed=0,
                             keyframe=pool.keyframe_id))
     lo, hi = pool.model.actuator_ctrlrange.T
     actions = np.random.default_rng(1).uniform(lo, hi, (pool.num_envs, pool.model.nu))
@@ -87,7 +88,8 @@ def gate(args: argparse.Namespace) -> None:
     rule = Rule(threshold=args.threshold)
     with tempfile.TemporaryDirectory(prefix="perfgate-study-counts-") as tmp:
         d = Path(tmp)
-        (d / "test_study.py").write_text(STUDY_TEST.replace("{envs}", str(args.envs)))
+        (d / "test_study.py").write_text(STUDY_TEST.replace("{envs}", str(args.envs))
+                                         .replace("{settle}", str(args.settle)))
         nodeid = "test_study.py::test_humanoid"
         os.environ.pop("PERFGATE_STUDY_EXTRA", None)
         unchanged: list[tuple[float, ...]] = []
@@ -137,6 +139,7 @@ def main() -> None:
     g.add_argument("--unchanged", type=int, default=22)
     g.add_argument("--slowed", type=int, default=10)
     g.add_argument("--envs", type=int, default=32)
+    g.add_argument("--settle", type=int, default=300, help="substeps settled before holding")
     g.add_argument("--slowdown", type=float, default=0.01)
     g.add_argument("--threshold", type=float, default=0.005)
     args = ap.parse_args()

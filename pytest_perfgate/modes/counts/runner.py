@@ -132,11 +132,22 @@ def run_counts(nodeid: str, cwd: Path, timeout_s: float = TIMEOUT_S) -> dict[str
             try:
                 code = proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
+                _kill(proc)
                 raise CountsError(f"the counting worker for {nodeid} ran over {timeout_s:g} s "
                                   f"and was killed.{_tail(out)}") from None
+            except BaseException:  # interrupted (Ctrl-C, SIGTERM): the worker goes too
+                _kill(proc)
+                raise
         return collect(out, nodeid, code)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group (valgrind and anything it started); bounded."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
 
 
 def collect(out: Path, nodeid: str, code: int) -> dict[str, Counts]:
