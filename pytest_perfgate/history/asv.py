@@ -29,6 +29,12 @@ ASV_PARAM_KEYS = ("machine", "arch", "cpu", "num_cpu", "ram")  # stable machine.
 # Bump when the meaning of a stored series changes: asv hides results whose version differs
 # from benchmarks.json, so old and new numbers are never drawn on one line.
 SERIES_VERSION = "perfgate-1"
+# A result of the counts mode (modes/counts/mode.py COUNTS_SOURCE): its samples are
+# instructions per env-step, a "track" series where lower is better as asv assumes, beside
+# the estimated cycles from the cache simulation (docs/design.md §10).
+COUNTS_SOURCE = "perfgate-counts"
+COUNTS_UNIT = "instructions/env-step"
+CYCLES_UNIT = "est. cycles/env-step"
 
 
 def asv_name(name: str) -> str:
@@ -76,6 +82,11 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
         extra = {k: v for k, v in dict(info.get(name) or {}).items()
                  if k not in ("name", "type", "unit", "params", "param_names")}
         base = asv_name(name)
+        if bench.source == COUNTS_SOURCE:
+            out[base] = _bench_entry(base, "track", COUNTS_UNIT, name, extra)
+            out[f"{base}.est_cycles"] = _bench_entry(f"{base}.est_cycles", "track",
+                                                     CYCLES_UNIT, name, extra)
+            continue
         out[base] = _bench_entry(base, "time", "seconds", name, extra)
         out[f"{base}.steps_per_s"] = _bench_entry(f"{base}.steps_per_s", "track",
                                                   "env-steps/s", name, extra)
@@ -246,6 +257,11 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
         base = asv_name(name)
         value, stats = _asv_stats(bench.samples)
         put(base, value, stats, bench.samples)
+        if bench.source == COUNTS_SOURCE:
+            cycles = bench.extra.get("est_cycles_per_step")
+            if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
+                put(f"{base}.est_cycles", float(f"{cycles:.6g}"))
+            continue
         # Display series: 6 significant digits keep asv's tables readable.
         put(f"{base}.steps_per_s", float(f"{bench.steps_per_s:.6g}"))
         for phase, summary in bench.phases.items():
@@ -253,6 +269,6 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
     return rows
 
 
-__all__ = ["ASV_RESULT_COLUMNS", "ASV_PARAM_KEYS", "SERIES_VERSION", "asv_name",
+__all__ = ["COUNTS_SOURCE", "ASV_RESULT_COLUMNS", "ASV_PARAM_KEYS", "SERIES_VERSION", "asv_name",
            "asv_params_from_meta", "write_machine_json", "asv_entries",
            "merge_benchmarks_json", "write_asv_result"]

@@ -39,6 +39,7 @@ class BenchCall:
     windows: int | None = None  # per-call overrides of the session's window settings
     window_time: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata to record
+    counts: bool = False  # also count instructions under callgrind (docs/design.md §10)
 
 
 class Mode(Protocol):

@@ -47,9 +47,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perfgate-skip", action="store_true", default=False,
                     help="run every test but the perf tests, like --benchmark-skip")
     for spec in SPECS:
+        kind: dict[str, Any] = ({"action": "store_true"} if spec.switch
+                                else {"type": argparse_type(spec.parse)})
         group.addoption(spec.flag, dest=f"perfgate_{spec.name}", default=None,
-                        type=argparse_type(spec.parse),
-                        help=spec.full_help.replace("%", "%%"))  # argparse formats help
+                        help=spec.full_help.replace("%", "%%"), **kind)  # argparse formats
         parser.addini(spec.ini, spec.full_help, default=None)
 
 
@@ -157,7 +158,11 @@ def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     """Measure a step at steady state: ``perfgate.measure(step, transitions=num_envs)``."""
     session = request.config.stash[session_key]
     item = request.node
-    gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item))
+    gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item),
+                    markers.marker_counts(item))
+    why = session.counts_unavailable(gate.counts)
+    if why:  # never a silent pass without the counts the test asked for (§10)
+        pytest.skip(f"perfgate: {why}")
     item.stash[_judged_key] = gate.results
     try:
         yield gate

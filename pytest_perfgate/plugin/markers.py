@@ -8,7 +8,7 @@ import pytest
 
 from pytest_perfgate.session.options import OptionError, parse_fraction
 
-KWARGS = ("threshold",)
+KWARGS = ("threshold", "counts")
 EXAMPLE = "@pytest.mark.perfgate(threshold=0.1)"
 
 
@@ -34,6 +34,10 @@ def problems(item: pytest.Item) -> list[str]:
         if unknown:
             out.append(f"{where}: unknown argument(s) {', '.join(unknown)}; it takes "
                        f"{', '.join(KWARGS)}, e.g. {EXAMPLE}")
+        if "counts" in mark.kwargs and not isinstance(mark.kwargs["counts"], bool):
+            out.append(f"{where}: counts={mark.kwargs['counts']!r} is not a boolean: use "
+                       "counts=True to count this test's instructions under valgrind, "
+                       "counts=False to never count them")
         if "threshold" in mark.kwargs:
             try:
                 parse_threshold(mark.kwargs["threshold"])
@@ -42,4 +46,12 @@ def problems(item: pytest.Item) -> list[str]:
     return out
 
 
-__all__ = ["KWARGS", "parse_threshold", "problems"]
+def marker_counts(item: pytest.Item) -> bool | None:
+    """The closest perfgate marker's counts= (None: --perfgate-counts decides)."""
+    mark = item.get_closest_marker("perfgate")
+    if mark is None or not isinstance(mark.kwargs.get("counts"), bool):
+        return None
+    return bool(mark.kwargs["counts"])
+
+
+__all__ = ["KWARGS", "parse_threshold", "problems", "marker_counts"]

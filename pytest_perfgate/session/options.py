@@ -147,6 +147,7 @@ class Spec:
     parse: Callable[[str], Any]
     help: str
     env: str | None = None
+    switch: bool = False  # a bare flag (--perfgate-counts); the ini takes true/false
 
     @property
     def flag(self) -> str:
@@ -236,6 +237,10 @@ SPECS: tuple[Spec, ...] = (
          "(verdict, ratio, steps/s, phases, run id, commit, machine: for your own tooling)"),
     Spec("select", parse_policy("all", "only", "skip"), "which tests run: all, only the perf "
          "tests (also --perfgate-only) or all but them (also --perfgate-skip)"),
+    Spec("counts", parse_bool, "also count instructions per env-step under valgrind "
+         "(callgrind) and gate them as <benchmark>.counts beside steps/s; needs valgrind "
+         "(off by default; @pytest.mark.perfgate(counts=...) decides per test)",
+         switch=True),
 )
 
 
@@ -263,6 +268,7 @@ class Options:
     ab_setup: str | None = None
     jsonl: str | None = None
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests
+    counts: bool | None = None  # None: off (help shows no default for a bare flag)
 
     @classmethod
     def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],

@@ -63,15 +63,23 @@ class GateSession:
         self._ctx: HistoryContext | None = None
         self.anchor: Path | None = None  # names, results paths and git start here
         self._names: dict[str, str] = {}  # benchmark name -> the test that measured it
+        from pytest_perfgate.modes.counts.side import is_counts_side
+
         side = is_side_process()
-        self.smoke = not options.enabled and not side  # a side measures for real
+        self.counts_side = is_counts_side()  # a counting worker holds the real state too
+        self.smoke = not options.enabled and not side and not self.counts_side
         # Judges in-process results in every mode (pytest-benchmark's too).
         self.history_mode = HistoryMode(self.smoke, self.meter, self.add, self.open_history,
                                         options.baseline_runs, options.baseline,
                                         records=options.record)
         self.mode: Mode = self._pick_mode(side, ab)
+        self._counts_mode: Mode | None = None
 
     def _pick_mode(self, side: bool, ab: ABSetup | None) -> Mode:
+        if self.counts_side:
+            from pytest_perfgate.modes.counts.side import CountsSide
+
+            return CountsSide.from_env()
         if side:
             from pytest_perfgate.modes.ab.side import ABSide
 
@@ -82,6 +90,26 @@ class GateSession:
             o = self.options
             return ABController(ab, self.meter, self.add, o.ab_turns, o.ab_turn_time)
         return self.history_mode
+
+    def mode_for(self, counts: bool) -> Mode:
+        """The mode a test's measure() goes to: the session's, or for a test that counts
+        (flag or marker) in the history mode, that mode plus a callgrind worker (§10)."""
+        if not counts or self.smoke or self.mode is not self.history_mode:
+            return self.mode
+        if self._counts_mode is None:
+            from pytest_perfgate.modes.counts.mode import CountsMode
+
+            self._counts_mode = CountsMode(self.history_mode, self.rootdir)
+        return self._counts_mode
+
+    def counts_unavailable(self, wanted: bool) -> str | None:
+        """Why a test that wants instruction counts cannot have them here (its skip
+        reason, naming the package), or None. Smoke mode and the A/B mode take no counts."""
+        if self.mode_for(wanted) is self.mode:
+            return None
+        from pytest_perfgate.modes.counts.runner import unavailable
+
+        return unavailable()
 
     def meter_config(self, windows: int | None = None,
                      window_time: float | None = None) -> MeasureConfig:
@@ -185,8 +213,10 @@ class PerfGate:
     """What a perf test holds: ``measure()`` a step, and ``phase()`` inside it."""
 
     def __init__(self, session: GateSession, test_id: str, default_name: str,
-                 threshold: float | None = None) -> None:
+                 threshold: float | None = None, counts: bool | None = None) -> None:
         self.session = session
+        # instruction counts for this test: the marker's counts=, else --perfgate-counts
+        self.counts = bool(session.options.counts) if counts is None else counts
         self.test_id = test_id
         self._default_name = default_name
         self._threshold = threshold
@@ -231,14 +261,19 @@ class PerfGate:
         bench = self._name(name)
         self.session.claim_name(bench, self.test_id)
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
-        call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra)
-        j = self.session.mode.measure(source, call)
-        self.results.append(j)
+        call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
+                         counts=self.counts)
+        before = len(self.session.judged)
+        j = self.session.mode_for(self.counts).measure(source, call)
+        # every verdict this call delivered (--perfgate-counts adds <name>.counts to the
+        # wall-time one), so each can fail the test; a mode that delivers none: its result
+        delivered = [x for x in self.session.judged[before:] if x.test_id == self.test_id]
+        self.results.extend(delivered or [j])
         return j
 
     def close(self) -> None:
         """End what the mode holds for this test (the A/B sides: bounded, terminate, kill)."""
-        self.session.mode.end_test(self.test_id)
+        self.session.mode_for(self.counts).end_test(self.test_id)
 
     def _name(self, name: str | None) -> str:
         taken = {j.result.name for j in self.results}

@@ -1,0 +1,154 @@
+"""How far instruction counts per env-step can be trusted on this runner (docs/design.md §10).
+
+    python benchmarks/study_counts.py spread --runs 10
+        the shipped humanoid pool benchmark (perf/test_perf_mujoco.py::test_humanoid_batch_256)
+        counted in 10 separate callgrind workers: run-to-run spread of instructions per
+        env-step, estimated cycles, and each worker's wall time (the cost). The load average
+        is printed: valgrind counts do not depend on it.
+    python benchmarks/study_counts.py gate --unchanged 22 --slowed 10 --envs 16 --settle 60
+        the same humanoid step (a copy with ``--envs`` envs held after ``--settle`` substeps,
+        to fit the study's time: start-up and settling under valgrind dominate) counted
+        in 22 unchanged runs and 10 runs of a changed step that does ~1% extra numpy work
+        (np.sin over a buffer sized from the first run: not a sleep). Each unchanged run from
+        the third on is judged against the newest 5 earlier unchanged runs (spread: up to 20),
+        each slowed run against the newest 5 unchanged runs, by the history gate
+        (core/gate.evaluate, as HistoryMode does) at threshold 0.5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_perfgate.core.gate import Outcome, Rule, evaluate  # noqa: E402
+from pytest_perfgate.modes.counts.runner import run_counts  # noqa: E402
+
+SHIPPED = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
+# measured: np.sin over a float64 buffer of ones costs ~80 instructions per element (a first
+# study at 37, the cost on zeros, made a +2.17% slowdown from 14395 elements)
+SIN_INSTR_PER_ELEMENT = 80.3
+
+STUDY_TEST = '''
+import os
+import numpy as np
+from pytest_perfgate.sim.sweep import settled_state
+
+EXTRA = int(os.environ.get("PERFGATE_STUDY_EXTRA", "0"))  # the "committed" extra work
+
+
+def test_humanoid(perfgate, mujoco_pool, humanoid_xml):
+    pool = mujoco_pool(humanoid_xml, {envs}, frame_skip=5)
+    pool.hold(settled_state(pool.model, pool.num_envs, {settle}, seed=0,
+                            keyframe=pool.keyframe_id))
+    lo, hi = pool.model.actuator_ctrlrange.T
+    actions = np.random.default_rng(1).uniform(lo, hi, (pool.num_envs, pool.model.nu))
+    buf = np.ones(max(EXTRA, 1))
+
+    def step():
+        pool.step(actions)
+        if EXTRA:
+            np.sin(buf, out=buf)
+    perfgate.measure(step, transitions=pool.num_envs, name="study_humanoid")
+'''
+
+
+def count_once(nodeid: str, cwd: Path) -> tuple[float, float, float]:
+    """(instructions per env-step, est. cycles per env-step, worker wall seconds)."""
+    t0 = time.monotonic()
+    counts = run_counts(nodeid, cwd)
+    wall = time.monotonic() - t0
+    (c,) = counts.values()
+    return statistics.median(c.per_step()), statistics.median(c.cycles_per_step()), wall
+
+
+def spread(args: argparse.Namespace) -> None:
+    ipe, cyc = [], []
+    print(f"{'run':>3}  {'instr/env-step':>16}  {'est.cycles/env-step':>20}  {'wall s':>6}  "
+          "load avg (1 min)")
+    for i in range(args.runs):
+        a, b, wall = count_once(SHIPPED, ROOT)
+        ipe.append(a)
+        cyc.append(b)
+        print(f"{i:>3}  {a:>16,.1f}  {b:>20,.1f}  {wall:>6.1f}  {os.getloadavg()[0]:.2f}",
+              flush=True)
+    for label, xs in (("instructions", ipe), ("est. cycles", cyc)):
+        rng = (max(xs) - min(xs)) / statistics.median(xs)
+        sd = statistics.stdev(xs) / statistics.fmean(xs) if len(xs) > 1 else 0.0
+        print(f"{label}: median {statistics.median(xs):,.1f} per env-step, range "
+              f"{rng:.5%} of the median, stdev {sd:.5%}")
+
+
+def gate(args: argparse.Namespace) -> None:
+    rule = Rule(threshold=args.threshold)
+    with tempfile.TemporaryDirectory(prefix="perfgate-study-counts-") as tmp:
+        d = Path(tmp)
+        (d / "test_study.py").write_text(STUDY_TEST.replace("{envs}", str(args.envs))
+                                         .replace("{settle}", str(args.settle)))
+        nodeid = "test_study.py::test_humanoid"
+        os.environ.pop("PERFGATE_STUDY_EXTRA", None)
+        unchanged: list[tuple[float, ...]] = []
+        alarms = judged = 0
+        for i in range(args.unchanged):
+            a, _, wall = count_once(nodeid, d)
+            unchanged.append((a,))
+            verdict = _judge(unchanged[-1], unchanged[:-1], rule)
+            judged += verdict is not None
+            alarms += verdict is not None and verdict.outcome is Outcome.REGRESSION
+            print(f"unchanged {i:>2}: {a:,.1f} instr/env-step  "
+                  f"{verdict.outcome.value if verdict else 'seed (no judged baseline yet)'}"
+                  f"  ({wall:.0f} s)", flush=True)
+        base_ipe = statistics.median(x[0] for x in unchanged)
+        per_call = base_ipe * args.envs
+        extra = args.extra or int(args.slowdown * per_call / SIN_INSTR_PER_ELEMENT)
+        os.environ["PERFGATE_STUDY_EXTRA"] = str(extra)
+        caught, slows = 0, []
+        for i in range(args.slowed):
+            a, _, wall = count_once(nodeid, d)
+            slows.append(a / base_ipe - 1)
+            verdict = _judge((a,), unchanged, rule)
+            caught += verdict is not None and verdict.outcome is Outcome.REGRESSION
+            print(f"slowed {i:>2}: {a:,.1f} instr/env-step (+{a / base_ipe - 1:.3%})  "
+                  f"{verdict.outcome.value if verdict else '-'}  ({wall:.0f} s)", flush=True)
+        print(f"false alarms: {alarms} of {judged} unchanged runs judged "
+              f"(threshold {args.threshold:.1%})")
+        print(f"slowdown (np.sin over {extra} extra float64 per step): measured "
+              f"+{statistics.median(slows):.3%} instructions; caught {caught} of {args.slowed}")
+
+
+def _judge(current: tuple[float, ...], earlier: list[tuple[float, ...]], rule: Rule):  # noqa: ANN202
+    """The history mode's decision: newest 5 earlier runs the level, newest 20 the spread."""
+    if len(earlier) < 2:
+        return None
+    base, wide = earlier[-5:], earlier[-20:]
+    return evaluate(list(current), [list(b) for b in base], rule,
+                    spread=[list(w) for w in wide])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("spread")
+    s.add_argument("--runs", type=int, default=10)
+    g = sub.add_parser("gate")
+    g.add_argument("--unchanged", type=int, default=22)
+    g.add_argument("--slowed", type=int, default=10)
+    g.add_argument("--envs", type=int, default=32)
+    g.add_argument("--settle", type=int, default=300, help="substeps settled before holding")
+    g.add_argument("--slowdown", type=float, default=0.01)
+    g.add_argument("--threshold", type=float, default=0.005)
+    g.add_argument("--extra", type=int, default=0, help="extra np.sin elements per step "
+                   "(default: sized for --slowdown)")
+    args = ap.parse_args()
+    spread(args) if args.cmd == "spread" else gate(args)
+
+
+if __name__ == "__main__":
+    main()

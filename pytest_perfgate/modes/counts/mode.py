@@ -1,0 +1,107 @@
+"""History mode with instruction counts beside steps/s (``--perfgate-counts``).
+
+Each ``measure()`` is first measured and judged in wall time exactly as the history mode
+does; then, for a test that counts, its counting worker (:mod:`.runner`) runs once per test
+and each benchmark gets a second result ``<name>.counts``: samples are instructions per
+env-step of the counted calls (lower is better, like the wall-time samples), judged by the
+same gate against the same benchmark's earlier counts. Counts of a deterministic step do
+not vary, so the spread is ~0 and the threshold decides; when they do vary, the spread the
+gate sees says so (docs/design.md §10).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from pytest_perfgate.core.gate import Outcome
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.measure import WindowSource
+from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.history.asv import COUNTS_SOURCE  # the asv series of a counts result
+from pytest_perfgate.modes.base import BenchCall
+from pytest_perfgate.modes.counts.runner import L1_MISS_CYCLES, LL_MISS_CYCLES, Counts
+from pytest_perfgate.modes.history import HistoryMode
+
+SUFFIX = ".counts"
+FORMULA = f"Ir + {L1_MISS_CYCLES}*(I1mr+D1mr+D1mw) + {LL_MISS_CYCLES}*(ILmr+DLmr+DLmw)"
+Runner = Callable[[str, Path], dict[str, Counts]]  # (nodeid, cwd) -> counts per benchmark
+
+
+def counts_result(c: Counts, name: str) -> BenchResult:
+    """The recorded result of one benchmark's counts: samples in instructions per env-step;
+    ``steps_per_s`` holds env-steps per million instructions (the report's throughput
+    column), so the report's baseline column reads the same way."""
+    ipe = c.per_step()
+    cyc = c.cycles_per_step()
+    return BenchResult(
+        name=name + SUFFIX, samples=tuple(float(x) for x in ipe),
+        steps_per_s=1e6 / statistics.median(ipe), transitions=c.transitions,
+        source=COUNTS_SOURCE,
+        extra={"instructions_per_step": statistics.median(ipe),
+               "est_cycles_per_step": statistics.median(cyc),
+               "est_cycles_samples": [float(x) for x in cyc], "est_cycles_formula": FORMULA,
+               "counted_calls": len(ipe), "events_last_call": dict(c.events)})
+
+
+def reword(j: Judged) -> Judged:
+    """Say what a counts verdict is about: instructions, not wall time."""
+    v = j.verdict
+    if v is None:
+        return j
+    text = v.message.replace("throughput fell", "instructions per env-step grew by the "
+                             "equivalent of a throughput drop of").replace(
+        "throughput rose", "instructions per env-step fell: a throughput rise of")
+    if v.outcome is Outcome.INCONCLUSIVE and v.evidence is not None and not v.evidence.thin:
+        text += (" For instruction counts this means the counts themselves vary between "
+                 "runs: make the step deterministic (one thread, a held state, no "
+                 "time-dependent work) so the threshold, not the noise, decides.")
+    return replace(j, verdict=replace(v, message="instruction counts: " + text))
+
+
+class CountsMode:
+    """The history mode plus, per counting test, a callgrind worker and a counts verdict."""
+
+    runs_step = True
+
+    def __init__(self, history: HistoryMode, cwd: Path, runner: Runner | None = None) -> None:
+        self.history = history
+        self.cwd = cwd
+        self.runner = runner
+        self._counts: dict[str, dict[str, Counts]] = {}  # test id -> its counts
+
+    @property
+    def tag(self) -> str | None:
+        return self.history.tag
+
+    def measure(self, source: WindowSource, call: BenchCall) -> Judged:
+        j = self.history.measure(source, call)
+        if not call.counts or self.history.smoke:
+            return j
+        counts = self._counts.get(call.test_id)
+        if counts is None:
+            from pytest_perfgate.modes.counts.runner import run_counts
+
+            run: Runner = self.runner or run_counts
+            counts = self._counts[call.test_id] = run(call.test_id, self.cwd)
+        c = counts.get(call.name)
+        if c is None:
+            from pytest_perfgate.modes.counts.runner import CountsError
+
+            raise CountsError(f"the counting worker of {call.test_id} measured "
+                              f"{sorted(counts)}, not {call.name!r}: does the test measure "
+                              "the same benchmarks each time it runs?")
+        result = counts_result(c, call.name)
+        # the history mode's own judging, without its delivery: the verdict is reworded first
+        judged = reword(self.history._judge(result, call.rule, call.test_id))
+        self.history.sink(judged)
+        return j
+
+    def end_test(self, test_id: str) -> None:
+        self._counts.pop(test_id, None)
+        self.history.end_test(test_id)
+
+
+__all__ = ["CountsMode", "COUNTS_SOURCE", "FORMULA", "counts_result", "reword"]

@@ -1,0 +1,99 @@
+"""The counting worker's mode: a pytest run of one perf test under callgrind.
+
+The parent (:mod:`.runner`) starts it with ``PERFGATE_COUNTS_OUT`` naming a folder. When
+the test reaches ``perfgate.measure(step, ...)`` this mode calls the step ``WARMUP_CALLS``
+times uninstrumented (Python's caches and specialisation warm up at valgrind's fast speed),
+``CACHE_WARMUP_CALLS`` instrumented but not collected (the simulated caches warm up), then
+brackets each of ``COUNTED_CALLS`` calls exactly: zero, collect on, ``step()``, collect off,
+dump (docs/design.md §10). It writes which dumps belong to which benchmark and judges
+nothing; the parent reads the dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.measure import LoopSource, WindowSource
+from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.modes.base import BenchCall
+from pytest_perfgate.modes.counts import client
+
+ENV_OUT = "PERFGATE_COUNTS_OUT"  # the folder a counting worker writes to
+WARMUP_CALLS = 2  # uninstrumented (fast): Python specialises, caches fill, buffers settle
+CACHE_WARMUP_CALLS = 1  # instrumented, not collected: the simulated caches warm up
+COUNTED_CALLS = 1  # deterministic: one call is the figure (each instrumented call of the
+# shipped humanoid step takes ~20 s under callgrind; docs/design.md §10)
+NOT_A_LOOP = ("instruction counts need perfgate.measure(step, ...): a measure_source() "
+              "workload runs its steps in other processes, which callgrind does not follow")
+
+
+def is_counts_side() -> bool:
+    """True when this process is a counting worker (started by the counts runner)."""
+    return bool(os.environ.get(ENV_OUT))
+
+
+def label(name: str, i: int) -> str:
+    """The dump trigger of counted call ``i`` of benchmark ``name``."""
+    return f"perfgate-counts:{name}:{i}"
+
+
+class CountsSide:
+    """Count the step's instructions for the parent; record nothing, judge nothing."""
+
+    tag: str | None = None
+    runs_step = True
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.index = 0
+
+    @classmethod
+    def from_env(cls) -> CountsSide:
+        return cls(Path(os.environ[ENV_OUT]))
+
+    def measure(self, source: WindowSource, call: BenchCall) -> Judged:
+        entry: dict[str, object] = {"name": call.name, "transitions": call.transitions}
+        if not isinstance(source, LoopSource):
+            entry["error"] = NOT_A_LOOP
+        elif not client.running_on_valgrind():
+            entry["error"] = "the counting worker is not running under valgrind"
+        else:
+            t0 = time.monotonic()
+            entry["labels"] = count_calls(source, call.name)
+            entry["count_s"] = time.monotonic() - t0  # the instrumented part of the cost
+        self.index += 1
+        path = self.out / f"bench-{self.index:03d}.json"
+        path.write_text(json.dumps(entry))
+        result = BenchResult(name=call.name, samples=(1.0,), steps_per_s=0.0,
+                             transitions=call.transitions, source="perfgate-counts")
+        return Judged(result, None, call.rule, call.test_id)
+
+    def end_test(self, test_id: str) -> None:
+        pass
+
+
+def count_calls(source: LoopSource, name: str) -> list[str]:
+    """Warm up, then bracket each counted call of the raw step; the dump labels in order."""
+    step = source.step
+    for _ in range(WARMUP_CALLS):
+        step()
+    client.start_instrumentation()  # a no-op when instrumentation started at launch
+    for _ in range(CACHE_WARMUP_CALLS):
+        step()
+    labels = []
+    for i in range(COUNTED_CALLS):
+        client.zero_stats()
+        client.toggle_collect()
+        step()
+        client.toggle_collect()
+        labels.append(label(name, i))
+        client.dump_stats_at(labels[-1])
+    client.stop_instrumentation()  # the rest of the run at valgrind's uninstrumented speed
+    return labels
+
+
+__all__ = ["ENV_OUT", "CountsSide", "is_counts_side", "count_calls", "label"]

@@ -1,0 +1,81 @@
+"""Real callgrind workers: determinism, proportionality, the plugin end to end, failures.
+
+A small numpy workload keeps each worker to ~10-20 s (start-up under valgrind dominates).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.modes.counts.runner import CountsError, run_counts
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("valgrind") is None,
+                                 reason="needs valgrind (apt-get install valgrind)")]
+pytest_plugins = ["pytester"]
+
+WALK = """
+import numpy as np
+
+def test_walk(perfgate):
+    envs = np.ones((64, 512))
+    def step():
+        with perfgate.phase("physics"):
+            np.sin(envs, out=envs)
+    def twice():
+        step()
+        step()
+    perfgate.measure(step, transitions=64, name="walk", windows=2, window_time=0.1)
+    perfgate.measure(twice, transitions=64, name="walk2", windows=2, window_time=0.1)
+"""
+
+
+def test_counts_are_deterministic_and_proportional_end_to_end(pytester: pytest.Pytester
+                                                              ) -> None:
+    pytester.makepyfile(test_walk=WALK)
+    res = pytester.runpytest_subprocess("--perfgate", "--perfgate-counts",
+                                        "-p", "no:cacheprovider", timeout=300)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*walk.counts *NO BASELINE*", "*walk2.counts *NO BASELINE*"])
+    (sidecar,) = (pytester.path / ".perfgate" / "results").rglob("*.pgrun")
+    benches = json.loads(sidecar.read_text())["benchmarks"]
+    one = benches["test_walk.test_walk.counts"] if "test_walk.test_walk.counts" in benches \
+        else benches["walk.counts"]
+    two = benches["walk2.counts"]
+    assert one["source"] == "perfgate-counts" and one["extra"]["est_cycles_per_step"] > 0
+    ratio = two["samples"][0] / one["samples"][0]
+    assert 1.9 < ratio < 2.05, ratio  # twice the work, twice the instructions
+    again = run_counts("test_walk.py::test_walk", pytester.path)  # a second worker
+    assert abs(again["walk"].per_step()[0] / one["samples"][0] - 1) < 1e-4
+    assert (pytester.path / ".perfgate" / "results" / "benchmarks.json").exists()
+
+
+def test_a_worker_whose_test_fails_first_is_an_error_with_its_output(pytester: pytest.Pytester
+                                                                     ) -> None:
+    pytester.makepyfile(test_bad="""
+        def test_bad(perfgate):
+            raise ZeroDivisionError("set-up broke")
+    """)
+    with pytest.raises(CountsError, match=r"(?s)reached no perfgate.measure\(\) call.*"
+                                          r"set-up broke"):
+        run_counts("test_bad.py::test_bad", pytester.path)
+
+
+def test_a_hung_worker_is_killed_at_its_bound(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_hang="""
+        import os, time
+        def test_hang(perfgate):
+            open("pid", "w").write(str(os.getpid()))
+            time.sleep(600)
+    """)
+    t0 = time.monotonic()
+    with pytest.raises(CountsError, match="ran over 30 s and was killed"):
+        run_counts("test_hang.py::test_hang", pytester.path, timeout_s=30)
+    assert time.monotonic() - t0 < 90
+    pid = int((pytester.path / "pid").read_text())
+    assert not Path(f"/proc/{pid}").exists()  # nothing left running
