@@ -11,7 +11,8 @@ from pytest_perfgate.cli import Command, commands, main
 
 
 def test_every_module_is_one_command() -> None:
-    assert [c.name for c in commands()] == ["accept", "calibrate", "check", "forget", "machine",
+    assert [c.name for c in commands()] == ["accept", "calibrate", "check", "compare", "forget",
+                                            "machine",
                                             "ring-compare",
                                             "sweep"]
     assert all(issubclass(c, Command) for c in commands())

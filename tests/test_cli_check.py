@@ -68,3 +68,22 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
             main(["check", *argv])
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_compare_two_commits_side_by_side(tmp_path: Path, capsys) -> None:
+    # three runs of the base commit, then a 2x slower head, then an unrelated later commit
+    _record(tmp_path, [("1", 10.0), ("1", 10.05), ("1", 9.97), ("6", 20.0), ("7", 10.0)])
+    argv = ["compare", "--results-dir", str(tmp_path), "--repo", str(tmp_path)]
+    assert main([*argv, "111", "666"]) == 0  # a report, not a gate: exit 0 whatever it says
+    out = capsys.readouterr().out
+    assert out.startswith("perfgate compare: run 20240101T000003-aaaa03 of machine 'box', "
+                          "commit 6666666666 against the runs of commit 1111111111\n")
+    assert "REGRESSION" in out and "baseline: 3 run(s) at 1111111111" in out
+    # the base may be newer than the head: the comparison asked for, not the history rule
+    assert main([*argv, "7777", "666"]) == 0
+    assert "against the runs of commit 7777777777" in capsys.readouterr().out
+    for args, message in [(["111", "1111"], "BASE and HEAD are the same commit"),
+                          (["999"], "BASE '999': no run of machine 'box' has that id or commit")]:
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, *args])
+        assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -16,6 +16,8 @@ from typing import Any
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
                                              history_location)
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
                                              parse_policy, parse_positive_int)
 
@@ -25,6 +27,98 @@ INFRA = 3
 def _infra(message: str) -> int:
     print(f"perfgate check: infrastructure error: {message}")
     return INFRA
+
+
+def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
+    """The gate's rule, with the plugin's defaults (the same converters as its options)."""
+    d = Options()
+    add_history_arguments(ap)
+    ap.add_argument("--repo", type=Path, default=Path.cwd(),
+                    help="the git checkout whose history decides ancestry (default: here)")
+    ap.add_argument("--threshold", type=argparse_type(parse_fraction),
+                    default=d.default_threshold(),
+                    help=f"throughput drop that fails (default {d.default_threshold():.0%})"
+                    .replace("%", "%%"))
+    ap.add_argument("--alpha", type=argparse_type(parse_alpha), default=d.alpha,
+                    help=f"one-sided significance level (default {d.alpha})")
+    ap.add_argument("--baseline-runs", type=argparse_type(parse_positive_int),
+                    default=d.baseline_runs,
+                    help=f"newest N runs form the baseline (default {d.baseline_runs})")
+    for what, default in (("unstable", d.unstable), ("inconclusive", d.inconclusive)):
+        ap.add_argument(f"--{what}", type=argparse_type(parse_policy("fail", "warn")),
+                        default=default, help=f"{what.upper()} verdicts: fail or warn "
+                        f"(default {default})")
+
+
+def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
+    """(results dir, machine, its runs), or the infrastructure exit status (printed)."""
+    from pytest_perfgate.history.store import History
+
+    results, machine = history_location(args)
+    if not results.is_dir():
+        return _infra(f"no history at {results}: record runs with `pytest --perfgate` "
+                      "first, or pass --results-dir")
+    if machine is None:
+        machines = sorted(p.name for p in results.iterdir() if (p / "perfgate").is_dir())
+        if not machines:
+            return _infra(f"no machine in {results} has recorded runs")
+        if len(machines) > 1:
+            args.parser.error(f"{results} holds runs of several machines "
+                              f"({', '.join(machines)}): name one with --machine")
+        machine = machines[0]
+    try:
+        return results, machine, History(results, machine).load_runs()
+    except (OSError, ValueError) as e:
+        return _infra(f"cannot read the history of machine {machine!r} in {results}: {e}")
+
+
+def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
+             wanted: str | None, what: str) -> RunRecord | int:
+    """The newest history-mode run (``wanted`` None), the run with that id, or the newest
+    run of the commit that ``wanted`` prefixes; the infra exit status when there is none."""
+    from pytest_perfgate.modes.history import is_history_run
+
+    mine = [r for r in runs if is_history_run(r)]
+    if wanted is None:
+        if not mine:
+            return _infra(f"machine {machine!r} has no recorded history-mode run")
+        return max(mine, key=lambda r: r.started_at)
+    found = [r for r in runs if r.run_id == wanted] or \
+        [r for r in mine if r.commit.startswith(wanted.lower())]
+    if not found:
+        args.parser.error(f"{what} {wanted!r}: no run of machine {machine!r} has that id or "
+                          "commit: give an id printed as 'recorded run RUN_ID' or a commit "
+                          "hash (prefix) of a recorded run")
+    if len({r.commit for r in found}) > 1:
+        args.parser.error(f"{what} {wanted!r} matches several recorded commits: give more "
+                          "digits")
+    run = max(found, key=lambda r: r.started_at)
+    if not is_history_run(run):
+        args.parser.error(f"run {run.run_id} was measured in the A/B mode: its verdict was a "
+                          "paired comparison; only history-mode runs can be judged again")
+    return run
+
+
+def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
+              baseline: str | None, before: bool = True) -> list[Judged]:
+    """Every benchmark of ``run`` judged by the plugin's history rules."""
+    from pytest_perfgate.core.gate import Rule
+    from pytest_perfgate.modes.history import HistoryContext, HistoryMode
+
+    ctx = HistoryContext.for_run(results, run, args.repo, before=before)
+    judged: list[Judged] = []
+    mode = HistoryMode(False, _no_meter, judged.append, lambda: ctx, args.baseline_runs,
+                       baseline, records=None)
+    rule = Rule(threshold=args.threshold, alpha=args.alpha, unstable=args.unstable,
+                inconclusive=args.inconclusive)
+    for name in sorted(run.benchmarks):
+        mode.judge(run.benchmarks[name], name, rule)
+    return judged
+
+
+def describe(run: RunRecord) -> str:
+    return (f"run {run.run_id} of machine {run.machine!r}, commit {run.commit[:10]}"
+            f"{' (dirty)' if run.dirty else ''}")
 
 
 class Check(Command):
@@ -38,80 +132,31 @@ class Check(Command):
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
-        d = Options()
         ap = super().setup_arguments(subparsers)
         ap.add_argument("run_id", nargs="?", metavar="RUN_ID",
                         help="the run to judge (default: the machine's newest history run)")
-        add_history_arguments(ap)
-        ap.add_argument("--repo", type=Path, default=Path.cwd(),
-                        help="the git checkout whose history decides ancestry (default: here)")
-        ap.add_argument("--threshold", type=argparse_type(parse_fraction),
-                        default=d.default_threshold(),
-                        help=f"throughput drop that fails (default {d.default_threshold():.0%})"
-                        .replace("%", "%%"))
-        ap.add_argument("--alpha", type=argparse_type(parse_alpha), default=d.alpha,
-                        help=f"one-sided significance level (default {d.alpha})")
-        ap.add_argument("--baseline-runs", type=argparse_type(parse_positive_int),
-                        default=d.baseline_runs,
-                        help=f"newest N ancestor runs form the baseline (default "
-                        f"{d.baseline_runs})")
+        add_rule_arguments(ap)
         ap.add_argument("--baseline", type=argparse_type(parse_commit), default=None,
                         help="compare with this commit's runs only")
-        for what, default in (("unstable", d.unstable), ("inconclusive", d.inconclusive)):
-            ap.add_argument(f"--{what}", type=argparse_type(parse_policy("fail", "warn")),
-                            default=default, help=f"{what.upper()} verdicts: fail or warn "
-                            f"(default {default})")
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.core.gate import Rule
-        from pytest_perfgate.core.judged import Judged, failing
-        from pytest_perfgate.history.store import History
-        from pytest_perfgate.modes.history import HistoryContext, HistoryMode, is_history_run
+        from pytest_perfgate.core.judged import failing
         from pytest_perfgate.report import render
 
-        results, machine = history_location(args)
-        if not results.is_dir():
-            return _infra(f"no history at {results}: record runs with `pytest --perfgate` "
-                          "first, or pass --results-dir")
-        if machine is None:
-            machines = sorted(p.name for p in results.iterdir() if (p / "perfgate").is_dir())
-            if not machines:
-                return _infra(f"no machine in {results} has recorded runs")
-            if len(machines) > 1:
-                args.parser.error(f"{results} holds runs of several machines "
-                                  f"({', '.join(machines)}): name one with --machine")
-            machine = machines[0]
-        try:
-            runs = History(results, machine).load_runs()
-        except (OSError, ValueError) as e:
-            return _infra(f"cannot read the history of machine {machine!r} in {results}: {e}")
-        if args.run_id is not None:
-            found = [r for r in runs if r.run_id == args.run_id]
-            if not found:
-                args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}:"
-                                  " give an id printed as 'recorded run RUN_ID'")
-            run = found[0]
-            if not is_history_run(run):
-                args.parser.error(f"run {run.run_id} was measured in the A/B mode: its verdict "
-                                  "was a paired comparison; check judges history-mode runs")
-        else:
-            mine = [r for r in runs if is_history_run(r)]
-            if not mine:
-                return _infra(f"machine {machine!r} has no recorded history-mode run in "
-                              f"{results}")
-            run = max(mine, key=lambda r: r.started_at)
-        ctx = HistoryContext.for_run(results, run, args.repo)
-        judged: list[Judged] = []
-        mode = HistoryMode(False, _no_meter, judged.append, lambda: ctx, args.baseline_runs,
-                           args.baseline, records=None)
-        rule = Rule(threshold=args.threshold, alpha=args.alpha, unstable=args.unstable,
-                    inconclusive=args.inconclusive)
-        for name in sorted(run.benchmarks):
-            mode.judge(run.benchmarks[name], name, rule)
-        print(f"perfgate check: run {run.run_id} of machine {machine!r}, commit "
-              f"{run.commit[:10]}{' (dirty)' if run.dirty else ''}")
+        found = machine_runs(args)
+        if isinstance(found, int):
+            return found
+        results, machine, runs = found
+        if args.run_id is not None and not any(r.run_id == args.run_id for r in runs):
+            args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}: "
+                              "give an id printed as 'recorded run RUN_ID'")
+        run = pick_run(args, runs, machine, args.run_id, "RUN_ID")
+        if isinstance(run, int):
+            return run
+        judged = judge_run(args, results, run, args.baseline)
+        print(f"perfgate check: {describe(run)}")
         for line in render.table(judged) + render.notes(judged):
             print(line)
         bad = failing(judged)

@@ -53,11 +53,13 @@ class HistoryContext:
         self._ancestor_cache: dict[str, bool] = {}
 
     @classmethod
-    def for_run(cls, results_dir: Path, run: RunRecord, repo: Path) -> HistoryContext:
+    def for_run(cls, results_dir: Path, run: RunRecord, repo: Path, *, before: bool = True
+                ) -> HistoryContext:
         """The context ``run`` was judged in, rebuilt from the history: its own machine
         facts and commit, the runs recorded before it, git asked in ``repo`` (which must hold
         the commit for the ancestor rule; else every other commit counts, as outside git).
-        Used to judge a recorded run again (``perfgate check``)."""
+        Used to judge a recorded run again (``perfgate check``); ``before=False`` offers
+        every other run (``perfgate compare``, which names the baseline commit itself)."""
         from pytest_perfgate.history import accept, vcs
         from pytest_perfgate.history import store as history
 
@@ -74,7 +76,8 @@ class HistoryContext:
         self.results_dir = results_dir
         self.store = history.History(results_dir, run.machine)
         # what the plugin saw when it judged the run: the runs recorded before it
-        self.runs = [r for r in self.store.load_runs() if r.started_at < run.started_at]
+        self.runs = [r for r in self.store.load_runs()
+                     if (r.started_at < run.started_at if before else r.run_id != run.run_id)]
         self.decisions = accept.load_decisions(results_dir, run.machine)
         self._ancestor_cache = {}
         return self
