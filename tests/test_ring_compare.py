@@ -11,9 +11,12 @@ from test_ring_pair import SPEC, fake_collector, fake_learner
 
 
 def test_plan_pins_the_learner_first_and_the_collector_on_the_rest() -> None:
-    got = [(c.label, c.collector_cpus, c.learner_cpus) for c in plan(None, tuple(range(8)))]
-    assert got == [("unpinned", None, None), ("pinned L1", "1-7", "0"),
-                   ("pinned L2", "2-7", "0-1"), ("pinned L4", "4-7", "0-3")]
+    got = [(c.label, c.collector_cpus, c.learner_cpus, c.threads)
+           for c in plan(None, tuple(range(8)))]
+    assert got == [("unpinned", None, None, (None, None)),
+                   ("capped L1", None, None, (7, 1)), ("pinned L1", "1-7", "0", (None, None)),
+                   ("capped L2", None, None, (6, 2)), ("pinned L2", "2-7", "0-1", (None, None)),
+                   ("capped L4", None, None, (4, 4)), ("pinned L4", "4-7", "0-3", (None, None))]
 
 
 def test_a_learner_count_that_leaves_no_collector_core_is_refused() -> None:
@@ -34,7 +37,9 @@ def test_compare_runs_every_configuration_interleaved() -> None:
         pytest.skip("needs two usable CPUs")
     rows = compare(SPEC, plan((1,)), turns=2, window_s=0.2, settle_s=0.1,
                    collector=fake_collector, learner=fake_learner)
-    assert [r["config"] for r in rows] == ["unpinned", "pinned L1"]
+    assert [r["config"] for r in rows] == ["unpinned", "capped L1", "pinned L1"]
+    assert (rows[1]["collector_cpus"], rows[1]["learner_cpus"]) == (
+        f"{len(usable_cpus()) - 1} thr", "1 thr")
     assert all(r["turns"] == 2 and r["env_steps_per_s"] > 0 for r in rows)
     assert rows[0]["change"] == 0.0
     text = table(rows, SPEC)

@@ -84,6 +84,21 @@ def _segments() -> set[str]:
 
 
 @slow
+def test_explicit_thread_caps_reach_unpinned_sides() -> None:
+    with _pair(threads=(1, 1)) as pair:
+        pair.run_window(0.1)
+        placement = pair.metadata()["ring_pair"]["placement"]
+    assert [(p["side"], p["threads"], p["requested_cpus"]) for p in placement] == [
+        ("collector", 1, None), ("learner", 1, None)]
+
+
+def test_a_bad_thread_cap_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match=r"threads=\(0, None\): give a positive thread cap "
+                       r"or None per side, e\.g\. \(1, 1\)"):
+        _pair(threads=(0, None))
+
+
+@slow
 def test_pair_measures_collector_steps_and_reports_the_learner() -> None:
     before = _segments()
     with _pair() as pair:

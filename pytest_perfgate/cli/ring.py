@@ -19,7 +19,8 @@ class RingCompare(Command):
     name = "ring-compare"
     help = "collector/learner ring pair: pinned vs unpinned over learner core counts"
     description = ("Start the default humanoid collector / SAC learner pair once per "
-                   "configuration (unpinned, then the learner on its first k cores and the "
+                   "configuration (unpinned; then per learner core count k the same thread "
+                   "caps unpinned, and the learner pinned to its first k cores with the "
                    "collector on the rest), measure them in rotating turns and print "
                    "env-steps/s, change vs unpinned, env_step ms and push ms.")
 

@@ -23,14 +23,20 @@ class Config:
     label: str
     collector_cpus: str | None
     learner_cpus: str | None
+    threads: tuple[int | None, int | None] = (None, None)  # caps without pinning
     rates: list[float] = field(default_factory=list)
     env_step_ms: list[float] = field(default_factory=list)
     push_ms: list[float] = field(default_factory=list)
 
     def row(self, base: float) -> dict[str, Any]:
         rate = statistics.median(self.rates) if self.rates else 0.0
-        return {"config": self.label, "collector_cpus": self.collector_cpus or "unpinned",
-                "learner_cpus": self.learner_cpus or "unpinned", "env_steps_per_s": rate,
+        def where(cpus: str | None, threads: int | None) -> str:
+            return cpus or (f"{threads} thr" if threads else "unpinned")
+
+        return {"config": self.label, "collector_cpus": where(self.collector_cpus,
+                                                              self.threads[0]),
+                "learner_cpus": where(self.learner_cpus, self.threads[1]),
+                "env_steps_per_s": rate,
                 "change": rate / base - 1 if base else 0.0,
                 "env_step_ms": statistics.median(self.env_step_ms or [0.0]),
                 "push_ms": statistics.median(self.push_ms or [0.0]), "turns": len(self.rates)}
@@ -38,7 +44,9 @@ class Config:
 
 def plan(learner_cores: tuple[int, ...] | None = None,
          usable: tuple[int, ...] | None = None) -> list[Config]:
-    """Unpinned first, then learner on its first k cores and the collector on the rest."""
+    """Unpinned first; then, per learner core count k, the same thread caps unpinned
+    (collector len(cpus)-k threads, learner k) and pinned (learner on its first k cores, the
+    collector on the rest): the capped row tells what pinning adds beyond the thread caps."""
     cpus = tuple(sorted(usable if usable is not None else _cpus.usable_cpus()))
     counts = learner_cores or tuple(k for k in (1, 2, 4, 8) if k < len(cpus))
     bad = [k for k in counts if not 0 < k < len(cpus)]
@@ -47,6 +55,7 @@ def plan(learner_cores: tuple[int, ...] | None = None,
                          f"one of the {len(cpus)} usable CPUs ({_cpus.format_cpus(cpus)})")
     out = [Config("unpinned", None, None)]
     for k in counts:
+        out.append(Config(f"capped L{k}", None, None, (len(cpus) - k, k)))
         out.append(Config(f"pinned L{k}", _cpus.format_cpus(cpus[k:]),
                           _cpus.format_cpus(cpus[:k])))
     return out
@@ -62,7 +71,7 @@ def compare(spec: RingSpec, configs: list[Config], *, turns: int = 10,
     try:
         for c in configs:
             p = RingPair(spec, collector_cpus=c.collector_cpus, learner_cpus=c.learner_cpus,
-                         **pair_kw)
+                         threads=c.threads, **pair_kw)
             pairs.append(p)
             p.start()
             p.pause()

@@ -48,7 +48,8 @@ class RingPair:
                  collector_cpus: _cpus.CpuSpec = None, learner_cpus: _cpus.CpuSpec = None,
                  collector_kwargs: dict[str, Any] | None = None,
                  learner_kwargs: dict[str, Any] | None = None, start_timeout: float = 120.0,
-                 snap_timeout: float = 30.0, park: bool = True) -> None:
+                 snap_timeout: float = 30.0, park: bool = True,
+                 threads: tuple[int | None, int | None] = (None, None)) -> None:
         """``park``: stop both sides (SIGSTOP) between windows, so nothing of the pair runs
         while another benchmark or the other A/B side is measured."""
         self.park = park
@@ -57,6 +58,12 @@ class RingPair:
         self.factories = (collector, learner)
         self.kwargs = (dict(collector_kwargs or {}), dict(learner_kwargs or {}))
         self.cpus = (_cpus.parse_cpus(collector_cpus), _cpus.parse_cpus(learner_cpus))
+        # (collector, learner) thread caps; None: the side's CPU count when pinned, else none
+        for t in threads:
+            if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+                raise ValueError(f"threads={threads!r}: give a positive thread cap or None "
+                                 "per side, e.g. (1, 1)")
+        self.threads = tuple(threads)
         self.requested = (collector_cpus, learner_cpus)
         self.start_timeout, self.snap_timeout = start_timeout, snap_timeout
         self.notes: list[str] = []
@@ -90,10 +97,11 @@ class RingPair:
         ctx = mp.get_context("spawn")
         self.ring = Ring(self.spec, parties=2)
         try:
-            for role, factory, kw, cpus in zip(ROLES, self.factories, self.kwargs, self.cpus,
-                                               strict=True):
+            for role, factory, kw, cpus, threads in zip(ROLES, self.factories, self.kwargs,
+                                                        self.cpus, self.threads, strict=True):
                 payload = pickle.dumps((factory, kw, self.ring))
-                cap = len(cpus) if cpus else None  # applies even if pinning fails
+                # applies even if pinning fails
+                cap = threads if threads is not None else len(cpus) if cpus else None
                 parent, child = ctx.Pipe(duplex=True)
                 proc = ctx.Process(target=side_main, name=f"perfgate-{role}", daemon=True,
                                    args=(child, role, (cpus, None, "bind", cap), payload,
