@@ -74,18 +74,10 @@ class Segment:
             pass  # numpy views still alive: the mapping goes away with the process
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(shm_dir: Path = SHM_DIR) -> list[str]:
     """Unlink ring segments whose creator process no longer exists; return their names."""
+    from psutil import pid_exists as _pid_exists
+
     removed: list[str] = []
     try:
         entries = list(shm_dir.iterdir())
@@ -96,7 +88,7 @@ def sweep_stale(shm_dir: Path = SHM_DIR) -> list[str]:
         if not name.startswith(PREFIX):
             continue
         pid_text = name[len(PREFIX):].split("_", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not pid_text.isdigit() or _pid_exists(int(pid_text)):
             continue
         try:
             path.unlink()

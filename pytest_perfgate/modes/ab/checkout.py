@@ -51,12 +51,10 @@ def _alive(owner: dict[str, Any]) -> bool:
     pid = owner.get("pid")
     if owner.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
         return True  # another machine sharing this folder, or not our format
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    import psutil
+
+    if not psutil.pid_exists(pid):
         return False
-    except PermissionError:
-        return True
     start = owner.get("start")
     return start is None or _start_time(pid) in (None, start)
 
