@@ -4,3 +4,45 @@ import numpy  # noqa: F401
 import scipy.stats  # noqa: F401
 
 pytest_plugins = ["pytester"]
+
+
+# --- external tools the tests need (node packages, browsers) --------------------------------
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
+
+NODE_DIR = Path(__file__).parent / "node"
+
+
+def need_tool(reason: str) -> None:
+    """Skip with the reason, or fail where CI installed the tools (PERFGATE_REQUIRE_TOOLS=1)."""
+    if os.environ.get("PERFGATE_REQUIRE_TOOLS") == "1":
+        pytest.fail(reason + " (PERFGATE_REQUIRE_TOOLS=1: this CI installs it, so it must run)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """tests/node/node_modules at the versions pinned in tests/node/package-lock.json.
+
+    Installed with `npm ci` on first use (once per checkout, under a lock); skips naming the
+    Debian packages when node or npm is missing.
+    """
+    npm = shutil.which("npm")
+    if shutil.which("node") is None or npm is None:
+        need_tool("node/npm not installed: apt-get install nodejs npm")
+    modules = NODE_DIR / "node_modules"
+    stamp = modules / ".package-lock.json"
+    lock = NODE_DIR / "package-lock.json"
+    with FileLock(str(NODE_DIR / ".install.lock")):
+        if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
+            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefix", str(NODE_DIR)],
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                need_tool(f"npm ci in {NODE_DIR} failed (exit {done.returncode}): "
+                          f"{done.stderr.strip()[-500:]}")
+    return modules
