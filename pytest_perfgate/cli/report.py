@@ -135,11 +135,11 @@ class Report(Command):
         why = out_dir_problem(out, repr(args.out))
         if why is not None:
             args.parser.error(why)
-        for need, install in (("matplotlib", "pip install matplotlib"), ("ruptures", None)):
+        for need in ("matplotlib", "ruptures"):
             try:
                 __import__(need)
             except ImportError:
-                fix = install or changepoints.INSTALL
+                fix = changepoints.INSTALL.replace("ruptures", need)
                 print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
                       file=sys.stderr)
                 return INFRA
