@@ -31,6 +31,13 @@ def test_a_one_percent_step_in_instruction_counts_is_found_where_it_began() -> N
     assert cp.before == pytest.approx(250, rel=1e-5)
 
 
+def test_exact_counts_with_a_one_off_blip_have_none_but_a_tenth_of_a_percent_shows() -> None:
+    counts = [3328668.1] + [3328630.4] * 19  # the first worker wrote the bytecode cache
+    assert detect(counts) == []
+    [cp] = detect(counts[:10] + [c * 1.001 for c in counts[10:]])
+    assert cp.index == 10
+
+
 def test_a_ten_percent_step_under_one_percent_noise_and_two_steps() -> None:
     [cp] = detect(series(30, 0.01, {12: 1.10}))
     assert abs(cp.index - 12) <= 1 and cp.ratio == pytest.approx(1.10, rel=0.02)

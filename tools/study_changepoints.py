@@ -9,6 +9,8 @@ env-step) at varied positions, plus A/A series (no step), under three noise mode
   this machine (``--noise-from``), resampled i.i.d.;
 * ``here-in-order``: that real series itself, in recorded order (its drift episodes kept), a
   step multiplied onto its tail;
+* ``here-calm``: Gaussian, sigma = the robust point-to-point noise of that real series (MAD of
+  successive differences: the noise between drift episodes, a lower bound);
 * ``trust-study``: Gaussian, sigma from the README's trust study (run medians of unchanged
   code ranged 82-444 s/Msteps over ~50 runs in 35 minutes: sigma ~ ln(5.4) / 4.5).
 
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-STEPS = (0.01, 0.03, 0.10)
+STEPS = (0.01, 0.03, 0.10, 0.30, 1.00)  # the last two: what wall time here can see
 TOLERANCE = 2  # runs between the found and the true position that still count as found
 
 
@@ -86,9 +88,13 @@ def make_cases(args: argparse.Namespace, real: list[float]) -> list[dict[str, An
     n = args.runs
     logs = np.log(real)
     devs = logs - np.median(logs)
+    from pytest_perfgate.report.changepoints import noise
+
+    calm = noise(real)
     noises: dict[str, Any] = {
         "counts": lambda: rng.normal(0, 0.0000007 / 3.08, n),
         "here": lambda: rng.choice(devs, n, replace=True),
+        "here-calm": lambda: rng.normal(0, calm, n),
         "trust-study": lambda: rng.normal(0, math.log(444 / 82) / 4.5, n),
     }
     cases = []
@@ -153,11 +159,14 @@ def main() -> None:
         return worker(args.worker)
     if args.noise_from is None:
         ap.error("--noise-from RESULTS is required (a results dir with real runs)")
+    from pytest_perfgate.report.changepoints import noise
+
     real = real_medians(args.noise_from, args.machine, args.bench)
     logs = [math.log(v) for v in real]
     print(f"real series: {len(real)} runs of {args.bench!r}, run medians "
           f"{min(real):.4g}-{max(real):.4g} ({max(real) / min(real):.2f}x), stdev of log "
-          f"{statistics.stdev(logs):.3f}")
+          f"{statistics.stdev(logs):.3f}, robust point-to-point sigma (here-calm) "
+          f"{noise(real):.3f}")
     cases = make_cases(args, real)
     series = [c["x"] for c in cases]
     for lib, py in (("ruptures", None), ("spa", args.python_spa), ("otava", args.python_otava)):
