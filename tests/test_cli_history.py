@@ -18,7 +18,7 @@ from pytest_perfgate.history.store import History
 def record(results: Path, levels: Sequence[float], machine: str = "box",
            names: Sequence[str] = ("walk",), mode: str = "history",
            counts: Sequence[float] | None = None, sigma: float = 0.0,
-           first_commit: int = 1) -> list[RunRecord]:
+           first_commit: int = 1, dirty: bool = False) -> list[RunRecord]:
     """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
     ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
     rng = random.Random(7)
@@ -36,7 +36,7 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
                                                         source=COUNTS_SOURCE)
         digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
         run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
-                        "main", False, machine, "fp", {"mode": mode}, benches)
+                        "main", dirty, machine, "fp", {"mode": mode}, benches)
         History(results, machine).record(run)
         runs.append(run)
     return runs
@@ -78,7 +78,7 @@ def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -
 def test_a_flat_series_has_none_and_a_substring_names_the_benchmark(tmp_path: Path,
                                                                       capsys) -> None:
     record(tmp_path, [250.0] * 12, names=("perf.test_walk", "perf.test_run"))
-    assert history("walk", "--results-dir", str(tmp_path)) == 0  # the one name holding it
+    assert history("walk", "--results", str(tmp_path)) == 0  # the one name holding it
     out = capsys.readouterr().out
     assert "perfgate history: perf.test_walk, gated" in out
     assert ">>" not in out and out.splitlines()[-1].endswith("; 0 change point(s)")
@@ -91,6 +91,11 @@ def test_one_run_is_shown_and_says_why_there_are_no_change_points(tmp_path: Path
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and out[2].split()[-4:] == ["4000", "250", "0%", "OK"]
     assert out[3] == "1 run(s): change points need at least 4 (two on each side of a step)"
+    record(tmp_path / "dirty", [250.0], dirty=True)
+    assert history("walk", "--results-dir", str(tmp_path / "dirty")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("   1111111111+  2024-01-01 00:00")
+    assert out[3] == "(+: measured on a checkout with uncommitted changes)"
 
 
 def test_counts_and_phase_series(tmp_path: Path, capsys) -> None:
