@@ -123,6 +123,9 @@ def test_unknown_and_ambiguous_names_and_series_are_usage_errors(tmp_path: Path,
     assert usage_error(capsys, "zzz", *r) == (
         "perfgate history: error: no benchmark 'zzz' in this history; recorded benchmarks: "
         f"test_run, test_walk_fast, test_walk_slow {where}")
+    assert usage_error(capsys, " ", *r) == (
+        "perfgate history: error: the benchmark name is empty: give a benchmark name or part "
+        f"of it, e.g. humanoid {where}")
     assert usage_error(capsys, "walk", *r) == (
         "perfgate history: error: benchmark 'walk' matches 2 benchmarks: test_walk_fast, "
         f"test_walk_slow: give more of the name {where}")
@@ -153,6 +156,11 @@ def test_missing_empty_and_garbage_histories(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().err == (
         f"perfgate history: infrastructure error: no history at {tmp_path / 'none'}: record "
         "runs with `pytest --perfgate` first, or pass --results-dir\n")
+    (tmp_path / "file").write_text("x")
+    assert history("walk", "--results-dir", str(tmp_path / "file")) == 3
+    assert capsys.readouterr().err == (
+        f"perfgate history: infrastructure error: the history folder {tmp_path / 'file'} is a "
+        "file: pass the results folder (with one folder per machine) to --results-dir\n")
     (tmp_path / "empty").mkdir()
     assert history("walk", "--results-dir", str(tmp_path / "empty")) == 3
     assert capsys.readouterr().err == (

@@ -111,6 +111,9 @@ def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
         "perfgate report: error: --run 'nope': no history-mode run of machine 'box' has that "
         "id or commit; newest runs: 20240101T000002-aa0002, 20240101T000001-aa0001, "
         "20240101T000000-aa0000")
+    assert usage_error(capsys, *r, "--out", str(tmp_path / "o"), "--run", "") == (
+        "perfgate report: error: --run is empty: give a run id printed as 'recorded run "
+        "RUN_ID' or a commit prefix")
     assert usage_error(capsys, *r, "--out", str(tmp_path / "o"), "--machine", "ci") == (
         f"perfgate report: error: no machine 'ci' in {tmp_path / 'r'} (machines with runs: "
         "box): pass one of them to --machine")

@@ -59,6 +59,9 @@ def pick(args: argparse.Namespace, h: MachineHistory) -> RunRecord:
     """The newest run, the run with id ``--run``, or the newest run of that commit prefix."""
     if args.run_id is None:
         return max(h.runs, key=lambda r: r.started_at)
+    if not args.run_id.strip():
+        args.parser.error("--run is empty: give a run id printed as 'recorded run RUN_ID' or "
+                          "a commit prefix")
     found = [r for r in h.runs if r.run_id == args.run_id] or \
         [r for r in h.runs if r.commit.startswith(args.run_id.lower())]
     if not found:

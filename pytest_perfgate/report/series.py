@@ -83,6 +83,9 @@ def benchmark_names(runs: Sequence[RunRecord]) -> list[str]:
 def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     """The exact name, else the only name containing ``wanted``; SeriesError lists the near
     names (or all, when few) and the fix."""
+    if not wanted.strip():
+        raise SeriesError("the benchmark name is empty: give a benchmark name or part of it, "
+                          "e.g. humanoid")
     if wanted in names:
         return wanted
     hits = [n for n in names if wanted.lower() in n.lower()]
@@ -169,6 +172,9 @@ class MachineHistory:
         and the fix."""
         from pytest_perfgate.history.store import SIDECAR_DIR, History
 
+        if results_dir.exists() and not results_dir.is_dir():
+            raise OSError(f"the history folder {results_dir} is a file: pass the results "
+                          "folder (with one folder per machine) to --results-dir")
         if not results_dir.is_dir():
             raise OSError(f"no history at {results_dir}: record runs with `pytest --perfgate` "
                           "first, or pass --results-dir")
