@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
-from pytest_perfgate.cli.history import INFRA, load
+from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series
@@ -147,7 +147,8 @@ class Report(Command):
                 print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
                       file=sys.stderr)
                 return INFRA
-        h = load(args, PROG)
+        seen: set[str] = set()  # each bad file is named once, though read twice
+        h = load(args, PROG, seen)
         if isinstance(h, int):
             return h
         where = f"machine {h.machine!r} in {h.results_dir}"
@@ -156,7 +157,8 @@ class Report(Command):
                   file=sys.stderr)
             return INFRA
         run = pick(args, h)
-        judged = judge_run(args, h.results_dir, run, None)
+        judged = with_history_warnings(
+            PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
             made = entries(h, run, judged, out)
             atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
