@@ -155,12 +155,14 @@ class HistoryCommand(Command):
 
 def describe_change(s: Series, cp: Any) -> str:
     """'-31% env-steps/s (3.75k -> 2.59k), began at commit abc1234567 (run ...)'."""
-    p, prev = s.points[cp.index], s.points[cp.index - 1]
+    from pytest_perfgate.report.series import cause
+
+    p = s.points[cp.index]
     a, b = s.display(cp.before), s.display(cp.after)
-    same = ("; the run before it measured the same commit: the machine's speed moved, not "
-            "the code" if prev.run.commit == p.run.commit else "")
+    why = cause(s, cp.index)
     return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({fmt(a)} -> {fmt(b)}), "
-            f"began at commit {p.run.commit[:10]} (run {p.run.run_id}){same}")
+            f"began at commit {p.run.commit[:10]} (run {p.run.run_id})"
+            + (f"; {why}" if why else ""))
 
 
 def render(s: Series, cps: list[Any], where: str) -> list[str]:

@@ -13,7 +13,7 @@ from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.changepoints import ChangePoint
 from pytest_perfgate.report.plots import Band
-from pytest_perfgate.report.series import Series
+from pytest_perfgate.report.series import Series, cause
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ def change_points(entries: Sequence[Entry]) -> list[str]:
             p = s.points[c.index]
             pct = s.display(c.after) / s.display(c.before) - 1
             here = " (starts at this run)" if c.index == e.current else ""
-            same = (" (same commit as the run before: the machine moved, not the code)"
-                    if p.run.commit == s.points[c.index - 1].run.commit else "")
+            why = cause(s, c.index)
+            same = f" ({why})" if why else ""
             out.append(f"- `{s.benchmark}`: {pct:+.1%} {s.display_unit} "
                        f"({_num(s.display(c.before))} -> {_num(s.display(c.after))}) from "
                        f"commit `{p.run.commit[:10]}`, run `{p.run.run_id}`, "

@@ -66,6 +66,20 @@ class Series:
         return "env-steps/s" if self.kind == GATED else self.unit
 
 
+def cause(s: Series, index: int) -> str:
+    """What else changed where a change point begins ("" when only the commit did): a new
+    machine fingerprint, or no new commit at all (the machine's speed moved, docs/design.md
+    §1)."""
+    prev, here = s.points[index - 1].run, s.points[index].run
+    if prev.fingerprint != here.fingerprint:
+        return (f"the machine's fingerprint changed here ({prev.fingerprint} -> "
+                f"{here.fingerprint}): new hardware or software, not only new code")
+    if prev.commit == here.commit:
+        return "the run before it measured the same commit: the machine's speed moved, not " \
+               "the code"
+    return ""
+
+
 def parse_kind(text: str) -> str:
     """``gated``, ``counts`` or ``phase.NAME``; ValueError names the value and the fix."""
     if text in (GATED, COUNTS) or (text.startswith(PHASE) and len(text) > len(PHASE)):
@@ -197,5 +211,5 @@ class MachineHistory:
         return cls(results_dir, machine, kept, len(runs) - len(kept))
 
 
-__all__ = ["COUNTS", "GATED", "MachineHistory", "PHASE", "Point", "Series", "SeriesError",
+__all__ = ["COUNTS", "GATED", "cause", "MachineHistory", "PHASE", "Point", "Series", "SeriesError",
            "benchmark_names", "parse_kind", "resolve_benchmark", "series"]
