@@ -155,6 +155,11 @@ def test_a_failed_write_is_an_infrastructure_error(tmp_path: Path, capsys,
     from pytest_perfgate.core import files
 
     record(tmp_path / "r", [250.0] * 3)
+    (tmp_path / "taken" / "walk.png").mkdir(parents=True)  # a folder where the plot goes
+    assert report(tmp_path, "--out", str(tmp_path / "taken")) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate report: infrastructure error: cannot write the report in "
+                          f"{tmp_path / 'taken'}: [Errno 21] Is a directory: ")
 
     def full_disk(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")

@@ -160,6 +160,7 @@ class Report(Command):
         judged = with_history_warnings(
             PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
+            out.mkdir(parents=True, exist_ok=True)
             made = entries(h, run, judged, out)
             atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
             atomic_write(out / REPORT, markdown.report(run, made, where).encode())
