@@ -91,6 +91,18 @@ def test_an_older_run_one_run_only_and_counts(tmp_path: Path, capsys) -> None:
     assert png_size(one / "out" / "walk.png") == (900, 320)
 
 
+def test_instruction_counts_get_their_own_plot_and_change_points(tmp_path: Path,
+                                                                  capsys) -> None:
+    record(tmp_path / "r", [250.0] * 12, counts=[5.8e6] * 6 + [5.858e6] * 6)
+    out = tmp_path / "out"
+    assert report(tmp_path, "--out", str(out)) == 0
+    assert png_size(out / "walk-counts.png") == (900, 320)
+    full = (out / "report.md").read_text()
+    assert "![walk: history](walk.png)\n\n![walk: instruction counts](walk-counts.png)" in full
+    assert ("- `walk`: +1.0% instructions/env-step (5.8M -> 5.86M) from commit `7777777777`, "
+            "run `20240101T000006-aa0006`, 2024-01-01 06:00 UTC") in full.splitlines()
+
+
 def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
                                                   monkeypatch) -> None:
     record(tmp_path / "r", [250.0] * 3)

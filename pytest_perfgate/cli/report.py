@@ -89,8 +89,8 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
     """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
     from pytest_perfgate.history.asv import COUNTS_SOURCE
     from pytest_perfgate.report import changepoints, plots
-    from pytest_perfgate.report.markdown import Entry
-    from pytest_perfgate.report.series import series
+    from pytest_perfgate.report.markdown import Counts, Entry
+    from pytest_perfgate.report.series import COUNTS, series
 
     made, taken = [], set[str]()
     for j in judged:
@@ -106,7 +106,17 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
         plots.plot(s, out / png, current, band, cps,
                    f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})")
         c = run.benchmarks.get(name + COUNTS_SUFFIX)
-        made.append(Entry(j, s, current, band, cps, None if c is None else c.value, png))
+        counts: Any = None
+        if c is not None:  # instructions per env-step: where small steps show (§11)
+            cs = series(h.runs, name, COUNTS)
+            now = next(i for i, p in enumerate(cs.points) if p.run.run_id == run.run_id)
+            ccps = tuple(changepoints.detect(cs.values))
+            cpng = png_name(f"{name}-counts", taken)
+            plots.plot(cs, out / cpng, now, None, ccps,
+                       f"{name}: instructions per env-step (--perfgate-counts)")
+            counts = Counts(cs, now, ccps, cpng)
+        made.append(Entry(j, s, current, band, cps, None if c is None else c.value, png,
+                          counts))
     return made
 
 
