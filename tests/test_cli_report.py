@@ -96,6 +96,7 @@ def test_instruction_counts_get_their_own_plot_and_change_points(tmp_path: Path,
     record(tmp_path / "r", [250.0] * 12, counts=[5.8e6] * 6 + [5.858e6] * 6)
     out = tmp_path / "out"
     assert report(tmp_path, "--out", str(out)) == 0
+    assert capsys.readouterr().out.endswith(" and 2 PNG(s)\n")
     assert png_size(out / "walk-counts.png") == (900, 320)
     full = (out / "report.md").read_text()
     assert "![walk: history](walk.png)\n\n![walk: instruction counts](walk-counts.png)" in full

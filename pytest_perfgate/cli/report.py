@@ -180,8 +180,9 @@ class Report(Command):
             print(f"{PROG}: infrastructure error: cannot write the report in {out}: {e}",
                   file=sys.stderr)
             return INFRA
+        pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
         print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
-              f"wrote {out / REPORT}, {out / SUMMARY} and {len(made)} PNG(s)")
+              f"wrote {out / REPORT}, {out / SUMMARY} and {pngs} PNG(s)")
         return 0
 
 
