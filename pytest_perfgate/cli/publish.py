@@ -1,0 +1,112 @@
+"""``perfgate publish``: ``asv publish`` over the history, viewable without the network.
+
+asv's page loads its scripts from public CDNs (docs/design.md §6); with ``--scripts`` the
+exact versions are copied from a local npm folder into the site, so an offline runner (or an
+artifact opened later behind a firewall) draws the same graphs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import argparse_type
+from pytest_perfgate.session.options import OptionError, parse_path
+
+PUBLISH_TIMEOUT_S = 1800.0  # asv publish of a long history takes minutes, never hours
+
+
+def parse_scripts_dir(text: str) -> Path:
+    """A folder holding asv's scripts at the versions its page names (npm's layout)."""
+    from pytest_perfgate.history.asv_site import SiteError, check_scripts
+
+    path = Path(parse_path(text)).expanduser().resolve()
+    try:
+        check_scripts(path)
+    except SiteError as exc:
+        raise OptionError(str(exc)) from None
+    return path
+
+
+class Publish(Command):
+    name = "publish"
+    help = "asv publish over the history, with asv's scripts served from the site itself"
+    description = ("Run `asv publish` (the html_dir of asv.conf.json, or --html-dir). With "
+                   "--scripts DIR, copy the scripts asv's page loads from CDNs (jquery 3.3.1, "
+                   "flot 0.8.3, flot-orderbars 1.0.0, blueimp-md5 2.19.0, bootstrap 3.1.1 "
+                   "from DIR, an npm node_modules folder; stupidtable 1.0.1 ships with "
+                   "perfgate) into the site, so it renders without network access. Exit 0, "
+                   "2 usage error, 3 asv publish or the copying failed.")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("--config", type=argparse_type(parse_path), default=None,
+                        help="asv's config (default: asv.conf.json in this folder); asv "
+                        "runs in its folder, as it does for you there")
+        ap.add_argument("--html-dir", type=argparse_type(parse_path), default=None,
+                        help="where the site goes (default: html_dir of the config)")
+        ap.add_argument("--scripts", type=argparse_type(parse_scripts_dir), default=None,
+                        metavar="DIR", help="node_modules of `npm install jquery@3.3.1 "
+                        "flot@0.8.3 flot-orderbars@1.0.0 blueimp-md5@2.19.0 bootstrap@3.1.1`: "
+                        "serve these from the site instead of CDNs")
+        ap.add_argument("--no-pull", action="store_true",
+                        help="passed to asv publish: do not pull the repository")
+        ap.add_argument("range", nargs="?", default=None,
+                        help="passed to asv publish: the commit range to show")
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.history.asv_site import SiteError, vendor_site
+        from pytest_perfgate.history.files import load_jsonc
+
+        config = Path(args.config or "asv.conf.json").expanduser().resolve()
+        if not config.is_file():
+            args.parser.error(f"no asv config at {str(config)!r}: run from the folder of "
+                              "asv.conf.json or pass --config PATH")
+        try:
+            conf = load_jsonc(config)
+        except (OSError, ValueError) as exc:
+            args.parser.error(f"cannot read {config}: {exc}")
+        html = args.html_dir or (conf.get("html_dir") if isinstance(conf, dict) else None)
+        if html is not None and (not isinstance(html, str) or not html):
+            args.parser.error(f"{config}: html_dir {html!r} is not a folder name")
+        html_dir = (config.parent / Path(html or "html").expanduser()).resolve()
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(config),
+               "--html-dir", str(html_dir)]
+        cmd += ["--no-pull"] * args.no_pull + [args.range] * (args.range is not None)
+        print("perfgate publish: " + " ".join(cmd[1:]), flush=True)
+        try:
+            done = subprocess.run(cmd, cwd=config.parent, timeout=PUBLISH_TIMEOUT_S,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except subprocess.TimeoutExpired:
+            print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
+                  "stopped: publish a range (e.g. HEAD~200..HEAD)")
+            return 3
+        if done.returncode != 0:
+            print(f"perfgate publish: asv publish failed (exit {done.returncode}); its "
+                  "output is above")
+            return 3
+        if args.scripts is None:
+            print(f"perfgate publish: site in {html_dir}; its page loads scripts from "
+                  "public CDNs (pass --scripts DIR to view it offline)")
+            return 0
+        try:
+            done_v = vendor_site(html_dir, args.scripts)
+        except (SiteError, OSError) as exc:
+            print(f"perfgate publish: infrastructure error: {exc}")
+            return 3
+        print(f"perfgate publish: site in {html_dir}, {done_v.files} files (scripts, "
+              f"styles, fonts, licenses) copied into {html_dir / 'vendor'}; the page's "
+              f"integrity hashes hold for {len(done_v.verified)} of them (the CDN's exact bytes)"
+              + (f", and were dropped for {', '.join(done_v.unverified)} (same version, "
+                 "unminified sources)" if done_v.unverified else ""))
+        print("perfgate publish: view it over http (Chromium refuses asv's data files from "
+              f"file://): python -m http.server --directory {html_dir}")
+        return 0

@@ -1,0 +1,176 @@
+"""Vendoring asv's CDN scripts into a published site (history/asv_site.py), without a browser.
+
+Fake npm folders stand in for the real one: these tests check which files are copied, how
+the page is rewritten, which integrity hashes survive, and what a wrong folder is told.
+tests/test_asv_publish.py renders the result in Chromium with the real scripts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.cli import main
+from pytest_perfgate.history.asv_site import (ASSETS, NPM_INSTALL, SiteError, check_scripts,
+                                              source, vendor_site)
+
+asv = pytest.importorskip("asv")
+ASV_INDEX = Path(asv.__file__).parent / "www" / "index.html"
+
+
+def fake_scripts(root: Path, **versions: str) -> Path:
+    """An npm folder with every package asv's page needs (``versions`` overrides some)."""
+    for asset in ASSETS:
+        if asset.bundled:
+            continue
+        pkg = root / asset.package
+        (pkg / asset.path).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / asset.path).write_text(f"/* {asset.package} {asset.path} */\n")
+        version = versions.get(asset.package.replace("-", "_"), asset.version)
+        (pkg / "package.json").write_text(json.dumps({"name": asset.package,
+                                                      "version": version}))
+    (root / "jquery" / "LICENSE.txt").write_text("MIT\n")
+    return root
+
+
+def sri(data: bytes, algo: str = "sha384") -> str:
+    return f"{algo}-" + base64.b64encode(hashlib.new(algo, data).digest()).decode()
+
+
+def fake_page(html: Path, scripts: Path, matching: set[str]) -> Path:
+    """asv's page shape: one tag per asset; the ``matching`` packages carry the integrity of
+    the local file (the CDN serves the same bytes), the others some other file's."""
+    tags = []
+    for a in ASSETS:
+        data = source(a, scripts).read_bytes() if a.package in matching else b"cdn build"
+        attr = "href" if a.url.endswith(".css") else "src"
+        name = "link rel=\"stylesheet\"" if attr == "href" else "script"
+        end = "" if attr == "href" else "</script>"
+        tags.append(f'<{name} {attr}="{a.url}" integrity="{sri(data)}" '
+                    f'crossorigin="anonymous">{end}')
+    html.mkdir(parents=True, exist_ok=True)
+    (html / "index.html").write_text("<html><head>\n" + "\n".join(tags) + "\n"
+                                     '<a href="https://example.invalid/">a link</a></head>')
+    return html
+
+
+def test_exact_bytes_keep_their_integrity_other_bytes_lose_it(tmp_path: Path) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules")
+    exact = {"jquery", "bootstrap", "stupidtable"}  # the CDN serves these very bytes
+    html = fake_page(tmp_path / "html", scripts, matching=exact)
+    done = vendor_site(html, scripts)
+    page = (html / "index.html").read_text()
+    assert "https://cdn" not in page and "https://code.jquery" not in page
+    assert '<a href="https://example.invalid/">' in page  # a link is not a download
+    for asset in ASSETS:
+        local = f"vendor/{asset.package}/{asset.path}"
+        assert (html / local).read_bytes() == source(asset, scripts).read_bytes()
+        tag = next(line for line in page.splitlines() if f'"{local}"' in line)
+        kept = asset.package in exact
+        assert ("integrity=" in tag) == kept, tag
+        assert (f"{asset.package}/{asset.path}" in done.verified) == kept
+    assert (html / "vendor" / "jquery" / "LICENSE.txt").is_file()
+    assert (html / "vendor" / "stupidtable" / "LICENSE").read_text().startswith(
+        "Copyright (c) 2012 Joseph McCullough")
+    assert done.files == len(ASSETS) + 2  # the two licence files
+
+
+def test_vendoring_twice_gives_the_same_page(tmp_path: Path) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules")
+    html = fake_page(tmp_path / "html", scripts, matching=set())
+    vendor_site(html, scripts)
+    once = (html / "index.html").read_text()
+    vendor_site(html, scripts)
+    assert (html / "index.html").read_text() == once
+
+
+def test_the_installed_asv_page_loads_exactly_the_known_scripts(tmp_path: Path) -> None:
+    """The URL list matches this asv's own page: every asset found, nothing external left."""
+    scripts = fake_scripts(tmp_path / "node_modules")
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text(ASV_INDEX.read_text())
+    done = vendor_site(html, scripts)
+    # The fake files' bytes differ from the CDN's, except the stupidtable file perfgate ships
+    # (the 1.0.1 tag's own stupidtable.min.js, byte for byte what asv's hash names).
+    assert done.verified == ("stupidtable/stupidtable.min.js",)
+    assert len(done.unverified) == len(ASSETS) - 1
+
+
+def test_a_page_without_a_known_script_is_refused(tmp_path: Path) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules")
+    html = fake_page(tmp_path / "html", scripts, matching=set())
+    page = (html / "index.html").read_text().replace(ASSETS[0].url, "https://x.invalid/j.js")
+    (html / "index.html").write_text(page)
+    with pytest.raises(SiteError, match=f"does not load {ASSETS[0].url}: this asv writes "
+                       "another page than asv 0.6"):
+        vendor_site(html, scripts)
+    assert not (html / "vendor").exists()  # nothing copied, page untouched
+    assert (html / "index.html").read_text() == page
+
+
+def test_a_page_with_an_unknown_script_is_refused(tmp_path: Path) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules")
+    html = fake_page(tmp_path / "html", scripts, matching=set())
+    page = (html / "index.html").read_text()
+    (html / "index.html").write_text(page.replace(
+        "</head>", '<script src="https://cdn.example/new.js"></script></head>'))
+    with pytest.raises(SiteError, match="also loads https://cdn.example/new.js, which perfgate "
+                       "has no copy of"):
+        vendor_site(html, scripts)
+
+
+def test_no_page_yet_is_refused(tmp_path: Path) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules")
+    with pytest.raises(SiteError, match="cannot read asv's page .*: run asv publish first"):
+        vendor_site(tmp_path / "html", scripts)
+
+
+@pytest.mark.parametrize("versions, message", [
+    ({"flot": "4.2.6"}, "flot is version '4.2.6', asv's page needs 0.8.3 (newer jquery/flot "
+     "garble the axes)"),
+    ({"jquery": "3.6.1", "bootstrap": "3.4.1"}, "jquery is version '3.6.1', asv's page needs "
+     "3.3.1"),
+])
+def test_other_versions_are_refused(tmp_path: Path, versions: dict[str, str],
+                                    message: str) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules", **versions)
+    with pytest.raises(SiteError) as exc:
+        check_scripts(scripts)
+    assert message in str(exc.value)
+    assert str(exc.value).endswith(f"Fix: `{NPM_INSTALL}` and pass DIR/node_modules")
+
+
+def test_a_missing_package_or_file_is_named(tmp_path: Path) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules")
+    (scripts / "flot" / "jquery.flot.time.js").unlink()
+    with pytest.raises(SiteError, match="flot/jquery.flot.time.js is missing"):
+        check_scripts(scripts)
+    (scripts / "blueimp-md5" / "package.json").unlink()
+    with pytest.raises(SiteError, match="blueimp-md5 is not installed there"):
+        check_scripts(scripts)
+
+
+def test_publish_refuses_a_bad_scripts_folder_before_running_asv(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scripts = fake_scripts(tmp_path / "node_modules", jquery="3.7.1")
+    with pytest.raises(SystemExit) as exc:
+        main(["publish", "--config", str(tmp_path / "asv.conf.json"), "--scripts", str(scripts)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert ("perfgate publish: error: argument --scripts: scripts folder "
+            f"'{scripts}': jquery is version '3.7.1', asv's page needs 3.3.1") in err
+    assert f"Fix: `{NPM_INSTALL}` and pass DIR/node_modules" in err
+
+
+def test_publish_without_a_config_says_where_it_looked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["publish", "--config", str(tmp_path / "nope.json")])
+    assert exc.value.code == 2
+    assert (f"perfgate publish: error: no asv config at '{tmp_path / 'nope.json'}': run from "
+            "the folder of asv.conf.json or pass --config PATH") in capsys.readouterr().err
