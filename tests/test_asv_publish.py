@@ -1,7 +1,7 @@
 """`perfgate publish` (asv publish + local scripts) over recorded history renders in Chromium.
 
 A scratch git repository holds a tiny perf test on a fake clock, so each commit's speed is
-exact: 100 us per env-step, then a commit 20% slower, then the fix. `pytest --perfgate` in a
+exact (see SLOWDOWN). `pytest --perfgate` in a
 subprocess records each commit (the files users get), `perfgate publish --scripts` builds the
 site with asv's CDN scripts copied from tests/node, and headless Chromium opens it over a
 local http server with every other host refused.
@@ -28,7 +28,11 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "comm
 BENCH = "test_perf.test_walk"
 SERIES = [BENCH, f"{BENCH}.phase.observe_ms", f"{BENCH}.phase.physics_ms",
           f"{BENCH}.steps_per_s"]
-SLOWDOWN = [1.0, 1.0, 1.25, 1.0]  # physics cost per commit: the 3rd is slower, the 4th fixes it
+# Physics cost per commit (x 0.8 ms per 10 env-steps, plus 0.2 ms observing): 120, 120, 80,
+# 80, 100, 100 us per env-step. The last two are a regression (1.25x the best), while
+# env-steps/s ends above its low: asv, reading it as lower-is-better, would call that a
+# regression too unless perfgate publish turns its detection off.
+SLOWDOWN = [1.25, 1.25, 0.75, 0.75, 1.0, 1.0]
 CONFTEST = """
 import pytest
 from pytest_perfgate.core.load import NullProbe
@@ -70,7 +74,7 @@ def _run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> dict[str, Any]:
-    """The published site of four recorded commits: html dir, results dir, commits."""
+    """The published site of the recorded commits: html dir, results dir, commits."""
     chromium_path()  # skip before minutes of set-up when there is no browser
     repo = tmp_path_factory.mktemp("proj")
     assert _run(["git", "init", "-q", str(repo)], repo).returncode == 0
@@ -97,6 +101,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> dict[s
                  "--scripts", str(node_modules)], repo)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "integrity hashes hold for 6" in done.stdout, done.stdout
+    assert not list(repo.glob(".perfgate-publish-*")), "the config copy was left behind"
     return {"html": repo / "html", "results": repo / "results", "commits": commits}
 
 
@@ -179,8 +184,8 @@ def test_gated_series_graph_is_drawn_with_a_time_axis(site: dict[str, Any],
     assert drawn["series"] == 1, drawn
     values = [p[1] for p in drawn["points"]]
     assert values == pytest.approx(_recorded(site, BENCH), rel=1e-9)
-    assert values[2] / values[0] == pytest.approx(1.2, rel=0.03)  # 0.8*1.25+0.2 = 1.2x
-    assert values[3] / values[0] == pytest.approx(1.0, rel=0.03)
+    assert [v / values[2] for v in values] == pytest.approx([1.5, 1.5, 1, 1, 1.25, 1.25],
+                                                            rel=0.02)
     # Each point is inked in the series colour; an empty corner of the plot is not.
     assert all(p[2] > 0 for p in drawn["points"]), drawn
     assert drawn["empty_corner"] == 0, drawn
@@ -220,3 +225,19 @@ def test_benchmark_list_names_every_series_once(site: dict[str, Any], tmp_path: 
         _keep_screenshot(page, tmp_path, "benchmark-list.png")
     _clean(log)
     assert sorted(names) == sorted(SERIES)
+
+
+def test_regressions_page_lists_slowdowns_not_throughput_gains(site: dict[str, Any],
+                                                                tmp_path: Path) -> None:
+    with serve(site["html"]) as base, browser_page(base) as (page, log):
+        page.goto(f"{base}index.html#/regressions", wait_until="networkidle")
+        page.wait_for_selector("#regressions-body table tbody tr")
+        rows = page.eval_on_selector_all(
+            "#regressions-body table tbody tr",
+            "rows => rows.map(r => [...r.cells].map(c => c.innerText.trim()))")
+        _keep_screenshot(page, tmp_path, "regressions.png")
+    _clean(log)
+    listed = {row[0]: row for row in rows}
+    assert set(listed) == {BENCH, f"{BENCH}.phase.physics_ms"}, rows
+    assert listed[BENCH][2] == site["commits"][4][:8]  # where it got slower
+    assert float(listed[BENCH][3].rstrip("x")) == pytest.approx(1.25, rel=0.03)

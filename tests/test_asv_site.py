@@ -10,13 +10,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.history.asv_site import (ASSETS, NPM_INSTALL, SiteError, check_scripts,
-                                              source, vendor_site)
+from pytest_perfgate.history.asv_site import (ASSETS, NO_REGRESSIONS, NPM_INSTALL, SiteError,
+                                              check_scripts, publish_config, source,
+                                              vendor_site)
 
 asv = pytest.importorskip("asv")
 ASV_INDEX = Path(asv.__file__).parent / "www" / "index.html"
@@ -174,3 +176,30 @@ def test_publish_without_a_config_says_where_it_looked(
     assert exc.value.code == 2
     assert (f"perfgate publish: error: no asv config at '{tmp_path / 'nope.json'}': run from "
             "the folder of asv.conf.json or pass --config PATH") in capsys.readouterr().err
+
+
+def test_publish_config_turns_off_regressions_of_throughput_only() -> None:
+    (pattern,) = NO_REGRESSIONS
+    assert re.match(pattern, "perf.test_walk.steps_per_s@main")  # asv adds "@<branch>"
+    assert re.match(pattern, "perf.test_walk.steps_per_s")
+    assert not re.match(pattern, "perf.test_walk")
+    assert not re.match(pattern, "perf.test_walk.steps_per_s_x@main")
+    conf = {"repo": ".", "regressions_first_commits": {"slow.*": "abc", pattern: "def"}}
+    out = publish_config(conf)
+    assert out["regressions_first_commits"] == {"slow.*": "abc", pattern: "def"}  # theirs win
+    assert conf == {"repo": ".", "regressions_first_commits": {"slow.*": "abc",
+                                                                pattern: "def"}}  # untouched
+    assert publish_config({"repo": "."})["regressions_first_commits"] == {pattern: None}
+    assert publish_config({"regressions_first_commits": []}) == {
+        "regressions_first_commits": []}  # asv names what is wrong with it
+
+
+@pytest.mark.slow  # runs asv in a subprocess
+def test_publish_reports_asv_failing_and_leaves_no_config_copy(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "project": "x"}')  # no "repo"
+    assert main(["publish", "--config", str(tmp_path / "asv.conf.json")]) == 3
+    out = capfd.readouterr()
+    assert "No repo specified" in out.out + out.err
+    assert "perfgate publish: asv publish failed (exit 1); its output is above" in out.out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asv.conf.json"]

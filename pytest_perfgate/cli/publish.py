@@ -8,9 +8,11 @@ artifact opened later behind a firewall) draws the same graphs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -64,35 +66,18 @@ class Publish(Command):
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
         from pytest_perfgate.history.asv_site import SiteError, vendor_site
-        from pytest_perfgate.history.files import load_jsonc
 
-        config = Path(args.config or "asv.conf.json").expanduser().resolve()
-        if not config.is_file():
-            args.parser.error(f"no asv config at {str(config)!r}: run from the folder of "
-                              "asv.conf.json or pass --config PATH")
-        try:
-            conf = load_jsonc(config)
-        except (OSError, ValueError) as exc:
-            args.parser.error(f"cannot read {config}: {exc}")
-        html = args.html_dir or (conf.get("html_dir") if isinstance(conf, dict) else None)
-        if html is not None and (not isinstance(html, str) or not html):
-            args.parser.error(f"{config}: html_dir {html!r} is not a folder name")
-        html_dir = (config.parent / Path(html or "html").expanduser()).resolve()
-        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(config),
-               "--html-dir", str(html_dir)]
-        cmd += ["--no-pull"] * args.no_pull + [args.range] * (args.range is not None)
-        print("perfgate publish: " + " ".join(cmd[1:]), flush=True)
-        try:
-            done = subprocess.run(cmd, cwd=config.parent, timeout=PUBLISH_TIMEOUT_S,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        except subprocess.TimeoutExpired:
-            print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
-                  "stopped: publish a range (e.g. HEAD~200..HEAD)")
-            return 3
-        if done.returncode != 0:
-            print(f"perfgate publish: asv publish failed (exit {done.returncode}); its "
-                  "output is above")
-            return 3
+        config, conf = _read_config(args)
+        if args.html_dir is not None:
+            html_dir = Path(args.html_dir).expanduser().resolve()
+        else:  # asv runs in the config's folder, so its html_dir is relative to that
+            html = conf.get("html_dir", "html")
+            if not isinstance(html, str) or not html:
+                args.parser.error(f"{config}: html_dir {html!r} is not a folder name")
+            html_dir = (config.parent / Path(html).expanduser()).resolve()
+        code = _asv_publish(args, config, conf, html_dir)
+        if code != 0:
+            return code
         if args.scripts is None:
             print(f"perfgate publish: site in {html_dir}; its page loads scripts from "
                   "public CDNs (pass --scripts DIR to view it offline)")
@@ -110,3 +95,57 @@ class Publish(Command):
         print("perfgate publish: view it over http (Chromium refuses asv's data files from "
               f"file://): python -m http.server --directory {html_dir}")
         return 0
+
+
+def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """The asv config path and its contents; a usage error when it is missing or not JSON."""
+    from pytest_perfgate.history.files import load_jsonc
+
+    config = Path(args.config or "asv.conf.json").expanduser().resolve()
+    if not config.is_file():
+        args.parser.error(f"no asv config at {str(config)!r}: run from the folder of "
+                          "asv.conf.json or pass --config PATH")
+    try:
+        conf = load_jsonc(config)
+    except (OSError, ValueError) as exc:
+        args.parser.error(f"cannot read {config}: {exc}")
+    if not isinstance(conf, dict):
+        args.parser.error(f"{config} holds {type(conf).__name__}, not asv's JSON object")
+    return config, conf
+
+
+def _asv_publish(args: argparse.Namespace, config: Path, conf: dict[str, Any],
+                 html_dir: Path) -> int:
+    """Run asv publish on a copy of the config beside it (asv runs in the config's folder)
+    that keeps the higher-is-better series out of asv's regression list."""
+    from pytest_perfgate.history.asv_site import publish_config
+
+    tmp: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(dir=config.parent, prefix=".perfgate-publish-",
+                                    suffix=".json")
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(publish_config(conf), fh, indent=2)
+    except OSError as exc:
+        print(f"perfgate publish: cannot write beside {config} ({exc.strerror}): asv's "
+              "Regressions page will list env-steps/s gains as regressions")
+    cmd = [sys.executable, "-m", "asv", "publish", "--config", str(tmp or config),
+           "--html-dir", str(html_dir)]
+    cmd += ["--no-pull"] * args.no_pull + [args.range] * (args.range is not None)
+    print(f"perfgate publish: asv publish (config {config}) into {html_dir}", flush=True)
+    try:
+        done = subprocess.run(cmd, cwd=config.parent, timeout=PUBLISH_TIMEOUT_S,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except subprocess.TimeoutExpired:
+        print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
+              "stopped: publish a range (e.g. HEAD~200..HEAD)")
+        return 3
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    if done.returncode != 0:
+        print(f"perfgate publish: asv publish failed (exit {done.returncode}); its output "
+              "is above")
+        return 3
+    return 0

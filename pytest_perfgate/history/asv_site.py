@@ -16,6 +16,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from pytest_perfgate.core.files import atomic_write
 
@@ -55,6 +56,10 @@ ASSETS = (
     Asset("https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/css/bootstrap.min.css",
           "bootstrap", "3.1.1", "dist/css/bootstrap.min.css"),
 )
+# asv reads every series as lower-is-better, so a rise in the display-only env-steps/s series
+# (history/asv.py) would be listed as a regression; asv's way to turn its detection off for a
+# series is a null first commit. asv matches against "<name>@<branch>".
+NO_REGRESSIONS = {r".*\.steps_per_s(@|$)": None}
 NPM_PACKAGES = sorted({f"{a.package}@{a.version}" for a in ASSETS if not a.bundled})
 NPM_INSTALL = "npm install --prefix DIR " + " ".join(NPM_PACKAGES)
 
@@ -70,6 +75,15 @@ class Vendored:
     files: int
     verified: tuple[str, ...]  # same bytes as the CDN's: the page's integrity hash holds
     unverified: tuple[str, ...]  # same version, other bytes: integrity attribute dropped
+
+
+def publish_config(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with regression detection off for the higher-is-better series; the user's
+    own ``regressions_first_commits`` entries win."""
+    first = conf.get("regressions_first_commits")
+    if first is not None and not isinstance(first, dict):
+        return dict(conf)  # asv itself says what is wrong with it
+    return {**conf, "regressions_first_commits": {**NO_REGRESSIONS, **(first or {})}}
 
 
 def source(asset: Asset, scripts: Path) -> Path:
@@ -166,5 +180,5 @@ def vendor_site(html_dir: Path, scripts: Path) -> Vendored:
     return Vendored(len(copied), tuple(verified), tuple(unverified))
 
 
-__all__ = ["ASSETS", "NPM_INSTALL", "NPM_PACKAGES", "Asset", "SiteError", "Vendored",
-           "check_scripts", "source", "vendor_site"]
+__all__ = ["ASSETS", "NO_REGRESSIONS", "NPM_INSTALL", "NPM_PACKAGES", "Asset", "SiteError",
+           "Vendored", "check_scripts", "publish_config", "source", "vendor_site"]
