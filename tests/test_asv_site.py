@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,19 @@ def test_publish_reports_asv_failing_and_leaves_no_config_copy(
     assert "No repo specified" in out.out + out.err
     assert "perfgate publish: asv publish failed (exit 1); its output is above" in out.out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["asv.conf.json"]
+
+
+def test_publish_names_a_branch_the_repository_lacks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.com",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["init", "-q", "-b", "trunk"], check=True, timeout=60)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "c"], check=True, timeout=60)
+    (tmp_path / "asv.conf.json").write_text(
+        '{"version": 1, "repo": ".", "branches": ["main", "trunk"]}')
+    with pytest.raises(SystemExit) as exc:
+        main(["publish", "--config", str(tmp_path / "asv.conf.json")])
+    assert exc.value.code == 2
+    assert (f"{tmp_path / 'asv.conf.json'}: branches 'main' not found in the repository "
+            f"{tmp_path}: asv publish draws only the listed branches; set "
+            '"branches": ["trunk"]') in capsys.readouterr().err

@@ -68,6 +68,9 @@ class Publish(Command):
         from pytest_perfgate.history.asv_site import SiteError, vendor_site
 
         config, conf = _read_config(args)
+        problem = _branch_problem(config, conf)
+        if problem is not None:
+            args.parser.error(problem)
         if args.html_dir is not None:
             html_dir = Path(args.html_dir).expanduser().resolve()
         else:  # asv runs in the config's folder, so its html_dir is relative to that
@@ -112,6 +115,26 @@ def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     if not isinstance(conf, dict):
         args.parser.error(f"{config} holds {type(conf).__name__}, not asv's JSON object")
     return config, conf
+
+
+def _branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
+    """asv stops with a traceback when a branch of ``branches`` is not in a local repo: say
+    which, and what the repository's branch is."""
+    from pytest_perfgate.history.vcs import git_info, resolve_commit
+
+    repo, branches = conf.get("repo"), conf.get("branches")
+    if not isinstance(repo, str) or not isinstance(branches, list):
+        return None  # asv says what is wrong with them
+    path = (config.parent / repo).resolve()
+    if not (path / ".git").exists():
+        return None  # a URL or a bare repository: asv fetches it
+    missing = [b for b in branches if isinstance(b, str) and resolve_commit(path, b) is None]
+    if not missing:
+        return None
+    here = git_info(path).branch
+    fix = f'"branches": ["{here}"]' if here else "the branch your history is recorded on"
+    return (f"{config}: branches {', '.join(map(repr, missing))} not found in the repository "
+            f"{path}: asv publish draws only the listed branches; set {fix}")
 
 
 def _asv_publish(args: argparse.Namespace, config: Path, conf: dict[str, Any],
