@@ -206,17 +206,30 @@ def test_publish_reports_asv_failing_and_leaves_no_config_copy(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["asv.conf.json"]
 
 
+@pytest.mark.parametrize("name", ["asv.conf.json", "asv.conf.jsonc"])
 def test_publish_names_a_branch_the_repository_lacks(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.com",
            "-c", "commit.gpgsign=false"]
     subprocess.run(git + ["init", "-q", "-b", "trunk"], check=True, timeout=60)
     subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "c"], check=True, timeout=60)
-    (tmp_path / "asv.conf.json").write_text(
-        '{"version": 1, "repo": ".", "branches": ["main", "trunk"]}')
+    (tmp_path / name).write_text(  # asv reads comments; so must we
+        '{"version": 1, "repo": ".", // the checkout\n "branches": ["main", "trunk"]}')
+    monkeypatch.chdir(tmp_path)  # the default config: asv's names, in this folder
     with pytest.raises(SystemExit) as exc:
-        main(["publish", "--config", str(tmp_path / "asv.conf.json")])
+        main(["publish"])
     assert exc.value.code == 2
-    assert (f"{tmp_path / 'asv.conf.json'}: branches 'main' not found in the repository "
+    assert (f"{tmp_path / name}: branches 'main' not found in the repository "
             f"{tmp_path}: asv publish draws only the listed branches; set "
             '"branches": ["trunk"]') in capsys.readouterr().err
+
+
+def test_publish_takes_the_npm_prefix_folder_too(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    fake_scripts(tmp_path / "asv-scripts" / "node_modules", flot="0.8.2")
+    with pytest.raises(SystemExit):  # the error shows which folder it looked in
+        main(["publish", "--config", str(tmp_path / "nope.json"),
+              "--scripts", str(tmp_path / "asv-scripts")])
+    assert (f"scripts folder '{tmp_path / 'asv-scripts' / 'node_modules'}': flot is version "
+            "'0.8.2'") in capsys.readouterr().err

@@ -28,6 +28,8 @@ def parse_scripts_dir(text: str) -> Path:
     from pytest_perfgate.history.asv_site import SiteError, check_scripts
 
     path = Path(parse_path(text)).expanduser().resolve()
+    if not (path / "jquery").exists() and (path / "node_modules").is_dir():
+        path = path / "node_modules"  # the --prefix folder of npm install was given
     try:
         check_scripts(path)
     except SiteError as exc:
@@ -104,10 +106,12 @@ def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     """The asv config path and its contents; a usage error when it is missing or not JSON."""
     from pytest_perfgate.history.files import load_jsonc
 
-    config = Path(args.config or "asv.conf.json").expanduser().resolve()
-    if not config.is_file():
-        args.parser.error(f"no asv config at {str(config)!r}: run from the folder of "
-                          "asv.conf.json or pass --config PATH")
+    names = [args.config] if args.config else ["asv.conf.json", "asv.conf.jsonc"]  # asv's
+    found = [p for p in (Path(n).expanduser().resolve() for n in names) if p.is_file()]
+    if not found:
+        args.parser.error(f"no asv config at {str(Path(names[0]).resolve())!r}: run from the "
+                          "folder of asv.conf.json or pass --config PATH")
+    config = found[0]
     try:
         conf = load_jsonc(config)
     except (OSError, ValueError) as exc:
