@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from conftest import need_tool
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-dev-shm-usage",  # containers often give /dev/shm 64 MB
                   "--disable-component-update", "--no-first-run"]
 WAIT_MS = 30_000  # every wait on the page is bounded by this
 
