@@ -1,10 +1,10 @@
 """`perfgate publish` (asv publish + local scripts) over recorded history renders in Chromium.
 
 A scratch git repository holds a tiny perf test on a fake clock, so each commit's speed is
-exact (see SLOWDOWN). `pytest --perfgate` in a
-subprocess records each commit (the files users get), `perfgate publish --scripts` builds the
-site with asv's CDN scripts copied from tests/node, and headless Chromium opens it over a
-local http server with every other host refused.
+exact (see SLOWDOWN). `pytest --perfgate` in a subprocess records each commit (the files
+users get), `perfgate publish --scripts` builds the site with asv's CDN scripts copied from
+tests/node, and headless Chromium opens it over a local http server with every other host
+refused. Set PERFGATE_SCREENSHOT_DIR to keep the screenshots for a person to look at.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow  # subprocess pytest runs, asv publish and a brows
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
 BENCH = "test_perf.test_walk"  # the perf test's name; its asv series are found in index.json
-# Physics cost per commit (x 0.8 ms per 10 env-steps, plus 0.2 ms observing): 120, 120, 80,
-# 80, 100, 100 us per env-step. The last two are a regression (1.25x the best), while
+# Physics cost per commit (x 0.8 ms per call of 10 env-steps, plus 0.2 ms observing): 120,
+# 120, 80, 80, 100, 100 us per env-step. The last two are a regression (1.25x the best), while
 # env-steps/s ends above its low: asv, reading it as lower-is-better, would call that a
 # regression too unless perfgate publish turns its detection off.
 SLOWDOWN = [1.25, 1.25, 0.75, 0.75, 1.0, 1.0]
@@ -78,7 +78,7 @@ def _run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> dict[str, Any]:
     """The published site of the recorded commits: html dir, results dir, commits."""
-    chromium_path()  # skip before minutes of set-up when there is no browser
+    chromium_path()  # no browser: skip before recording anything
     repo = tmp_path_factory.mktemp("proj")
     assert _run(["git", "init", "-q", str(repo)], repo).returncode == 0
     branch = _run(["git", "symbolic-ref", "--short", "HEAD"], repo).stdout.strip()
