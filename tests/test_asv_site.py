@@ -233,3 +233,25 @@ def test_publish_takes_the_npm_prefix_folder_too(tmp_path: Path,
               "--scripts", str(tmp_path / "asv-scripts")])
     assert (f"scripts folder '{tmp_path / 'asv-scripts' / 'node_modules'}': flot is version "
             "'0.8.2'") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("html, why", [
+    (".", "overlaps '{tmp}'"),
+    ("..", "overlaps '{tmp}'"),
+    ("hist/out", "overlaps '{tmp}/hist'"),
+    ("notes", "holds files that are not an asv site"),
+])
+def test_publish_refuses_an_html_dir_asv_would_wipe(
+        tmp_path: Path, html: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "repo": ".", "branches": [null], '
+                                            '"results_dir": "hist"}')
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exc:
+        main(["publish", "--config", str(tmp_path / "asv.conf.json"),
+              "--html-dir", str(tmp_path / html)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert why.format(tmp=tmp_path) in err, err
+    assert "asv publish deletes" in err
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"

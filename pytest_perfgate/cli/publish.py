@@ -80,6 +80,9 @@ class Publish(Command):
             if not isinstance(html, str) or not html:
                 args.parser.error(f"{config}: html_dir {html!r} is not a folder name")
             html_dir = (config.parent / Path(html).expanduser()).resolve()
+        problem = _html_dir_problem(config, conf, html_dir)
+        if problem is not None:
+            args.parser.error(problem)
         code = _asv_publish(args, config, conf, html_dir)
         if code != 0:
             return code
@@ -119,6 +122,25 @@ def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     if not isinstance(conf, dict):
         args.parser.error(f"{config} holds {type(conf).__name__}, not asv's JSON object")
     return config, conf
+
+
+def _html_dir_problem(config: Path, conf: dict[str, Any], html_dir: Path) -> str | None:
+    """asv publish deletes its html dir before writing it: refuse one that holds the
+    project, the history, or files that are not an earlier asv site."""
+    results = conf.get("results_dir", "results")
+    history = (config.parent / results).resolve() if isinstance(results, str) and results \
+        else None
+    inside = [p for p in (config.parent, history) if p is not None
+              and (html_dir == p or html_dir in p.parents)]
+    if history is not None and history in html_dir.parents:
+        inside.append(history)
+    if inside:
+        return (f"html dir {str(html_dir)!r} overlaps {str(inside[0])!r}: asv publish "
+                "deletes the html dir first; give a folder of its own, e.g. .perfgate/html")
+    if html_dir.is_dir() and any(html_dir.iterdir()) and not (html_dir / "index.json").is_file():
+        return (f"html dir {str(html_dir)!r} holds files that are not an asv site: asv "
+                "publish deletes it first; give a new or empty folder")
+    return None
 
 
 def _branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
