@@ -13,7 +13,7 @@ from pytest_perfgate.cli import Command, commands, main
 def test_every_module_is_one_command() -> None:
     assert [c.name for c in commands()] == ["accept", "calibrate", "check", "compare", "forget",
                                             "history",
-                                            "machine",
+                                            "machine", "publish",
                                             "report",
                                             "ring-compare",
                                             "sweep"]
