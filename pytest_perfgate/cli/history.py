@@ -1,0 +1,180 @@
+"""``perfgate history BENCH``: one benchmark's recorded series, run by run, with change points.
+
+Reads the run sidecars of one machine (the source of truth, docs/design.md §6) and prints a
+row per history-mode run, oldest first: commit, date, run id, the run median, the spread of
+its samples and the verdict the gate gave it; a row opens each change point, naming the
+commit where the new level began (ruptures' PELT, docs/design.md §11). Exit 0, 2 usage
+error, 3 infrastructure error (no or unreadable history, change-point library missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from typing import Any, Callable, Iterator, TypeVar
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import add_history_arguments, history_location
+from pytest_perfgate.report.series import GATED, MachineHistory, Series
+
+INFRA = 3
+T = TypeVar("T")
+
+
+def fmt(x: float) -> str:
+    """A figure with 4 significant digits and a k/M suffix for large ones."""
+    if x >= 1e6:
+        return f"{x / 1e6:.4g}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.4g}k"
+    return f"{x:.4g}"
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
+
+
+def with_history_warnings(prog: str, call: Callable[[], T]) -> T:
+    """Run ``call``, printing each HistoryWarning (a skipped file, named) as one line on
+    stderr instead of Python's warning format."""
+    from pytest_perfgate.history.files import HistoryWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", HistoryWarning)
+        try:
+            return call()
+        finally:
+            for w in caught:
+                if issubclass(w.category, HistoryWarning):
+                    print(f"{prog}: warning: {w.message}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def load(args: argparse.Namespace, prog: str) -> MachineHistory | int:
+    """The machine's history-mode runs, or the infrastructure exit status (printed); an
+    unknown or ambiguous machine is a usage error."""
+    from pytest_perfgate.modes.history import is_history_run
+    from pytest_perfgate.report.series import SeriesError
+
+    results, machine = history_location(args)
+    try:
+        return with_history_warnings(
+            prog, lambda: MachineHistory.load(results, machine, keep=is_history_run))
+    except SeriesError as e:
+        args.parser.error(str(e))
+    except (OSError, ValueError) as e:
+        print(f"{prog}: infrastructure error: {e}", file=sys.stderr)
+        return INFRA
+    raise AssertionError("unreachable")  # parser.error exits
+
+
+def table(s: Series, marks: dict[int, str]) -> Iterator[str]:
+    """The rows of ``s``; ``marks[i]`` is printed above row i (a change point)."""
+    head = ["commit", "date (UTC)", "run id", s.display_unit, s.unit, "spread", "verdict"]
+    rows = []
+    for p in s.points:
+        r = p.run
+        rows.append([r.commit[:10] + ("+" if r.dirty else ""), when(r.started_at), r.run_id,
+                     fmt(s.display(p.value)) if s.kind == GATED else "", fmt(p.value),
+                     "-" if p.spread is None else f"{p.spread:.0%}", p.verdict or "-"])
+    if s.kind != GATED:  # no second unit: drop the display column
+        head, rows = head[:3] + head[4:], [r[:3] + r[4:] for r in rows]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    yield "   " + "  ".join(c.ljust(w) for c, w in zip(head, widths, strict=True)).rstrip()
+    for i, row in enumerate(rows):
+        if i in marks:
+            yield f">> {marks[i]}"
+        yield "   " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+
+class HistoryCommand(Command):
+    name = "history"
+    help = "one benchmark's recorded series run by run, with its change points"
+    description = ("Print the series of benchmark BENCH (its exact name or an unambiguous "
+                   "part of it) on one machine, one row per history-mode run, oldest first: "
+                   "commit, date, run id, run median, spread of the run's samples, the "
+                   "verdict it got. Change points (ruptures' PELT on the log run medians) "
+                   "are marked with the commit where each new level began. Exit 0; 2 usage "
+                   "error; 3 infrastructure error (no or unreadable history).")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("benchmark", metavar="BENCH",
+                        help="benchmark name, or a part of it that names one benchmark")
+        add_history_arguments(ap)
+        ap.add_argument("--series", default=GATED, metavar="SERIES",
+                        help="gated (run medians of the gated wall-time samples, default), "
+                        "counts (instructions per env-step, --perfgate-counts) or "
+                        "phase.NAME (one phase's ms per call)")
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.report import changepoints
+        from pytest_perfgate.report.series import (SeriesError, benchmark_names, parse_kind,
+                                                   resolve_benchmark, series)
+
+        prog = "perfgate history"
+        try:
+            kind = parse_kind(args.series)
+        except ValueError as e:
+            args.parser.error(f"--series: {e}")
+        found = load(args, prog)
+        if isinstance(found, int):
+            return found
+        where = f"machine {found.machine!r} in {found.results_dir}"
+        names = benchmark_names(found.runs)
+        if not names:
+            print(f"{prog}: infrastructure error: {where} has no readable history-mode run"
+                  + (f" ({found.skipped} A/B run(s) are not a history)" if found.skipped
+                     else ""), file=sys.stderr)
+            return INFRA
+        try:
+            bench = resolve_benchmark(args.benchmark, names)
+            s = series(found.runs, bench, kind)
+        except SeriesError as e:
+            args.parser.error(f"{e} ({where})")
+        try:
+            cps = changepoints.detect(s.values)
+        except changepoints.MissingLibrary as e:
+            print(f"{prog}: infrastructure error: {e}", file=sys.stderr)
+            return INFRA
+        for line in render(s, cps, where):
+            print(line)
+        return 0
+
+
+def describe_change(s: Series, cp: Any) -> str:
+    """'-31% env-steps/s (3.75k -> 2.59k), began at commit abc1234567 (run ...)'."""
+    p, prev = s.points[cp.index], s.points[cp.index - 1]
+    a, b = s.display(cp.before), s.display(cp.after)
+    same = ("; the run before it measured the same commit: the machine's speed moved, not "
+            "the code" if prev.run.commit == p.run.commit else "")
+    return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({fmt(a)} -> {fmt(b)}), "
+            f"began at commit {p.run.commit[:10]} (run {p.run.run_id}){same}")
+
+
+def render(s: Series, cps: list[Any], where: str) -> list[str]:
+    """The whole output: a header, the table, the change points and what can be seen."""
+    from pytest_perfgate.report.changepoints import MIN_POINTS, noise
+
+    n = len(s.points)
+    out = [f"perfgate history: {s.benchmark}, {s.kind} series, {n} run(s) of {where}"]
+    marks = {cp.index: describe_change(s, cp) for cp in cps}
+    out += list(table(s, marks))
+    if n < MIN_POINTS:
+        out.append(f"{n} run(s): change points need at least {MIN_POINTS} (two on each side "
+                   "of a step)")
+        return out
+    sigma = noise(s.values)
+    out.append(f"noise: {sigma:.2%} run to run (robust sigma of the log run medians); "
+               f"{len(cps)} change point(s)")
+    out += [f"  {describe_change(s, cp)}" for cp in cps]
+    return out
+
+
+__all__ = ["HistoryCommand", "fmt", "load", "render", "with_history_warnings"]

@@ -1,0 +1,171 @@
+"""``perfgate report --out DIR [--run RUN_ID]``: a run's verdicts and every benchmark's history.
+
+Writes ``DIR/report.md`` (verdict table, change points, one PNG per benchmark linked
+relatively: upload DIR as an artifact) and ``DIR/summary.md`` (the same without images:
+``cat DIR/summary.md >> "$GITHUB_STEP_SUMMARY"``). The run (the machine's newest history-mode
+run, or ``--run``) is judged exactly as ``perfgate check`` judges it; the band drawn is that
+verdict's baseline level ± threshold. Exit 0 (whatever the verdicts: gating is ``check``'s
+job), 2 usage error, 3 infrastructure error (no or unreadable history, a library missing,
+a file that could not be written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.check import add_rule_arguments, judge_run
+from pytest_perfgate.cli.history import INFRA, load
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.results import RunRecord
+from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series
+
+REPORT = "report.md"
+SUMMARY = "summary.md"
+PROG = "perfgate report"
+
+
+def out_dir_problem(path: Path, shown: str) -> str | None:
+    """Why ``path`` cannot be the report folder (None: it can; missing folders are made)."""
+    if path.exists() and not path.is_dir():
+        return f"--out {shown} is a file, not a folder: give a folder, e.g. perfgate-report"
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"--out {shown}: {parent} is a file, not a folder: give a path in a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {shown}: cannot write in {parent}: give a writable folder"
+    return None
+
+
+def png_name(bench: str, taken: set[str]) -> str:
+    """A file name for ``bench``'s plot: its printable characters, unique in the folder."""
+    import hashlib
+
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in bench).strip("._")[:80]
+    name = f"{stem or 'benchmark'}.png"
+    if name.lower() in taken:
+        name = f"{stem}-{hashlib.sha1(bench.encode()).hexdigest()[:6]}.png"
+    taken.add(name.lower())
+    return name
+
+
+def pick(args: argparse.Namespace, h: MachineHistory) -> RunRecord:
+    """The newest run, the run with id ``--run``, or the newest run of that commit prefix."""
+    if args.run_id is None:
+        return max(h.runs, key=lambda r: r.started_at)
+    found = [r for r in h.runs if r.run_id == args.run_id] or \
+        [r for r in h.runs if r.commit.startswith(args.run_id.lower())]
+    if not found:
+        newest = ", ".join(r.run_id for r in sorted(h.runs, key=lambda r: -r.started_at)[:5])
+        args.parser.error(f"--run {args.run_id!r}: no history-mode run of machine {h.machine!r} "
+                          f"has that id or commit; newest runs: {newest}")
+    return max(found, key=lambda r: r.started_at)
+
+
+def band_of(j: Judged, s: Series, current: int | None) -> Any:
+    """The gate's baseline as drawn: level ± threshold over the runs it used."""
+    from pytest_perfgate.report.plots import Band
+
+    if j.baseline_steps_per_s is None or not j.baseline_commits:
+        return None
+    end = current if current is not None else len(s.points)
+    used = [i for i in range(end) if s.points[i].run.commit in set(j.baseline_commits)]
+    used = used[-len(j.baseline_commits):]
+    if not used:
+        return None
+    return Band(j.baseline_steps_per_s, j.rule.threshold, used[0], used[-1])
+
+
+def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) -> list[Any]:
+    """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
+    from pytest_perfgate.report import changepoints, plots
+    from pytest_perfgate.report.markdown import Entry
+    from pytest_perfgate.report.series import series
+
+    made, taken = [], set[str]()
+    for j in judged:
+        name = j.result.name
+        if name.endswith(COUNTS_SUFFIX) and name[:-len(COUNTS_SUFFIX)] in run.benchmarks:
+            continue  # a counts result: a column of its benchmark's row
+        s = series(h.runs, name)
+        current = next((i for i, p in enumerate(s.points) if p.run.run_id == run.run_id), None)
+        band = band_of(j, s, current)
+        cps = tuple(changepoints.detect(s.values))
+        png = png_name(name, taken)
+        verdict = "SMOKE" if j.verdict is None else j.verdict.outcome.value
+        plots.plot(s, out / png, current, band, cps,
+                   f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})")
+        c = run.benchmarks.get(name + COUNTS_SUFFIX)
+        made.append(Entry(j, s, current, band, cps, None if c is None else c.value, png))
+    return made
+
+
+class Report(Command):
+    name = "report"
+    help = "markdown report + one PNG per benchmark (history, baseline band, change points)"
+    description = ("Judge a recorded run (the machine's newest history-mode run, or --run) "
+                   "as `perfgate check` does and write OUT/report.md (verdict table, change "
+                   "points, one PNG per benchmark linked relatively) and OUT/summary.md (no "
+                   "images; for `cat OUT/summary.md >> \"$GITHUB_STEP_SUMMARY\"`). Exit 0 "
+                   "whatever the verdicts; 2 usage error; 3 infrastructure error.")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("--out", required=True, metavar="DIR",
+                        help="folder for report.md, summary.md and the PNGs (made if missing)")
+        ap.add_argument("--run", dest="run_id", default=None, metavar="RUN_ID",
+                        help="the run to report: an id printed as 'recorded run RUN_ID' or a "
+                        "commit prefix (default: the machine's newest history-mode run)")
+        add_rule_arguments(ap)
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.core.files import atomic_write
+        from pytest_perfgate.report import changepoints, markdown
+
+        out = Path(args.out).expanduser()
+        why = out_dir_problem(out, repr(args.out))
+        if why is not None:
+            args.parser.error(why)
+        for need, install in (("matplotlib", "pip install matplotlib"), ("ruptures", None)):
+            try:
+                __import__(need)
+            except ImportError:
+                fix = install or changepoints.INSTALL
+                print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
+                      file=sys.stderr)
+                return INFRA
+        h = load(args, PROG)
+        if isinstance(h, int):
+            return h
+        where = f"machine {h.machine!r} in {h.results_dir}"
+        if not h.runs:
+            print(f"{PROG}: infrastructure error: {where} has no readable history-mode run",
+                  file=sys.stderr)
+            return INFRA
+        run = pick(args, h)
+        judged = judge_run(args, h.results_dir, run, None)
+        try:
+            made = entries(h, run, judged, out)
+            atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
+            atomic_write(out / REPORT, markdown.report(run, made, where).encode())
+            for f in (out / SUMMARY, out / REPORT):
+                f.chmod(0o644)  # an artifact others read; atomic_write makes 0600 files
+        except OSError as e:
+            print(f"{PROG}: infrastructure error: cannot write the report in {out}: {e}",
+                  file=sys.stderr)
+            return INFRA
+        print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
+              f"wrote {out / REPORT}, {out / SUMMARY} and {len(made)} PNG(s)")
+        return 0
+
+
+__all__ = ["Report", "out_dir_problem", "png_name", "REPORT", "SUMMARY"]

@@ -1,0 +1,133 @@
+"""The report's markdown: ``report.md`` (tables, change points, the PNGs linked relatively,
+for the artifact) and ``summary.md`` (the same without images, for a GitHub job summary,
+which cannot show files from the job). Pure functions over :class:`Entry`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.results import RunRecord
+from pytest_perfgate.report.changepoints import ChangePoint
+from pytest_perfgate.report.plots import Band
+from pytest_perfgate.report.series import Series
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark of the reported run, with its history."""
+
+    judged: Judged
+    series: Series  # the gated series
+    current: int | None  # index of the reported run in ``series``
+    band: Band | None
+    cps: tuple[ChangePoint, ...]
+    counts: float | None  # instructions per env-step in the reported run
+    png: str | None  # file name next to report.md; None: not drawn
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def change(j: Judged) -> str:
+    """'-3.1% [-5.0%, -1.2%]' (throughput, head vs baseline), '-' without a baseline."""
+    v = j.verdict
+    if v is None or v.ratio is None:
+        return "-"
+    out = f"{v.ratio - 1:+.1%}"
+    if v.ci is not None:
+        out += f" [{v.ci[0] - 1:+.1%}, {v.ci[1] - 1:+.1%}]"
+    return out
+
+
+def verdict_table(entries: Sequence[Entry]) -> list[str]:
+    counts = any(e.counts is not None for e in entries)
+    head = ["benchmark", "verdict", "change vs baseline [CI]", "steps/s", "baseline steps/s"]
+    head += ["instructions/env-step"] if counts else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in entries:
+        j, v = e.judged, e.judged.verdict
+        row = [f"`{j.result.name}`", "SMOKE" if v is None else v.outcome.value, change(j),
+               _num(j.result.steps_per_s), _num(j.baseline_steps_per_s)]
+        row += [_num(e.counts)] if counts else []
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    return lines
+
+
+def change_points(entries: Sequence[Entry]) -> list[str]:
+    out = []
+    for e in entries:
+        s = e.series
+        for c in e.cps:
+            p = s.points[c.index]
+            pct = s.display(c.after) / s.display(c.before) - 1
+            here = " (starts at this run)" if c.index == e.current else ""
+            same = (" (same commit as the run before: the machine moved, not the code)"
+                    if p.run.commit == s.points[c.index - 1].run.commit else "")
+            out.append(f"- `{s.benchmark}`: {pct:+.1%} {s.display_unit} "
+                       f"({_num(s.display(c.before))} -> {_num(s.display(c.after))}) from "
+                       f"commit `{p.run.commit[:10]}`, run `{p.run.run_id}`, "
+                       f"{_date(p.run)}{here}{same}")
+    return out or ["- none found"]
+
+
+def notes(entries: Sequence[Entry]) -> list[str]:
+    out = []
+    for e in entries:
+        v = e.judged.verdict
+        if v is not None and v.message and v.outcome.value != "OK":
+            out.append(f"- `{e.judged.result.name}`: {v.outcome.value}: {_cell(v.message)}")
+        if len(e.series.points) < 4:
+            out.append(f"- `{e.series.benchmark}`: {len(e.series.points)} run(s) in the "
+                       "history: change points need at least 4")
+    return out
+
+
+def _date(run: RunRecord) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.started_at))
+
+
+def header(run: RunRecord, where: str) -> list[str]:
+    dirty = " (dirty tree)" if run.dirty else ""
+    return ["## perfgate report", "",
+            f"Run `{run.run_id}` of {where}, commit `{run.commit[:10]}`{dirty}, "
+            f"{_date(run)}.", ""]
+
+
+def summary(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
+    """For ``cat summary.md >> "$GITHUB_STEP_SUMMARY"``: no images."""
+    lines = header(run, where) + verdict_table(entries)
+    extra = notes(entries)
+    lines += ["", *extra] if extra else []
+    lines += ["", "### Change points", "", *change_points(entries), ""]
+    return "\n".join(lines)
+
+
+def report(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
+    """For the artifact: the summary, then one plot per benchmark (linked relatively)."""
+    lines = [summary(run, entries, where), "### History", ""]
+    for e in entries:
+        if e.png is None:
+            continue
+        lines += [f"#### `{e.series.benchmark}`", "",
+                  f"![{_cell(e.series.benchmark)}: history]({e.png})", ""]
+    lines.append("Grey: each run's median (whiskers: its windows, min to max); red: this "
+                 "run; blue band: the gate's baseline level ± threshold over the baseline "
+                 "runs; orange: change points and each segment's level.")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Entry", "change", "report", "summary", "verdict_table"]

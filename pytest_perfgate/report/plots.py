@@ -1,0 +1,112 @@
+"""One PNG per benchmark: its history, the run being reported, the gate's band, change points.
+
+Sized for a CI job summary or an artifact listing (900 x 320 px at 100 dpi, 9-10 pt labels).
+matplotlib is imported lazily with the Agg backend (no display on a runner; the plugin's
+import stays cheap). The x axis is the run's position in the history, labelled by commit: runs
+hours apart and runs minutes apart are one replicate each (docs/design.md §2).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from pytest_perfgate.report.changepoints import ChangePoint
+from pytest_perfgate.report.series import GATED, Series
+
+SIZE_IN = (9.0, 3.2)
+DPI = 100
+MAX_TICKS = 12
+
+
+@dataclass(frozen=True)
+class Band:
+    """The gate's baseline: its level and the threshold either side, over the runs it used."""
+
+    level: float  # display units (env-steps/s for the gated series)
+    threshold: float  # fraction
+    first: int  # index of the oldest baseline run in the series
+    last: int  # index of the newest
+
+
+def _si(x: float, _pos: Any = None) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def plot(s: Series, path: Path, current: int | None, band: Band | None,
+         cps: Sequence[ChangePoint], title: str) -> Path:
+    """Draw ``s`` into ``path`` (PNG); ``current`` is the index of the reported run."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    ys = [s.display(p.value) for p in s.points]
+    xs = list(range(len(ys)))
+    fig, ax = plt.subplots(figsize=SIZE_IN, dpi=DPI)
+    try:
+        ax.tick_params(labelsize=9)
+        if band is not None:
+            lo, hi = band.level * (1 - band.threshold), band.level * (1 + band.threshold)
+            x0, x1 = band.first - 0.4, (current if current is not None else band.last) + 0.4
+            ax.fill_between([x0, x1], lo, hi, color="tab:blue", alpha=0.13, lw=0,
+                            label=f"baseline ±{band.threshold:.0%} (gate)")
+            ax.hlines(band.level, x0, x1, colors="tab:blue", linestyles="--", lw=1)
+        for p, x in zip(s.points, xs, strict=True):  # the run's own windows, min to max
+            if p.spread is not None and s.kind == GATED:
+                samples = p.run.benchmarks[s.benchmark].samples
+                ax.vlines(x, s.display(max(samples)), s.display(min(samples)),
+                          colors="0.75", lw=1)
+        ax.plot(xs, ys, "-", color="0.6", lw=0.8)
+        ax.plot(xs, ys, "o", color="0.25", ms=3.5, label="run median")
+        if current is not None:
+            ax.plot([current], [ys[current]], "o", color="tab:red", ms=8, zorder=5,
+                    label="this run")
+        _change_points(ax, s, cps)
+        ax.yaxis.set_major_formatter(FuncFormatter(_si))
+        ax.set_ylabel(s.display_unit + (" (higher is better)" if s.kind == GATED else ""),
+                      fontsize=9)
+        _commit_ticks(ax, s)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.margins(x=0.02, y=0.15)
+        ax.grid(axis="y", color="0.9", lw=0.6)
+        ax.legend(fontsize=8, loc="best", framealpha=0.85)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=DPI)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _change_points(ax: Any, s: Series, cps: Sequence[ChangePoint]) -> None:
+    bounds = [0, *(c.index for c in cps), len(s.points)]
+    for c in cps:
+        ax.axvline(c.index - 0.5, color="tab:orange", ls=":", lw=1.5)
+        change = s.display(c.after) / s.display(c.before) - 1
+        ax.annotate(f"{s.points[c.index].run.commit[:7]} {change:+.0%}", (c.index - 0.5, 1),
+                    xycoords=("data", "axes fraction"), xytext=(3, -3),
+                    textcoords="offset points", va="top", fontsize=8, color="tab:orange")
+    for a, b in zip(bounds, bounds[1:], strict=False):  # each segment's level
+        if cps and b > a:
+            level = s.display(statistics.median(s.values[a:b]))
+            ax.hlines(level, a - 0.4, b - 0.6, colors="tab:orange", lw=1.2, alpha=0.8)
+
+
+def _commit_ticks(ax: Any, s: Series) -> None:
+    n = len(s.points)
+    step = max(1, -(-n // MAX_TICKS))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([s.points[i].run.commit[:7] for i in ticks], fontsize=8, rotation=30,
+                       ha="right")
+    ax.set_xlabel(f"run (commit), oldest to newest: {n} run(s)", fontsize=9)
+
+
+__all__ = ["Band", "plot"]

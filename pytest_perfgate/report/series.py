@@ -1,0 +1,194 @@
+"""One benchmark's recorded series on one machine, read from the run sidecars.
+
+The sidecars are the source of truth (docs/design.md §6); ``perfgate history`` and
+``perfgate report`` read them through :class:`SeriesSource`, which turns a machine's runs into
+one :class:`Series` per benchmark and series kind:
+
+* ``gated``: the run medians of the gated samples (seconds per million env-steps, i.e.
+  microseconds per env-step), shown as env-steps/s;
+* ``counts``: the ``<name>.counts`` result of the counts mode (instructions per env-step);
+* ``phase.NAME``: one phase's milliseconds per call.
+
+Callers pass only history-mode runs (``modes.history.is_history_run``, which this layer may
+not import): an A/B run's samples are short turns taken between turns of another process, a
+protocol whose level is not comparable (docs/design.md §3).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pytest_perfgate.core.results import BenchResult, RunRecord
+
+GATED = "gated"
+COUNTS = "counts"
+PHASE = "phase."
+COUNTS_SUFFIX = ".counts"  # modes/counts/mode.py names a counts result so
+
+
+class SeriesError(ValueError):
+    """A request the history cannot answer (unknown benchmark, series or run)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the series: its summary value and what the run said about it."""
+
+    run: RunRecord
+    value: float  # the series' own unit (lower is better for every kind)
+    spread: float | None  # (max - min) / median of the run's samples; None: one value
+    verdict: str | None
+
+
+@dataclass(frozen=True)
+class Series:
+    benchmark: str
+    kind: str
+    unit: str  # of Point.value
+    points: tuple[Point, ...]
+
+    @property
+    def values(self) -> list[float]:
+        return [p.value for p in self.points]
+
+    def display(self, value: float) -> float:
+        """What a reader wants to see: throughput for the gated series, else the value."""
+        return 1e6 / value if self.kind == GATED else value
+
+    @property
+    def display_unit(self) -> str:
+        return "env-steps/s" if self.kind == GATED else self.unit
+
+
+def parse_kind(text: str) -> str:
+    """``gated``, ``counts`` or ``phase.NAME``; ValueError names the value and the fix."""
+    if text in (GATED, COUNTS) or (text.startswith(PHASE) and len(text) > len(PHASE)):
+        return text
+    raise ValueError(f"series {text!r} is not one of gated, counts, phase.NAME: use e.g. "
+                     "--series gated or --series phase.physics")
+
+
+def benchmark_names(runs: Sequence[RunRecord]) -> list[str]:
+    """Every wall-time benchmark recorded in ``runs`` (counts results are their series)."""
+    names = {n for r in runs for n, b in r.benchmarks.items() if not _is_counts(b)}
+    return sorted(names)
+
+
+def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
+    """The exact name, else the only name containing ``wanted``; SeriesError lists the near
+    names (or all, when few) and the fix."""
+    if wanted in names:
+        return wanted
+    hits = [n for n in names if wanted.lower() in n.lower()]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise SeriesError(f"benchmark {wanted!r} matches {len(hits)} benchmarks: "
+                          f"{', '.join(hits[:10])}: give more of the name")
+    near = difflib.get_close_matches(wanted, names, n=5, cutoff=0.4)
+    shown = near or list(names)[:10]
+    if not names:
+        raise SeriesError(f"no benchmark {wanted!r}: this history has no benchmark at all")
+    label = "near names" if near else "recorded benchmarks"
+    raise SeriesError(f"no benchmark {wanted!r} in this history; {label}: {', '.join(shown)}"
+                      + (" ..." if not near and len(names) > 10 else ""))
+
+
+def _is_counts(b: BenchResult) -> bool:
+    from pytest_perfgate.history.asv import COUNTS_SOURCE
+
+    return b.source == COUNTS_SOURCE
+
+
+def _spread(samples: Sequence[float]) -> float | None:
+    if len(samples) < 2:
+        return None
+    return (max(samples) - min(samples)) / statistics.median(samples)
+
+
+def series(runs: Sequence[RunRecord], benchmark: str, kind: str = GATED) -> Series:
+    """The points of ``benchmark`` in ``runs``, oldest first."""
+    from pytest_perfgate.history.asv import COUNTS_UNIT
+
+    ordered = sorted(runs, key=lambda r: r.started_at)
+    points: list[Point] = []
+    unit = {GATED: "us/env-step", COUNTS: COUNTS_UNIT}.get(kind, "ms/call")
+    for run in ordered:
+        if kind == COUNTS:
+            b = run.benchmarks.get(benchmark + COUNTS_SUFFIX)
+            if b is not None:
+                points.append(Point(run, b.value, _spread(b.samples), b.verdict))
+            continue
+        b = run.benchmarks.get(benchmark)
+        if b is None or _is_counts(b):
+            continue
+        if kind == GATED:
+            points.append(Point(run, b.value, _spread(b.samples), b.verdict))
+        else:
+            ph = b.phases.get(kind[len(PHASE):])
+            if ph is not None and math.isfinite(ph.ms_per_call) and ph.ms_per_call > 0:
+                points.append(Point(run, ph.ms_per_call, None, b.verdict))
+    if not points and kind != GATED:
+        raise SeriesError(_no_such_series(ordered, benchmark, kind))
+    return Series(benchmark, kind, unit, tuple(points))
+
+
+def _no_such_series(runs: Sequence[RunRecord], benchmark: str, kind: str) -> str:
+    phases = sorted({p for r in runs for p in getattr(r.benchmarks.get(benchmark), "phases",
+                                                      {})})
+    has_counts = any(benchmark + COUNTS_SUFFIX in r.benchmarks for r in runs)
+    have = ([GATED] + ([COUNTS] if has_counts else [])
+            + [PHASE + p for p in phases])
+    fix = ("record counts with --perfgate-counts" if kind == COUNTS else
+           "name a recorded phase")
+    return (f"benchmark {benchmark!r} has no {kind!r} series in this history ({fix}); its "
+            f"series: {', '.join(have)}")
+
+
+@dataclass(frozen=True)
+class MachineHistory:
+    """The runs of one machine in one results dir, read once."""
+
+    results_dir: Path
+    machine: str
+    runs: tuple[RunRecord, ...]
+
+    skipped: int = 0  # runs ``keep`` refused (A/B runs)
+
+    @classmethod
+    def load(cls, results_dir: Path, machine: str | None,
+             keep: Callable[[RunRecord], bool] = lambda r: True) -> MachineHistory:
+        """Read the sidecars (a bad one is skipped with a HistoryWarning naming it) and keep
+        the runs ``keep`` accepts. OSError / SeriesError say why there is no history to read,
+        and the fix."""
+        from pytest_perfgate.history.store import SIDECAR_DIR, History
+
+        if not results_dir.is_dir():
+            raise OSError(f"no history at {results_dir}: record runs with `pytest --perfgate` "
+                          "first, or pass --results-dir")
+        machines = sorted(p.name for p in results_dir.iterdir()
+                          if (p / SIDECAR_DIR).is_dir())
+        if machine is None:
+            if not machines:
+                raise OSError(f"no machine in {results_dir} has recorded runs: record runs "
+                              "with `pytest --perfgate` first")
+            if len(machines) > 1:
+                raise SeriesError(f"{results_dir} holds runs of several machines "
+                                  f"({', '.join(machines)}): name one with --machine")
+            machine = machines[0]
+        elif machine not in machines:
+            known = ", ".join(machines) or "none"
+            raise SeriesError(f"no machine {machine!r} in {results_dir} (machines with runs: "
+                              f"{known}): pass one of them to --machine")
+        runs = History(results_dir, machine).load_runs()
+        kept = tuple(r for r in runs if keep(r))
+        return cls(results_dir, machine, kept, len(runs) - len(kept))
+
+
+__all__ = ["COUNTS", "GATED", "MachineHistory", "PHASE", "Point", "Series", "SeriesError",
+           "benchmark_names", "parse_kind", "resolve_benchmark", "series"]
