@@ -58,10 +58,15 @@ class GateResult:
             return "INFRASTRUCTURE ERROR: not judged (this is not a regression and not a pass)"
         if self.status == USAGE:
             return "USAGE ERROR: not judged"
-        if self.not_gated:
-            return (f"passed, but {len(self.not_gated)} benchmark(s) NOT GATED (no baseline: "
-                    "not a pass for those)")
-        return f"passed: {len(self.judged)} benchmark(s) judged"
+        open_ = [j.result.name for j in self.judged if j.verdict is not None
+                 and j.verdict.outcome is Outcome.INCONCLUSIVE]
+        caveats = ([f"{len(self.not_gated)} NOT GATED (no baseline: not a pass for those)"]
+                   if self.not_gated else []) + \
+            ([f"{len(open_)} INCONCLUSIVE (the noise hides a drop of the threshold's size)"]
+             if open_ else [])
+        judged = len(self.judged) - len(self.not_gated) - len(open_)
+        return (f"passed: {judged} of {len(self.judged)} benchmark(s) OK or better"
+                + (f"; {'; '.join(caveats)}" if caveats else ""))
 
 
 def annotation_lines(outcome: GateResult, context: str = "") -> list[str]:
