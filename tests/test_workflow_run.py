@@ -307,12 +307,14 @@ def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, s
 
 # --- the scratch project ---------------------------------------------------------------------
 
+# The load guard is off (a 1000-core limit): the helpers sharing this machine keep it busy,
+# and this test is about the workflow's plumbing; the guard is tested on fake /proc files.
 INI = """[pytest]
 pythonpath = .
-perfgate_windows = 4
+perfgate_windows = 6
 perfgate_window_time = 0.1
 perfgate_threshold = 30%
-perfgate_load_limit = 2
+perfgate_load_limit = 1000
 perfgate_ab_turns = 8
 perfgate_ab_turn_time = 0.05
 """
@@ -448,7 +450,8 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
 
     # 4. an 8x slower commit: history and the anchor both say REGRESSION, at the test's line
     _, slow = push("C3 slow", work=8)
-    assert slow.step("gate_history")["code"] == 1 and slow.step("gate_anchor")["code"] == 1
+    for gate in ("gate_history", "gate_anchor"):
+        assert slow.step(gate)["code"] == 1, slow.step(gate)["out"]
     errs = _errors(slow, "perfgate REGRESSION")
     assert len(errs) == 2 and all(e.startswith(f"::error file=perf/test_perf_walk.py,{TEST_LINE},")
                                   for e in errs)
