@@ -408,7 +408,7 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     assert "INFRASTRUCTURE ERROR: not judged" in crash.summary
 
 
-@pytest.mark.slow  # real history runs, A/B runs against the anchor, git pushes, ~60 s
+@pytest.mark.slow  # real history runs, A/B runs against the anchor, git pushes, ~70 s
 def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path],
                                                       tmp_path: Path) -> None:
     origin, dev = scratch
@@ -427,6 +427,8 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     assert "history: INFRASTRUCTURE ERROR: not judged" in first.summary
     assert "no baseline" in first.step("gate_history")["out"]
     assert first.step("gate_anchor")["code"] == 0  # anchor v0.1: same code
+    assert first.step("History report (plots into the artifact, a summary into the job page)"
+                      )["outcome"] == "success"
     _git(dev, "fetch", "-q", "origin")
     runs = _git(dev, "ls-tree", "-r", "--name-only", "origin/perfgate-history/perf-xeon")
     assert "results/perf-xeon/machine.json" in runs and ".gitignore" in runs
@@ -457,6 +459,15 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
                                   for e in errs)
     assert "history: FAILED: 1 benchmark(s) REGRESSION" in slow.summary
     assert "vs anchor v0.1: FAILED" in slow.summary
+    # 5. a workload that raises: no verdict at all, so both gates say infrastructure error
+    commit(dev, "C4 broken", crash=True)
+    _, broken = push()
+    for gate in ("gate_history", "gate_anchor"):
+        assert broken.step(gate)["code"] == 3, broken.step(gate)["out"]
+    assert len(_errors(broken, "perfgate infrastructure error")) == 2
+    assert not _errors(broken, "perfgate REGRESSION") and "REGRESSION" not in broken.summary
+    assert "nothing recorded" in broken.step("Save the history branch")["out"]
+
     _git(dev, "fetch", "-q", "origin")
     log = _git(dev, "log", "--format=%s", "origin/perfgate-history/perf-xeon")
     assert len(log.splitlines()) == 4  # first push, seed, C2, C3: every run kept
