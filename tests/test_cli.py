@@ -12,7 +12,9 @@ from pytest_perfgate.cli import Command, commands, main
 
 def test_every_module_is_one_command() -> None:
     assert [c.name for c in commands()] == ["accept", "calibrate", "check", "compare", "forget",
+                                            "history",
                                             "machine",
+                                            "report",
                                             "ring-compare",
                                             "sweep"]
     assert all(issubclass(c, Command) for c in commands())

@@ -3,7 +3,7 @@
 A CI job measures in one step (``pytest --perfgate ... --perfgate-json=R``) and gates in the
 next (``perfgate check --report R --pytest-exit $status``), so the gate's exit status tells a
 regression (1) from an infrastructure error (3) even though pytest exits 1 for both a failed
-gate and a crashed workload (docs/design.md §11). Not a command module (leading underscore).
+gate and a crashed workload (docs/design.md §12). Not a command module (leading underscore).
 """
 
 from __future__ import annotations

@@ -166,6 +166,8 @@ def render(s: Series, cps: list[Any], where: str) -> list[str]:
     out = [f"perfgate history: {s.benchmark}, {s.kind} series, {n} run(s) of {where}"]
     marks = {cp.index: describe_change(s, cp) for cp in cps}
     out += list(table(s, marks))
+    if any(p.run.dirty for p in s.points):
+        out.append("(+: measured on a checkout with uncommitted changes)")
     if n < MIN_POINTS:
         out.append(f"{n} run(s): change points need at least {MIN_POINTS} (two on each side "
                    "of a step)")

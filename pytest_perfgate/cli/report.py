@@ -84,6 +84,7 @@ def band_of(j: Judged, s: Series, current: int | None) -> Any:
 
 def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) -> list[Any]:
     """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
+    from pytest_perfgate.history.asv import COUNTS_SOURCE
     from pytest_perfgate.report import changepoints, plots
     from pytest_perfgate.report.markdown import Entry
     from pytest_perfgate.report.series import series
@@ -91,7 +92,7 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
     made, taken = [], set[str]()
     for j in judged:
         name = j.result.name
-        if name.endswith(COUNTS_SUFFIX) and name[:-len(COUNTS_SUFFIX)] in run.benchmarks:
+        if j.result.source == COUNTS_SOURCE:
             continue  # a counts result: a column of its benchmark's row
         s = series(h.runs, name)
         current = next((i for i, p in enumerate(s.points) if p.run.run_id == run.run_id), None)
@@ -135,11 +136,11 @@ class Report(Command):
         why = out_dir_problem(out, repr(args.out))
         if why is not None:
             args.parser.error(why)
-        for need, install in (("matplotlib", "pip install matplotlib"), ("ruptures", None)):
+        for need in ("matplotlib", "ruptures"):
             try:
                 __import__(need)
             except ImportError:
-                fix = install or changepoints.INSTALL
+                fix = changepoints.INSTALL.replace("ruptures", need)
                 print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
                       file=sys.stderr)
                 return INFRA

@@ -45,7 +45,7 @@ class BenchResult:
     verdict: str | None = None
     # Where the test that measured it is defined: file relative to the git checkout's top
     # level (posix), 1-based line; None in records written before they were kept. CI
-    # annotations point at it (docs/design.md §11).
+    # annotations point at it (docs/design.md §12).
     test_file: str | None = None
     test_line: int | None = None
 

@@ -2,7 +2,7 @@
 
 An annotation (``::error file=F,line=N,title=T::message``) puts the verdict on the perf
 test's line in the pull request's diff; the summary section heads the job's page. Both say
-which of three things happened, never blurring them (docs/design.md §11): a verdict that
+which of three things happened, never blurring them (docs/design.md §12): a verdict that
 fails (REGRESSION, or UNSTABLE/INCONCLUSIVE under a fail policy), a result that was not
 gated (NO BASELINE: not a pass), or an infrastructure error (no verdict at all).
 """

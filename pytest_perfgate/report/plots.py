@@ -69,6 +69,9 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
             ax.plot([current], [ys[current]], "o", color="tab:red", ms=8, zorder=5,
                     label="this run")
         _change_points(ax, s, cps)
+        if len(ys) < 2:
+            ax.text(0.5, 0.08, "one run: no history to compare with yet", ha="center",
+                    transform=ax.transAxes, fontsize=9, color="0.35")
         ax.yaxis.set_major_formatter(FuncFormatter(_si))
         ax.set_ylabel(s.display_unit + (" (higher is better)" if s.kind == GATED else ""),
                       fontsize=9)
@@ -86,13 +89,17 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
 
 
 def _change_points(ax: Any, s: Series, cps: Sequence[ChangePoint]) -> None:
-    bounds = [0, *(c.index for c in cps), len(s.points)]
-    for c in cps:
+    n = len(s.points)
+    bounds = [0, *(c.index for c in cps), n]
+    for k, c in enumerate(cps):
         ax.axvline(c.index - 0.5, color="tab:orange", ls=":", lw=1.5)
         change = s.display(c.after) / s.display(c.before) - 1
+        right = c.index > 0.8 * n  # near the right edge: the label goes left of the line
         ax.annotate(f"{s.points[c.index].run.commit[:7]} {change:+.0%}", (c.index - 0.5, 1),
-                    xycoords=("data", "axes fraction"), xytext=(3, -3),
-                    textcoords="offset points", va="top", fontsize=8, color="tab:orange")
+                    xycoords=("data", "axes fraction"), va="top",
+                    xytext=(-3 if right else 3, -3 - 11 * (k % 2)),  # neighbours alternate
+                    textcoords="offset points", ha="right" if right else "left",
+                    fontsize=8, color="tab:orange")
     for a, b in zip(bounds, bounds[1:], strict=False):  # each segment's level
         if cps and b > a:
             level = s.display(statistics.median(s.values[a:b]))

@@ -29,6 +29,7 @@ GATED = "gated"
 COUNTS = "counts"
 PHASE = "phase."
 COUNTS_SUFFIX = ".counts"  # modes/counts/mode.py names a counts result so
+STEPS_PER_SAMPLE_UNIT = 1e6  # BenchResult.samples are seconds per million env-steps
 
 
 class SeriesError(ValueError):
@@ -58,7 +59,7 @@ class Series:
 
     def display(self, value: float) -> float:
         """What a reader wants to see: throughput for the gated series, else the value."""
-        return 1e6 / value if self.kind == GATED else value
+        return STEPS_PER_SAMPLE_UNIT / value if self.kind == GATED else value
 
     @property
     def display_unit(self) -> str:

@@ -187,7 +187,7 @@ class GateSession:
 
     def add(self, judged: Judged) -> None:
         """The one way a verdict reaches the session (the modes' sink); stamps the result
-        with its test's location (docs/design.md §11)."""
+        with its test's location (docs/design.md §12)."""
         where = self.locations.get(judged.test_id)
         if where is not None and judged.result.test_file is None:
             judged.result = replace(judged.result, test_file=where[0], test_line=where[1])

@@ -1,0 +1,190 @@
+"""`perfgate history BENCH`: one benchmark's series, run by run, change points named."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from pytest_perfgate.cli import main
+from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.history.asv import COUNTS_SOURCE
+from pytest_perfgate.history.store import History
+
+
+def record(results: Path, levels: Sequence[float], machine: str = "box",
+           names: Sequence[str] = ("walk",), mode: str = "history",
+           counts: Sequence[float] | None = None, sigma: float = 0.0,
+           first_commit: int = 1, dirty: bool = False) -> list[RunRecord]:
+    """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
+    ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
+    rng = random.Random(7)
+    runs = []
+    for i, level in enumerate(levels):
+        benches = {}
+        for name in names:
+            samples = tuple(level * math.exp(rng.gauss(0, sigma)) for _ in range(6))
+            phases = {"physics": PhaseSummary(level * 0.256, 0.9, 1.0)}
+            benches[name] = BenchResult(name, samples, 1e6 / level, phases=phases,
+                                        verdict="OK")
+            if counts is not None:
+                c = (counts[i],) * 3
+                benches[name + ".counts"] = BenchResult(name + ".counts", c, 0.0,
+                                                        source=COUNTS_SOURCE)
+        digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
+        run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
+                        "main", dirty, machine, "fp", {"mode": mode}, benches)
+        History(results, machine).record(run)
+        runs.append(run)
+    return runs
+
+
+STEP = [250.0] * 8 + [300.0] * 8  # a 20% slowdown at the 9th run (commit 9999...)
+
+
+def history(*argv: str) -> int:
+    return main(["history", *argv])
+
+
+def usage_error(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        history(*argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -> None:
+    record(tmp_path, STEP)
+    assert history("walk", "--results-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"perfgate history: walk, gated series, 16 run(s) of machine 'box' in "
+                      f"{tmp_path}")
+    assert out[1].split() == ["commit", "date", "(UTC)", "run", "id", "env-steps/s",
+                              "us/env-step", "spread", "verdict"]
+    first = out[2].split()
+    assert first[:4] == ["1111111111", "2024-01-01", "00:00", "20240101T000000-aa0000"]
+    assert first[-1] == "OK"
+    mark = out.index(next(line for line in out if line.startswith(">> change point")))
+    assert out[mark] == (">> change point: -16.7% env-steps/s (4000 -> 3333), began at "
+                         "commit 9999999999 (run 20240101T000008-aa0008)")
+    assert out[mark + 1].startswith("   9999999999  2024-01-01 08:00  20240101T000008-aa0008")
+    assert out[-2].startswith("noise: 0.") and out[-2].endswith("1 change point(s)")
+    assert out[-1] == "  " + out[mark][3:]
+
+
+def test_a_flat_series_has_none_and_a_substring_names_the_benchmark(tmp_path: Path,
+                                                                      capsys) -> None:
+    record(tmp_path, [250.0] * 12, names=("perf.test_walk", "perf.test_run"))
+    assert history("walk", "--results", str(tmp_path)) == 0  # the one name holding it
+    out = capsys.readouterr().out
+    assert "perfgate history: perf.test_walk, gated" in out
+    assert ">>" not in out and out.splitlines()[-1].endswith("; 0 change point(s)")
+
+
+def test_one_run_is_shown_and_says_why_there_are_no_change_points(tmp_path: Path,
+                                                                   capsys) -> None:
+    record(tmp_path, [250.0])
+    assert history("walk", "--results-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[2].split()[-4:] == ["4000", "250", "0%", "OK"]
+    assert out[3] == "1 run(s): change points need at least 4 (two on each side of a step)"
+    record(tmp_path / "dirty", [250.0], dirty=True)
+    assert history("walk", "--results-dir", str(tmp_path / "dirty")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("   1111111111+  2024-01-01 00:00")
+    assert out[3] == "(+: measured on a checkout with uncommitted changes)"
+
+
+def test_counts_and_phase_series(tmp_path: Path, capsys) -> None:
+    counts = [5.8e6] * 6 + [5.858e6] * 6  # +1% instructions at run 7
+    record(tmp_path, [250.0] * 12, counts=counts)
+    assert history("walk", "--results-dir", str(tmp_path), "--series", "counts") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[-3:] == ["instructions/env-step", "spread", "verdict"]
+    assert (">> change point: +1.0% instructions/env-step (5.8M -> 5.858M), began at "
+            "commit 7777777777 (run 20240101T000006-aa0006)") in out
+    assert history("walk", "--results-dir", str(tmp_path), "--series", "phase.physics") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("perfgate history: walk, phase.physics series, 12 run(s)")
+    assert out[2].split()[-3:] == ["64", "-", "OK"]  # ms per call, no spread of one value
+
+
+def test_unknown_and_ambiguous_names_and_series_are_usage_errors(tmp_path: Path,
+                                                                   capsys) -> None:
+    record(tmp_path, [250.0] * 3, names=("test_walk_fast", "test_walk_slow", "test_run"))
+    where = f"(machine 'box' in {tmp_path})"
+    r = ["--results-dir", str(tmp_path)]
+    assert usage_error(capsys, "test_wlak_fast", *r) == (
+        "perfgate history: error: no benchmark 'test_wlak_fast' in this history; near names: "
+        f"test_walk_fast, test_walk_slow, test_run {where}")
+    assert usage_error(capsys, "zzz", *r) == (
+        "perfgate history: error: no benchmark 'zzz' in this history; recorded benchmarks: "
+        f"test_run, test_walk_fast, test_walk_slow {where}")
+    assert usage_error(capsys, "walk", *r) == (
+        "perfgate history: error: benchmark 'walk' matches 2 benchmarks: test_walk_fast, "
+        f"test_walk_slow: give more of the name {where}")
+    assert usage_error(capsys, "test_run", *r, "--series", "counts") == (
+        "perfgate history: error: benchmark 'test_run' has no 'counts' series in this history "
+        "(record counts with --perfgate-counts); its series: gated, phase.physics " + where)
+    assert usage_error(capsys, "test_run", *r, "--series", "phase.nope").startswith(
+        "perfgate history: error: benchmark 'test_run' has no 'phase.nope' series in this "
+        "history (name a recorded phase); its series: gated, phase.physics")
+    assert usage_error(capsys, "test_run", *r, "--series", "wall") == (
+        "perfgate history: error: --series: series 'wall' is not one of gated, counts, "
+        "phase.NAME: use e.g. --series gated or --series phase.physics")
+
+
+def test_machines_unknown_or_ambiguous(tmp_path: Path, capsys) -> None:
+    record(tmp_path, [250.0] * 3, machine="m1")
+    record(tmp_path, [250.0] * 3, machine="m2")
+    assert usage_error(capsys, "walk", "--results-dir", str(tmp_path)) == (
+        f"perfgate history: error: {tmp_path} holds runs of several machines (m1, m2): name "
+        "one with --machine")
+    assert usage_error(capsys, "walk", "--results-dir", str(tmp_path), "--machine", "m3") == (
+        f"perfgate history: error: no machine 'm3' in {tmp_path} (machines with runs: m1, m2): "
+        "pass one of them to --machine")
+
+
+def test_missing_empty_and_garbage_histories(tmp_path: Path, capsys) -> None:
+    assert history("walk", "--results-dir", str(tmp_path / "none")) == 3
+    assert capsys.readouterr().err == (
+        f"perfgate history: infrastructure error: no history at {tmp_path / 'none'}: record "
+        "runs with `pytest --perfgate` first, or pass --results-dir\n")
+    (tmp_path / "empty").mkdir()
+    assert history("walk", "--results-dir", str(tmp_path / "empty")) == 3
+    assert capsys.readouterr().err == (
+        f"perfgate history: infrastructure error: no machine in {tmp_path / 'empty'} has "
+        "recorded runs: record runs with `pytest --perfgate` first\n")
+    garbage = tmp_path / "g" / "box" / "perfgate"
+    garbage.mkdir(parents=True)
+    (garbage / "bad.pgrun").write_text("{not json")
+    assert history("walk", "--results-dir", str(tmp_path / "g")) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"perfgate history: warning: skipping history file "
+                             f"{garbage / 'bad.pgrun'}: ")
+    assert err[1] == (f"perfgate history: infrastructure error: machine 'box' in "
+                      f"{tmp_path / 'g'} has no readable history-mode run")
+    record(tmp_path / "g", [250.0] * 2)  # the good runs still show, the bad file is named
+    assert history("walk", "--results-dir", str(tmp_path / "g")) == 0
+    captured = capsys.readouterr()
+    assert "skipping history file" in captured.err and "2 run(s)" in captured.out
+    record(tmp_path / "ab", [250.0] * 2, mode="ab")
+    assert history("walk", "--results-dir", str(tmp_path / "ab")) == 3
+    assert capsys.readouterr().err.endswith(
+        "has no readable history-mode run (2 A/B run(s) are not a history)\n")
+
+
+def test_a_missing_library_is_an_infrastructure_error(tmp_path: Path, capsys,
+                                                      monkeypatch) -> None:
+    import sys
+
+    record(tmp_path, [250.0] * 5)
+    monkeypatch.setitem(sys.modules, "ruptures", None)
+    assert history("walk", "--results-dir", str(tmp_path)) == 3
+    assert capsys.readouterr().err == (
+        "perfgate history: infrastructure error: change points need the ruptures library, "
+        "which is not installed: pip install 'pytest-perfgate[report]'  (or: pip install "
+        "ruptures)\n")
