@@ -471,3 +471,39 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     _git(dev, "fetch", "-q", "origin")
     log = _git(dev, "log", "--format=%s", "origin/perfgate-history/perf-xeon")
     assert len(log.splitlines()) == 4  # first push, seed, C2, C3: every run kept
+
+
+def test_the_expression_evaluator_follows_githubs_rules() -> None:
+    ctx: dict[str, Any] = {"steps": {"a": {"outputs": {"x": "1"}}}, "inputs": {},
+                           "env": {"E": "e"}, "_failed": False}
+    assert Expr("steps.b.outputs.x != ''", ctx).value() is False  # null equals ''
+    assert Expr("steps.a.outputs.x == 1", ctx).value() is True  # '1' equals 1
+    assert Expr("inputs.anchor || env.E", ctx).value() == "e"  # || yields a value
+    assert Expr("'ABC' == 'abc' && !false", ctx).value() is True
+    assert condition("steps.a.outputs.x == '1'", {**ctx, "_failed": True}) is False  # success()
+    assert condition("${{ !cancelled() && steps.a.outputs.x == '1' }}", {**ctx, "_failed": True})
+    with pytest.raises(AssertionError, match="not simulated"):
+        Expr("hashFiles('x')", ctx).value()
+
+
+def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
+    """README "CI on self-hosted runners": pull requests read only and push nothing; only the
+    default-branch job writes history, one job at a time per machine label."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    on = wf.get("on", wf.get(True))  # PyYAML reads the key `on` as true
+    assert "pull_request_target" not in on and wf["permissions"] == {"contents": "read"}
+    pr, push = wf["jobs"]["pull-request"], wf["jobs"]["default-branch"]
+    assert "permissions" not in pr  # the workflow's read-only default
+    checkout = pr["steps"][0]
+    assert checkout["uses"].startswith("actions/checkout@")
+    assert checkout["with"]["persist-credentials"] is False
+    assert push["permissions"] == {"contents": "write"}
+    assert push["concurrency"] == {"group": "perfgate-history-${{ matrix.machine }}",
+                                   "cancel-in-progress": False}
+    for job in (pr, push):
+        assert job["env"]["PERFGATE_MACHINE"] == "${{ matrix.machine }}"
+        assert "${{ matrix.machine }}" in job["runs-on"] and "perf" in job["runs-on"]
+        assert "${{ matrix.machine }}" in job["concurrency"]["group"]
+        for step in job["steps"]:  # untrusted values reach scripts through env, not ${{ }}
+            assert "github.event" not in step.get("run", ""), step["name"]
+            assert "inputs." not in step.get("run", ""), step["name"]
