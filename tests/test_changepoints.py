@@ -46,6 +46,12 @@ def test_a_ten_percent_step_under_one_percent_noise_and_two_steps() -> None:
     assert both[1].ratio == pytest.approx(1 / 1.2, rel=0.02)
 
 
+def test_a_long_history_is_segmented_whole() -> None:
+    x = series(3000, 0.3, {1000: 2.0, 2000: 0.5})  # this runner's noise, 2x steps
+    assert [abs(c.index - t) <= 20 for c, t in zip(detect(x), (1000, 2000), strict=True)] \
+        == [True, True]
+
+
 def test_flat_series_have_no_change_points() -> None:
     for seed in range(5):
         assert detect(series(40, 0.05, {}, seed=seed)) == []

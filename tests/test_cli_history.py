@@ -18,7 +18,8 @@ from pytest_perfgate.history.store import History
 def record(results: Path, levels: Sequence[float], machine: str = "box",
            names: Sequence[str] = ("walk",), mode: str = "history",
            counts: Sequence[float] | None = None, sigma: float = 0.0,
-           first_commit: int = 1, dirty: bool = False) -> list[RunRecord]:
+           first_commit: int = 1, dirty: bool = False,
+           fingerprints: Sequence[str] = ()) -> list[RunRecord]:
     """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
     ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
     rng = random.Random(7)
@@ -36,7 +37,8 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
                                                         source=COUNTS_SOURCE)
         digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
         run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
-                        "main", dirty, machine, "fp", {"mode": mode}, benches)
+                        "main", dirty, machine, fingerprints[i] if fingerprints else "fp",
+                        {"mode": mode}, benches)
         History(results, machine).record(run)
         runs.append(run)
     return runs
@@ -73,6 +75,24 @@ def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -
     assert out[mark + 1].startswith("   9999999999  2024-01-01 08:00  20240101T000008-aa0008")
     assert out[-2].startswith("noise: 0.") and out[-2].endswith("1 change point(s)")
     assert out[-1] == "  " + out[mark][3:]
+
+
+def test_a_change_point_says_when_the_machine_or_nothing_changed(tmp_path: Path,
+                                                                 capsys) -> None:
+    record(tmp_path / "fp", STEP, fingerprints=["aaa"] * 8 + ["bbb"] * 8)
+    assert history("walk", "--results-dir", str(tmp_path / "fp")) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "(run 20240101T000008-aa0008); the machine's fingerprint changed here (aaa -> bbb): "
+        "new hardware or software, not only new code")
+    runs = record(tmp_path / "same", STEP)
+    for run in runs:  # one commit throughout: the machine moved
+        path = tmp_path / "same" / "box" / "perfgate" / f"{run.run_id}.pgrun"
+        path.write_text(path.read_text().replace(run.commit, "1" * 40))
+    assert history("walk", "--results-dir", str(tmp_path / "same")) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  change point: -16.7% env-steps/s (4000 -> 3333), began at commit 1111111111 (run "
+        "20240101T000008-aa0008); the run before it measured the same commit: the machine's "
+        "speed moved, not the code")
 
 
 def test_a_flat_series_has_none_and_a_substring_names_the_benchmark(tmp_path: Path,
@@ -123,6 +143,9 @@ def test_unknown_and_ambiguous_names_and_series_are_usage_errors(tmp_path: Path,
     assert usage_error(capsys, "zzz", *r) == (
         "perfgate history: error: no benchmark 'zzz' in this history; recorded benchmarks: "
         f"test_run, test_walk_fast, test_walk_slow {where}")
+    assert usage_error(capsys, " ", *r) == (
+        "perfgate history: error: the benchmark name is empty: give a benchmark name or part "
+        f"of it, e.g. humanoid {where}")
     assert usage_error(capsys, "walk", *r) == (
         "perfgate history: error: benchmark 'walk' matches 2 benchmarks: test_walk_fast, "
         f"test_walk_slow: give more of the name {where}")
@@ -153,6 +176,11 @@ def test_missing_empty_and_garbage_histories(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().err == (
         f"perfgate history: infrastructure error: no history at {tmp_path / 'none'}: record "
         "runs with `pytest --perfgate` first, or pass --results-dir\n")
+    (tmp_path / "file").write_text("x")
+    assert history("walk", "--results-dir", str(tmp_path / "file")) == 3
+    assert capsys.readouterr().err == (
+        f"perfgate history: infrastructure error: the history folder {tmp_path / 'file'} is a "
+        "file: pass the results folder (with one folder per machine) to --results-dir\n")
     (tmp_path / "empty").mkdir()
     assert history("walk", "--results-dir", str(tmp_path / "empty")) == 3
     assert capsys.readouterr().err == (

@@ -91,6 +91,19 @@ def test_an_older_run_one_run_only_and_counts(tmp_path: Path, capsys) -> None:
     assert png_size(one / "out" / "walk.png") == (900, 320)
 
 
+def test_instruction_counts_get_their_own_plot_and_change_points(tmp_path: Path,
+                                                                  capsys) -> None:
+    record(tmp_path / "r", [250.0] * 12, counts=[5.8e6] * 6 + [5.858e6] * 6)
+    out = tmp_path / "out"
+    assert report(tmp_path, "--out", str(out)) == 0
+    assert capsys.readouterr().out.endswith(" and 2 PNG(s)\n")
+    assert png_size(out / "walk-counts.png") == (900, 320)
+    full = (out / "report.md").read_text()
+    assert "![walk: history](walk.png)\n\n![walk: instruction counts](walk-counts.png)" in full
+    assert ("- `walk`: +1.0% instructions/env-step (5.8M -> 5.86M) from commit `7777777777`, "
+            "run `20240101T000006-aa0006`, 2024-01-01 06:00 UTC") in full.splitlines()
+
+
 def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
                                                   monkeypatch) -> None:
     record(tmp_path / "r", [250.0] * 3)
@@ -111,6 +124,9 @@ def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
         "perfgate report: error: --run 'nope': no history-mode run of machine 'box' has that "
         "id or commit; newest runs: 20240101T000002-aa0002, 20240101T000001-aa0001, "
         "20240101T000000-aa0000")
+    assert usage_error(capsys, *r, "--out", str(tmp_path / "o"), "--run", "") == (
+        "perfgate report: error: --run is empty: give a run id printed as 'recorded run "
+        "RUN_ID' or a commit prefix")
     assert usage_error(capsys, *r, "--out", str(tmp_path / "o"), "--machine", "ci") == (
         f"perfgate report: error: no machine 'ci' in {tmp_path / 'r'} (machines with runs: "
         "box): pass one of them to --machine")
@@ -134,12 +150,17 @@ def test_missing_or_garbage_history_and_missing_libraries_are_infrastructure(
                              f"{bad / 'x.pgrun'}: ")
     assert err[1] == (f"perfgate report: infrastructure error: machine 'box' in "
                       f"{tmp_path / 'r'} has no readable history-mode run")
+    record(tmp_path / "r", [250.0] * 2)  # the good runs are reported, the bad file named once
+    assert report(tmp_path, "--out", out) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (f"perfgate report: warning: skipping history file "
+                            f"{bad / 'x.pgrun'}: {err[0].split('x.pgrun: ', 1)[1]}\n")
+    assert captured.out.startswith("perfgate report: run 20240101T000001-aa0001")
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert report(tmp_path, "--out", out) == 3
     assert capsys.readouterr().err == ("perfgate report: infrastructure error: matplotlib is "
                                        "not installed: pip install 'pytest-perfgate[report]'  "
                                        "(or: pip install matplotlib)\n")
-    assert not Path(out).exists()
 
 
 def test_a_failed_write_is_an_infrastructure_error(tmp_path: Path, capsys,
@@ -147,6 +168,11 @@ def test_a_failed_write_is_an_infrastructure_error(tmp_path: Path, capsys,
     from pytest_perfgate.core import files
 
     record(tmp_path / "r", [250.0] * 3)
+    (tmp_path / "taken" / "walk.png").mkdir(parents=True)  # a folder where the plot goes
+    assert report(tmp_path, "--out", str(tmp_path / "taken")) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate report: infrastructure error: cannot write the report in "
+                          f"{tmp_path / 'taken'}: [Errno 21] Is a directory: ")
 
     def full_disk(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")

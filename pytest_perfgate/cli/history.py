@@ -36,33 +36,38 @@ def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
 
 
-def with_history_warnings(prog: str, call: Callable[[], T]) -> T:
+def with_history_warnings(prog: str, call: Callable[[], T], seen: set[str] | None = None
+                          ) -> T:
     """Run ``call``, printing each HistoryWarning (a skipped file, named) as one line on
-    stderr instead of Python's warning format."""
+    stderr instead of Python's warning format; a message already in ``seen`` (the same file
+    read again) is not repeated."""
     from pytest_perfgate.history.files import HistoryWarning
 
+    seen = set() if seen is None else seen
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HistoryWarning)
         try:
             return call()
         finally:
             for w in caught:
-                if issubclass(w.category, HistoryWarning):
-                    print(f"{prog}: warning: {w.message}", file=sys.stderr)
-                else:
+                if not issubclass(w.category, HistoryWarning):
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                elif str(w.message) not in seen:
+                    seen.add(str(w.message))
+                    print(f"{prog}: warning: {w.message}", file=sys.stderr)
 
 
-def load(args: argparse.Namespace, prog: str) -> MachineHistory | int:
+def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
+         ) -> MachineHistory | int:
     """The machine's history-mode runs, or the infrastructure exit status (printed); an
-    unknown or ambiguous machine is a usage error."""
+    unknown or ambiguous machine is a usage error. ``seen``: see with_history_warnings."""
     from pytest_perfgate.modes.history import is_history_run
     from pytest_perfgate.report.series import SeriesError
 
     results, machine = history_location(args)
     try:
         return with_history_warnings(
-            prog, lambda: MachineHistory.load(results, machine, keep=is_history_run))
+            prog, lambda: MachineHistory.load(results, machine, keep=is_history_run), seen)
     except SeriesError as e:
         args.parser.error(str(e))
     except (OSError, ValueError) as e:
@@ -150,12 +155,14 @@ class HistoryCommand(Command):
 
 def describe_change(s: Series, cp: Any) -> str:
     """'-31% env-steps/s (3.75k -> 2.59k), began at commit abc1234567 (run ...)'."""
-    p, prev = s.points[cp.index], s.points[cp.index - 1]
+    from pytest_perfgate.report.series import cause
+
+    p = s.points[cp.index]
     a, b = s.display(cp.before), s.display(cp.after)
-    same = ("; the run before it measured the same commit: the machine's speed moved, not "
-            "the code" if prev.run.commit == p.run.commit else "")
+    why = cause(s, cp.index)
     return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({fmt(a)} -> {fmt(b)}), "
-            f"began at commit {p.run.commit[:10]} (run {p.run.run_id}){same}")
+            f"began at commit {p.run.commit[:10]} (run {p.run.run_id})"
+            + (f"; {why}" if why else ""))
 
 
 def render(s: Series, cps: list[Any], where: str) -> list[str]:

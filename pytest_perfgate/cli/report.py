@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
-from pytest_perfgate.cli.history import INFRA, load
+from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series
@@ -59,6 +59,9 @@ def pick(args: argparse.Namespace, h: MachineHistory) -> RunRecord:
     """The newest run, the run with id ``--run``, or the newest run of that commit prefix."""
     if args.run_id is None:
         return max(h.runs, key=lambda r: r.started_at)
+    if not args.run_id.strip():
+        args.parser.error("--run is empty: give a run id printed as 'recorded run RUN_ID' or "
+                          "a commit prefix")
     found = [r for r in h.runs if r.run_id == args.run_id] or \
         [r for r in h.runs if r.commit.startswith(args.run_id.lower())]
     if not found:
@@ -86,8 +89,8 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
     """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
     from pytest_perfgate.history.asv import COUNTS_SOURCE
     from pytest_perfgate.report import changepoints, plots
-    from pytest_perfgate.report.markdown import Entry
-    from pytest_perfgate.report.series import series
+    from pytest_perfgate.report.markdown import Counts, Entry
+    from pytest_perfgate.report.series import COUNTS, series
 
     made, taken = [], set[str]()
     for j in judged:
@@ -103,7 +106,17 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
         plots.plot(s, out / png, current, band, cps,
                    f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})")
         c = run.benchmarks.get(name + COUNTS_SUFFIX)
-        made.append(Entry(j, s, current, band, cps, None if c is None else c.value, png))
+        counts: Any = None
+        if c is not None:  # instructions per env-step: where small steps show (§11)
+            cs = series(h.runs, name, COUNTS)
+            now = next(i for i, p in enumerate(cs.points) if p.run.run_id == run.run_id)
+            ccps = tuple(changepoints.detect(cs.values))
+            cpng = png_name(f"{name}-counts", taken)
+            plots.plot(cs, out / cpng, now, None, ccps,
+                       f"{name}: instructions per env-step (--perfgate-counts)")
+            counts = Counts(cs, now, ccps, cpng)
+        made.append(Entry(j, s, current, band, cps, None if c is None else c.value, png,
+                          counts))
     return made
 
 
@@ -144,7 +157,8 @@ class Report(Command):
                 print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
                       file=sys.stderr)
                 return INFRA
-        h = load(args, PROG)
+        seen: set[str] = set()  # each bad file is named once, though read twice
+        h = load(args, PROG, seen)
         if isinstance(h, int):
             return h
         where = f"machine {h.machine!r} in {h.results_dir}"
@@ -153,8 +167,10 @@ class Report(Command):
                   file=sys.stderr)
             return INFRA
         run = pick(args, h)
-        judged = judge_run(args, h.results_dir, run, None)
+        judged = with_history_warnings(
+            PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
+            out.mkdir(parents=True, exist_ok=True)
             made = entries(h, run, judged, out)
             atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
             atomic_write(out / REPORT, markdown.report(run, made, where).encode())
@@ -164,8 +180,9 @@ class Report(Command):
             print(f"{PROG}: infrastructure error: cannot write the report in {out}: {e}",
                   file=sys.stderr)
             return INFRA
+        pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
         print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
-              f"wrote {out / REPORT}, {out / SUMMARY} and {len(made)} PNG(s)")
+              f"wrote {out / REPORT}, {out / SUMMARY} and {pngs} PNG(s)")
         return 0
 
 

@@ -78,7 +78,10 @@ def detect(values: Sequence[float], beta: float = PENALTY_BETA) -> list[ChangePo
     logs = np.log(np.asarray(values, dtype=float))
     sigma = noise(values)
     pen = beta * sigma ** 2 * math.log(len(values))
-    algo = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(logs.reshape(-1, 1))
+    # KernelCPD with the linear kernel is PELT on the l2 cost (the same segmentation as
+    # ruptures.Pelt(model="l2")), in C: 3000 runs in 0.03 s instead of 50 s.
+    algo = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT, jump=1).fit(
+        logs.reshape(-1, 1))
     ends = [int(e) for e in algo.predict(pen=pen)][:-1]  # the last "end" is len(values)
     bounds = [0, *ends, len(values)]
     # PELT keeps MIN_SEGMENT runs after a step, so a step at the newest run comes out one

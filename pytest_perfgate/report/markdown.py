@@ -13,7 +13,17 @@ from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.changepoints import ChangePoint
 from pytest_perfgate.report.plots import Band
-from pytest_perfgate.report.series import Series
+from pytest_perfgate.report.series import Series, cause
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The instruction-count series of a benchmark, beside its wall-time one."""
+
+    series: Series
+    current: int
+    cps: tuple[ChangePoint, ...]
+    png: str
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,7 @@ class Entry:
     cps: tuple[ChangePoint, ...]
     counts: float | None  # instructions per env-step in the reported run
     png: str | None  # file name next to report.md; None: not drawn
+    counts_series: Counts | None = None
 
 
 def _num(x: float | None) -> str:
@@ -70,17 +81,21 @@ def verdict_table(entries: Sequence[Entry]) -> list[str]:
 def change_points(entries: Sequence[Entry]) -> list[str]:
     out = []
     for e in entries:
-        s = e.series
-        for c in e.cps:
-            p = s.points[c.index]
-            pct = s.display(c.after) / s.display(c.before) - 1
-            here = " (starts at this run)" if c.index == e.current else ""
-            same = (" (same commit as the run before: the machine moved, not the code)"
-                    if p.run.commit == s.points[c.index - 1].run.commit else "")
-            out.append(f"- `{s.benchmark}`: {pct:+.1%} {s.display_unit} "
-                       f"({_num(s.display(c.before))} -> {_num(s.display(c.after))}) from "
-                       f"commit `{p.run.commit[:10]}`, run `{p.run.run_id}`, "
-                       f"{_date(p.run)}{here}{same}")
+        found = [(e.series, e.cps, e.current)]
+        if e.counts_series is not None:
+            k = e.counts_series
+            found.append((k.series, k.cps, k.current))
+        for s, cps, current in found:
+            for c in cps:
+                p = s.points[c.index]
+                pct = s.display(c.after) / s.display(c.before) - 1
+                here = " (starts at this run)" if c.index == current else ""
+                why = cause(s, c.index)
+                same = f" ({why})" if why else ""
+                out.append(f"- `{s.benchmark}`: {pct:+.1%} {s.display_unit} "
+                           f"({_num(s.display(c.before))} -> {_num(s.display(c.after))}) "
+                           f"from commit `{p.run.commit[:10]}`, run `{p.run.run_id}`, "
+                           f"{_date(p.run)}{here}{same}")
     return out or ["- none found"]
 
 
@@ -124,10 +139,13 @@ def report(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
             continue
         lines += [f"#### `{e.series.benchmark}`", "",
                   f"![{_cell(e.series.benchmark)}: history]({e.png})", ""]
+        if e.counts_series is not None:
+            lines += [f"![{_cell(e.series.benchmark)}: instruction counts]"
+                      f"({e.counts_series.png})", ""]
     lines.append("Grey: each run's median (whiskers: its windows, min to max); red: this "
                  "run; blue band: the gate's baseline level ± threshold over the baseline "
                  "runs; orange: change points and each segment's level.")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Entry", "change", "report", "summary", "verdict_table"]
+__all__ = ["Counts", "Entry", "change", "report", "summary", "verdict_table"]

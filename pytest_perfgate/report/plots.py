@@ -70,11 +70,11 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
                     label="this run")
         _change_points(ax, s, cps)
         if len(ys) < 2:
-            ax.text(0.5, 0.08, "one run: no history to compare with yet", ha="center",
+            ax.text(0.02, 0.88, "one run: no history to compare with yet", ha="left",
                     transform=ax.transAxes, fontsize=9, color="0.35")
         ax.yaxis.set_major_formatter(FuncFormatter(_si))
-        ax.set_ylabel(s.display_unit + (" (higher is better)" if s.kind == GATED else ""),
-                      fontsize=9)
+        ax.set_ylabel(s.display_unit + (" (higher is better)" if s.kind == GATED else
+                                         " (lower is better)"), fontsize=9)
         _commit_ticks(ax, s)
         ax.set_title(title, fontsize=10, loc="left")
         ax.margins(x=0.02, y=0.15)

@@ -66,6 +66,20 @@ class Series:
         return "env-steps/s" if self.kind == GATED else self.unit
 
 
+def cause(s: Series, index: int) -> str:
+    """What else changed where a change point begins ("" when only the commit did): a new
+    machine fingerprint, or no new commit at all (the machine's speed moved, docs/design.md
+    §1)."""
+    prev, here = s.points[index - 1].run, s.points[index].run
+    if prev.fingerprint != here.fingerprint:
+        return (f"the machine's fingerprint changed here ({prev.fingerprint} -> "
+                f"{here.fingerprint}): new hardware or software, not only new code")
+    if prev.commit == here.commit:
+        return "the run before it measured the same commit: the machine's speed moved, not " \
+               "the code"
+    return ""
+
+
 def parse_kind(text: str) -> str:
     """``gated``, ``counts`` or ``phase.NAME``; ValueError names the value and the fix."""
     if text in (GATED, COUNTS) or (text.startswith(PHASE) and len(text) > len(PHASE)):
@@ -83,6 +97,9 @@ def benchmark_names(runs: Sequence[RunRecord]) -> list[str]:
 def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     """The exact name, else the only name containing ``wanted``; SeriesError lists the near
     names (or all, when few) and the fix."""
+    if not wanted.strip():
+        raise SeriesError("the benchmark name is empty: give a benchmark name or part of it, "
+                          "e.g. humanoid")
     if wanted in names:
         return wanted
     hits = [n for n in names if wanted.lower() in n.lower()]
@@ -169,6 +186,9 @@ class MachineHistory:
         and the fix."""
         from pytest_perfgate.history.store import SIDECAR_DIR, History
 
+        if results_dir.exists() and not results_dir.is_dir():
+            raise OSError(f"the history folder {results_dir} is a file: pass the results "
+                          "folder (with one folder per machine) to --results-dir")
         if not results_dir.is_dir():
             raise OSError(f"no history at {results_dir}: record runs with `pytest --perfgate` "
                           "first, or pass --results-dir")
@@ -191,5 +211,5 @@ class MachineHistory:
         return cls(results_dir, machine, kept, len(runs) - len(kept))
 
 
-__all__ = ["COUNTS", "GATED", "MachineHistory", "PHASE", "Point", "Series", "SeriesError",
+__all__ = ["COUNTS", "GATED", "cause", "MachineHistory", "PHASE", "Point", "Series", "SeriesError",
            "benchmark_names", "parse_kind", "resolve_benchmark", "series"]
