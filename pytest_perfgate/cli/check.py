@@ -5,6 +5,8 @@ or a given id) with the same rules and verdicts (modes/history.py, core/gate.py)
 step can gate separately from the step that measured. Exit statuses tell the cases apart:
 0 pass, 1 regression (or a verdict the policy fails), 2 usage error, 3 infrastructure error
 (no history, unreadable history): an infrastructure error is never a regression.
+In CI it also gates the JSON report of a pytest run (``--report``, either mode) and prints
+GitHub annotations and a step summary (:mod:`pytest_perfgate.cli._ci`).
 """
 
 from __future__ import annotations
