@@ -26,7 +26,7 @@ from workflow_sim import GIT, WORKFLOW, Expr, Job, condition, run_job
 # --- the scratch project ---------------------------------------------------------------------
 
 # The load guard is off (a 1000-core limit): the helpers sharing this machine keep it busy,
-# and this test is about the workflow's plumbing; the guard is tested on fake /proc files.
+# and this test is about the workflow's plumbing (the guard: tests/test_timing.py).
 INI = """[pytest]
 pythonpath = .
 perfgate_windows = 6
