@@ -115,6 +115,8 @@ def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
     assert usage_error(capsys, *r, "--out", str(tmp_path / "file" / "sub")) == (
         f"perfgate report: error: --out '{tmp_path / 'file' / 'sub'}': {tmp_path / 'file'} is "
         "a file, not a folder: give a path in a folder")
+    assert usage_error(capsys, *r, "--out", " ") == (
+        "perfgate report: error: --out is empty: give a folder, e.g. perfgate-report")
     monkeypatch.setattr(report_cli.os, "access", lambda *a: False)  # root may write anywhere
     assert usage_error(capsys, *r, "--out", str(tmp_path / "ro" / "x")) == (
         f"perfgate report: error: --out '{tmp_path / 'ro' / 'x'}': cannot write in "

@@ -146,7 +146,8 @@ class Report(Command):
         from pytest_perfgate.report import changepoints, markdown
 
         out = Path(args.out).expanduser()
-        why = out_dir_problem(out, repr(args.out))
+        why = ("--out is empty: give a folder, e.g. perfgate-report" if not args.out.strip()
+               else out_dir_problem(out, repr(args.out)))
         if why is not None:
             args.parser.error(why)
         for need in ("matplotlib", "ruptures"):
