@@ -5,27 +5,35 @@ or a given id) with the same rules and verdicts (modes/history.py, core/gate.py)
 step can gate separately from the step that measured. Exit statuses tell the cases apart:
 0 pass, 1 regression (or a verdict the policy fails), 2 usage error, 3 infrastructure error
 (no history, unreadable history): an infrastructure error is never a regression.
+In CI it also gates the JSON report of a pytest run (``--report``, either mode) and prints
+GitHub annotations and a step summary (:mod:`pytest_perfgate.cli._ci`).
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._ci import add_ci_arguments
 from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
                                              history_location)
-from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
                                              parse_policy, parse_positive_int)
 
+if TYPE_CHECKING:
+    from pytest_perfgate.report.github import GateResult
+
 INFRA = 3
 
 
-def _infra(message: str) -> int:
+def _infra(args: argparse.Namespace, message: str) -> int:
+    """Print an infrastructure error (kept on ``args`` for the CI outputs); its status."""
     print(f"perfgate check: infrastructure error: {message}")
+    args.infra_problem = message
     return INFRA
 
 
@@ -56,12 +64,12 @@ def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] 
 
     results, machine = history_location(args)
     if not results.is_dir():
-        return _infra(f"no history at {results}: record runs with `pytest --perfgate` "
+        return _infra(args, f"no history at {results}: record runs with `pytest --perfgate` "
                       "first, or pass --results-dir")
     if machine is None:
         machines = sorted(p.name for p in results.iterdir() if (p / "perfgate").is_dir())
         if not machines:
-            return _infra(f"no machine in {results} has recorded runs")
+            return _infra(args, f"no machine in {results} has recorded runs")
         if len(machines) > 1:
             args.parser.error(f"{results} holds runs of several machines "
                               f"({', '.join(machines)}): name one with --machine")
@@ -69,7 +77,7 @@ def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] 
     try:
         return results, machine, History(results, machine).load_runs()
     except (OSError, ValueError) as e:
-        return _infra(f"cannot read the history of machine {machine!r} in {results}: {e}")
+        return _infra(args, f"cannot read the history of machine {machine!r} in {results}: {e}")
 
 
 def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
@@ -81,7 +89,7 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     mine = [r for r in runs if is_history_run(r)]
     if wanted is None:
         if not mine:
-            return _infra(f"machine {machine!r} has no recorded history-mode run")
+            return _infra(args, f"machine {machine!r} has no recorded history-mode run")
         return max(mine, key=lambda r: r.started_at)
     found = [r for r in runs if r.run_id == wanted] or \
         [r for r in mine if r.commit.startswith(wanted.lower())]
@@ -126,9 +134,13 @@ class Check(Command):
     help = "judge a recorded run against its history (exit 0 pass, 1 regression, 3 infra)"
     description = ("Judge the newest recorded run of a machine (or RUN_ID) against the runs "
                    "before it, with the plugin's rules: strict-ancestor commits (asked in "
-                   "--repo), same fingerprint, failed runs only once accepted. Exit 0: pass; "
-                   "1: a regression (or UNSTABLE/INCONCLUSIVE under a fail policy); 2: usage "
-                   "error; 3: infrastructure error (no or unreadable history).")
+                   "--repo), same fingerprint, failed runs only once accepted; or, with "
+                   "--report, gate on the verdicts a pytest --perfgate run wrote (history or "
+                   "A/B mode). Exit 0: pass; 1: a regression (or UNSTABLE/INCONCLUSIVE under "
+                   "a fail policy); 2: usage error; 3: infrastructure error (no or unreadable "
+                   "history or report, pytest stopped without verdicts; never a pass). "
+                   "--github prints GitHub Actions annotations (default: when GITHUB_ACTIONS "
+                   "is true), --summary appends a markdown section.")
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
@@ -138,23 +150,39 @@ class Check(Command):
         add_rule_arguments(ap)
         ap.add_argument("--baseline", type=argparse_type(parse_commit), default=None,
                         help="compare with this commit's runs only")
+        add_ci_arguments(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.core.judged import failing
+        from pytest_perfgate.cli._ci import emit, gate_report
+
+        if args.report is not None:
+            if args.run_id is not None or args.baseline is not None:
+                args.parser.error("--report gates the verdicts in a pytest report: give no "
+                                  "RUN_ID and no --baseline with it")
+            return emit(args, gate_report(args))
+        if args.pytest_exit is not None:
+            args.parser.error("--pytest-exit goes with --report (the report that pytest run "
+                              "wrote)")
+        return emit(args, cls.gate_history(args))
+
+    @classmethod
+    def gate_history(cls, args: argparse.Namespace) -> GateResult:
+        """Judge a recorded run (the plugin's rules) and print the verdicts."""
         from pytest_perfgate.report import render
+        from pytest_perfgate.report.github import GateResult, not_gated
 
         found = machine_runs(args)
         if isinstance(found, int):
-            return found
+            return GateResult(found, problems=[args.infra_problem])
         results, machine, runs = found
         if args.run_id is not None and not any(r.run_id == args.run_id for r in runs):
             args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}: "
                               "give an id printed as 'recorded run RUN_ID'")
         run = pick_run(args, runs, machine, args.run_id, "RUN_ID")
         if isinstance(run, int):
-            return run
+            return GateResult(run, problems=[args.infra_problem])
         judged = judge_run(args, results, run, args.baseline)
         print(f"perfgate check: {describe(run)}")
         for line in render.table(judged) + render.notes(judged):
@@ -163,7 +191,7 @@ class Check(Command):
         for j in bad:
             print()
             print(render.explain(j))
-        return 1 if bad else 0
+        return GateResult(1 if bad else 0, judged, not_gated=not_gated(judged))
 
 
 def _no_meter(**_: Any) -> Any:

@@ -43,6 +43,11 @@ class BenchResult:
     # The gate's outcome for this run ("OK", "REGRESSION"...; None: not judged). A run
     # whose benchmark failed the gate serves no baseline until accepted (docs/design.md §2).
     verdict: str | None = None
+    # Where the test that measured it is defined: file relative to the git checkout's top
+    # level (posix), 1-based line; None in records written before they were kept. CI
+    # annotations point at it (docs/design.md §12).
+    test_file: str | None = None
+    test_line: int | None = None
 
     @property
     def value(self) -> float:
@@ -77,6 +82,9 @@ class BenchResult:
                 continue  # absent optional fields take their defaults
             kind = _BENCH_KINDS.get(key)
             kw[key] = d[key] if kind is None else _get(d, key, kind, where)
+        line = kw.get("test_line")
+        if line is not None and line < 1:
+            raise ValueError(f"{where}field 'test_line' is {line!r}, expected a line number >= 1")
         return cls(samples=tuple(float(x) for x in raw), phases=phases, **kw)
 
 
@@ -84,7 +92,8 @@ class BenchResult:
 _BENCH_KINDS: dict[str, Any] = {
     "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
-    "source": str, "extra": dict, "verdict": (str, None)}
+    "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
+    "test_line": (int, None)}
 
 
 @dataclass(frozen=True)
@@ -193,7 +202,8 @@ def _get(d: Mapping[str, Any], key: str, kind: Any, where: str, default: Any = _
         kinds = kind if isinstance(kind, tuple) else (kind,)
         expected = " or ".join(_KIND_NAMES.get(k, str(k)) for k in kinds)
         raise ValueError(f"{where}field {key!r} is {_describe(v)}, expected {expected}")
-    return int(v) if kind is int else v
+    return int(v) if kind is int or (isinstance(kind, tuple) and int in kind and _is_num(v)) \
+        else v
 
 
 def _obj(v: Any, what: str, where: str) -> Mapping[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers, select
-from pytest_perfgate.plugin.rootdir import default_name, pytest_sessionstart  # noqa: F401
+from pytest_perfgate.plugin.rootdir import default_name, note_location, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.plugin.fixtures_ring import ring_pair  # noqa: F401
@@ -160,6 +160,7 @@ def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     item = request.node
     gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item),
                     markers.marker_counts(item))
+    note_location(item, session)
     why = session.counts_unavailable(gate.counts)
     if why:  # never a silent pass without the counts the test asked for (§10)
         pytest.skip(f"perfgate: {why}")
@@ -224,6 +225,7 @@ def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
     from pytest_perfgate.plugin.benchmark_compat import result_from_rounds
 
     result = result_from_rounds(default_name(item, session), data)
+    note_location(item, session)
     judged = item.stash.setdefault(_judged_key, [])
     judged.append(session.judge(result, item.nodeid, _marker_threshold(item)))
 

@@ -10,11 +10,13 @@ usage error (:func:`pytest_sessionstart`, registered through :mod:`.hooks`).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from pytest_perfgate.session.options import SPECS
-from pytest_perfgate.session.session import GateSession, derive_name, stable_nodeid
+from pytest_perfgate.session.session import (GateSession, derive_name, find_repo_root,
+                                              stable_nodeid)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -64,3 +66,18 @@ def default_name(item: pytest.Item, session: GateSession) -> str:
     path = getattr(item, "path", None)
     root = session.note_test_file(path, item.config.inipath is not None)
     return derive_name(stable_nodeid(item.nodeid, path, root))
+
+
+def note_location(item: pytest.Item, session: GateSession) -> None:
+    """Remember where ``item`` is defined (file relative to its git checkout's top level,
+    else to the stable root; 1-based line), so its results carry it for CI annotations."""
+    path = getattr(item, "path", None)
+    line = item.location[1]
+    if path is None or line is None:
+        return
+    root = find_repo_root(Path(path)) or session.stable_root
+    try:
+        rel = Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return
+    session.locations[item.nodeid] = (rel, line + 1)

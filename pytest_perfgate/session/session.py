@@ -63,6 +63,7 @@ class GateSession:
         self._ctx: HistoryContext | None = None
         self.anchor: Path | None = None  # names, results paths and git start here
         self._names: dict[str, str] = {}  # benchmark name -> the test that measured it
+        self.locations: dict[str, tuple[str, int]] = {}  # test id -> (file, line), for CI
         from pytest_perfgate.modes.counts.side import is_counts_side
 
         side = is_side_process()
@@ -185,7 +186,11 @@ class GateSession:
         return out
 
     def add(self, judged: Judged) -> None:
-        """The one way a verdict reaches the session (the modes' sink)."""
+        """The one way a verdict reaches the session (the modes' sink); stamps the result
+        with its test's location (docs/design.md §12)."""
+        where = self.locations.get(judged.test_id)
+        if where is not None and judged.result.test_file is None:
+            judged.result = replace(judged.result, test_file=where[0], test_line=where[1])
         self.judged.append(judged)
         if self._on_verdict is not None:
             self._on_verdict(judged)

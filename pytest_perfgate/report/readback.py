@@ -1,0 +1,75 @@
+"""The plugin's JSON report read back into verdicts, so a later CI step can gate on them.
+
+The inverse of :func:`pytest_perfgate.report.render.to_json`. It is the one record of an
+A/B run's verdicts (the paired evidence is not kept in history, docs/design.md §3), so
+``perfgate check --report`` gates both modes alike. Every field is checked: a ValueError
+names the entry and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.results import BenchResult
+
+
+def read_report(path: Path) -> list[Judged]:
+    """Every benchmark of the report at ``path``; OSError when unreadable, ValueError when
+    it is not a perfgate JSON report (naming what is wrong)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("perfgate_report") != 1:
+        raise ValueError("not a perfgate JSON report (no \"perfgate_report\": 1; write one "
+                         "with pytest --perfgate-json=PATH)")
+    entries = data.get("benchmarks")
+    if not isinstance(entries, list):
+        raise ValueError("field 'benchmarks' is not a list")
+    return [_entry(e, i) for i, e in enumerate(entries)]
+
+
+def _entry(e: Any, i: int) -> Judged:
+    if not isinstance(e, Mapping):
+        raise ValueError(f"benchmarks[{i}] is not an object")
+    where = f"benchmarks[{i}] ({e.get('benchmark')!r})"
+    try:
+        result = BenchResult.from_json(e["result"])
+        fails = e["fails"]
+        if not isinstance(fails, bool):
+            raise ValueError(f"field 'fails' is {fails!r}, expected true or false")
+        verdict = None if e["verdict"] is None else _verdict(e)
+        rule = Rule(threshold=float(e["threshold"]),
+                    unstable="fail" if fails and verdict and
+                    verdict.outcome is Outcome.UNSTABLE else "warn",
+                    inconclusive="fail" if fails and verdict and
+                    verdict.outcome is Outcome.INCONCLUSIVE else "warn")
+        commits = [str(c) for c in e.get("baseline_commits") or []]
+        base = _num(e.get("baseline_steps_per_s"))
+        return Judged(result, verdict, rule, str(e["test"]), commits, base)
+    except KeyError as k:
+        raise ValueError(f"{where}: missing key {k}") from None
+    except (TypeError, ValueError) as x:
+        raise ValueError(f"{where}: {x}") from None
+
+
+def _verdict(e: Mapping[str, Any]) -> Verdict:
+    outcome = Outcome(e["verdict"])  # ValueError names an unknown verdict
+    ci = e.get("ci")
+    return Verdict(outcome, str(e.get("message") or ""), _num(e.get("ratio")),
+                   (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2
+                   else None, _num(e.get("p_value")), _num(e.get("resolvable_drop")))
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+__all__ = ["read_report"]

