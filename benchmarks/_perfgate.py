@@ -15,8 +15,12 @@ import sys
 from typing import Any, Callable
 
 from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
-from pytest_perfgate.history.asv import GATED_SUFFIX, SERIES_VERSION
 
+# Spelled out, not imported from pytest_perfgate.history.asv: asv measures older commits with
+# this suite too, and their installed package may not have these names yet
+# (tests/test_asv_suite.py checks they match the package's).
+GATED_SUFFIX = "track_s_per_step"
+SERIES_VERSION = "perfgate-2"
 SETTLE_SUBSTEPS = 300  # as perf/test_perf_mujoco.py: humanoids down, in contact (§7)
 
 
