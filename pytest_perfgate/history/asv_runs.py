@@ -51,8 +51,9 @@ def asv_recorded_runs(machine_dir: Path, machine: str, warn: bool = True) -> lis
             run = _read_run(path, machine, mj)
         except ValueError as exc:
             if warn:
-                warn_history(path, str(exc), "not reading asv's runs from it",
-                             "asv writes these files; `asv run` rewrites it")
+                warn_history(path, str(exc), "not reading asv-run results from",
+                             "asv's own files: move it out of the machine folder if it is "
+                             "not one")
             continue
         if run is not None:
             runs.append(run)
