@@ -24,16 +24,16 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.history.files import (atomic_write, describe, dump_json, keep_valid,
+from pytest_perfgate.history.files import (atomic_write, dump_json, keep_valid,
                                            read_object)
+from pytest_perfgate.history.asv_checks import (ASV_RESULT_COLUMNS, asv_result_problem,
+                                                bench_entry_problem, benchmarks_json_problem,
+                                                machine_field_problem, row_problem)
 from pytest_perfgate.history.machine import asv_machine_json
 
-ASV_RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration",
-                      "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75",
-                      "stats_number", "stats_repeat", "samples", "profile"]
 # The machine.json fields `asv run` puts into a result file's params: ours must be the same,
 # or asv publish draws asv's runs and ours as two lines (docs/design.md §6).
 ASV_PARAM_KEYS = ("machine", "os", "arch", "cpu", "num_cpu", "ram")
@@ -107,15 +107,9 @@ def write_machine_json(machine_dir: Path, machine: str, meta: Mapping[str, Any])
     as asv writes them); anything else is dropped with one warning."""
     path = machine_dir / "machine.json"
     data = keep_valid(path, read_object(path, "rewritten from this run's machine facts"),
-                      _machine_field_problem, "fields")
+                      machine_field_problem, "fields")
     data.update(asv_machine_json({**meta, "machine": machine}))
     atomic_write(path, dump_json(data))
-
-
-def _machine_field_problem(key: str, value: Any) -> str | None:
-    if isinstance(value, str) or (key == "version" and value == 1):
-        return None
-    return f"{describe(value)}, expected a string"
 
 
 def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
@@ -148,9 +142,9 @@ def merge_benchmarks_json(results_dir: Path, entries: Mapping[str, dict[str, Any
     asv's discovery wrote (with the benchmark's real code) for one of our series is kept."""
     path = results_dir / "benchmarks.json"
     data = read_object(path, "rewritten with this run's benchmarks; the others come back "
-                       "when they next record", _benchmarks_json_problem)
+                       "when they next record", benchmarks_json_problem)
     data.pop("version", None)
-    data = {k: v for k, v in keep_valid(path, data, _bench_entry_problem, "entries").items()
+    data = {k: v for k, v in keep_valid(path, data, bench_entry_problem, "entries").items()
             if current_entry(v)}
     for key, entry in (fill or {}).items():
         data.setdefault(key, entry)
@@ -175,28 +169,6 @@ def _discovered(entry: Mapping[str, Any]) -> bool:
 RECORDED_BY = "pytest-perfgate"  # in our benchmarks.json entries (asv keeps unknown keys)
 
 
-def _benchmarks_json_problem(data: Mapping[str, Any]) -> str | None:
-    version = data.get("version")
-    return None if version == 2 else f"version {version!r}, this writes asv's version 2"
-
-
-_BENCH_TYPES = ("time", "track", "mem", "peakmem")  # what asv's benchmarks.json holds
-
-
-def _bench_entry_problem(key: str, entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return f"{describe(entry)}, expected an object"
-    if entry.get("name") != key:
-        return f"its name is {entry.get('name')!r}"
-    if entry.get("type") not in _BENCH_TYPES:
-        return f"type {entry.get('type')!r} is not one of {', '.join(_BENCH_TYPES)}"
-    for field, kind in (("unit", str), ("version", str), ("params", list),
-                        ("param_names", list)):
-        if not isinstance(entry.get(field), kind):
-            return f"{field} is {describe(entry.get(field))}"
-    return None
-
-
 def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
                      same_commit: Iterable[RunRecord],
                      entries: Mapping[str, Mapping[str, Any]]) -> None:
@@ -210,8 +182,8 @@ def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
     env_name = asv_env_name(py)
     path = machine_dir / f"{run.commit[:8]}-{env_name}.json"
     old = read_object(path, f"rebuilt from the sidecars of commit {run.commit[:12]}",
-                      _asv_result_problem)
-    rows: dict[str, list[Any]] = keep_valid(path, old.get("results") or {}, _row_problem,
+                      asv_result_problem)
+    rows: dict[str, list[Any]] = keep_valid(path, old.get("results") or {}, row_problem,
                                             "rows")
     rows = {k: v for k, v in rows.items() if current_row(v)}
     theirs = {k for k, v in rows.items() if asv_written(v)}
@@ -241,50 +213,6 @@ def current_row(row: Sequence[Any]) -> bool:
     version = row[2] if len(row) > 2 else None
     return not (isinstance(version, str) and version.startswith(SERIES_PREFIX)
                 and version != SERIES_VERSION)
-
-
-def _asv_result_problem(data: Mapping[str, Any]) -> str | None:
-    """What makes a result file unusable as a whole (its rows are then not carried over)."""
-    if data.get("version") != 2:
-        return f"version {data.get('version')!r}, this writes asv's version 2"
-    if data.get("result_columns") != ASV_RESULT_COLUMNS:
-        return (f"unknown result_columns {data.get('result_columns')!r}, this writes "
-                f"{ASV_RESULT_COLUMNS}")
-    for key in ("results", "params"):
-        if not isinstance(data.get(key, {}), dict):
-            return f"{key!r} is {describe(data[key])}, expected an object"
-    return None
-
-
-def _num(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def _nums(v: Any) -> bool:
-    return isinstance(v, list) and all(_num(x) for x in v)
-
-
-# One check per asv result column, in ASV_RESULT_COLUMNS order (asv's own row layout).
-_COLUMN_CHECKS: list[Callable[[Any], bool]] = (
-    [_nums,  # result
-     lambda v: isinstance(v, list) and all(isinstance(x, list) for x in v),  # params
-     lambda v: v is None or isinstance(v, str),  # version
-     _num, _num]  # started_at, duration
-    + [lambda v: v is None or _nums(v)] * 6  # stats_*
-    + [lambda v: v is None or (isinstance(v, list)
-                               and all(x is None or _nums(x) for x in v)),  # samples
-       lambda v: v is None or isinstance(v, str)])  # profile
-
-
-def _row_problem(key: str, row: Any) -> str | None:
-    if not isinstance(row, list):
-        return f"{describe(row)}, expected a list"
-    if not 1 <= len(row) <= len(ASV_RESULT_COLUMNS):
-        return f"{len(row)} columns, expected 1 to {len(ASV_RESULT_COLUMNS)}"
-    for column, check, value in zip(ASV_RESULT_COLUMNS, _COLUMN_CHECKS, row, strict=False):
-        if not check(value):
-            return f"column {column!r} holds {value!r}"[:120]
-    return None
 
 
 def _asv_stats(samples: Sequence[float]) -> tuple[float, dict[str, float | int | None]]:
