@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import need_tool
 
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history import asv
@@ -80,13 +81,17 @@ def _commit(repo: Path, env: dict[str, str], message: str) -> str:
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], list[str]]:
     if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    pytest.importorskip("virtualenv")
+        need_tool("git is not installed: apt-get install git")
+    try:
+        import virtualenv  # noqa: F401  (asv's virtualenv environments need it)
+    except ImportError:
+        need_tool("virtualenv is not installed (asv's dependency): pip install virtualenv")
     base = tmp_path_factory.mktemp("asv_continuous")
-    home, wheels, repo = base / "home", base / "wheels", base / "scratch"
+    home, wheels, repo, tmp = base / "home", base / "wheels", base / "scratch", base / "tmp"
     home.mkdir()
+    tmp.mkdir()  # asv and pip leave temporary folders: keep them under tmp_path
     python_dir = str(Path(sys.executable).resolve().parent)
-    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
+    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "TMPDIR": str(tmp),
            "PATH": f"{python_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "PIP_FIND_LINKS": " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS"),
                                                      str(wheels)]))}
