@@ -143,3 +143,13 @@ def test_benchmarks_json_gets_our_entries_back_after_asv_run_rewrote_it(h: Histo
     data = json.loads(bj.read_text())
     assert data["walk.track_s_per_step"] == suite  # asv's discovered entry, real code, kept
     assert data["walk.phase.physics"]["unit"] == "seconds"  # ours back
+
+
+def test_asvs_durations_survive_a_plugin_rewrite_and_garbage_in_them_does_not(
+        h: History) -> None:
+    path = asv_writes(h, C2, {"walk.track_s_per_step": asv_row(12e-6, 200_000)})
+    data = json.loads(path.read_text())
+    data["durations"] = {"<build>": 12.5, "odd": "slow", "nan": math.nan}
+    path.write_text(json.dumps(data))
+    h.record(plugin_run("p2", C2, 300.0))
+    assert json.loads(path.read_text())["durations"] == {"<build>": 12.5}

@@ -202,7 +202,8 @@ def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
         "commit_hash": run.commit, "env_name": env_name, "date": run.commit_date_ms,
         "params": {**params, "python": py}, "python": py, "requirements": {},
         "env_vars": {}, "result_columns": ASV_RESULT_COLUMNS, "results": rows,
-        "durations": old.get("durations") if isinstance(old.get("durations"), dict) else {},
+        "durations": {k: v for k, v in (old.get("durations") or {}).items()  # asv's
+                      if isinstance(v, (int, float)) and math.isfinite(v)},
         "version": 2,
     }
     atomic_write(path, dump_json(data, compact=True))

@@ -50,7 +50,7 @@ def asv_result_problem(data: Mapping[str, Any]) -> str | None:
     if data.get("result_columns") != ASV_RESULT_COLUMNS:
         return (f"unknown result_columns {data.get('result_columns')!r}, this writes "
                 f"{ASV_RESULT_COLUMNS}")
-    for key in ("results", "params"):
+    for key in ("results", "params", "durations"):
         if not isinstance(data.get(key, {}), dict):
             return f"{key!r} is {describe(data[key])}, expected an object"
     return None
