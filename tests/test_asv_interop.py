@@ -155,3 +155,19 @@ def test_asvs_durations_survive_a_plugin_rewrite_and_garbage_in_them_does_not(
     path.write_text(json.dumps(data))
     h.record(plugin_run("p2", C2, 300.0))
     assert json.loads(path.read_text())["durations"] == {"<build>": 12.5}
+
+
+def test_perfgate_check_judges_an_asv_run_against_earlier_asv_runs(
+        h: History, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_perfgate.cli import main
+
+    for i, (commit, value) in enumerate(((C1, 10.0e-6), (C2, 10.3e-6), (C3, 40e-6))):
+        asv_writes(h, commit, {"walk.track_s_per_step": asv_row(value, (i + 1) * 100_000)})
+    h.machine_dir.joinpath("perfgate").mkdir()  # what `perfgate check` lists machines by
+    status = main(["check", f"asv-{C3[:12]}-{ENV}", "--results-dir", str(h.results_dir),
+                   "--machine", "box", "--repo", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert out.startswith(f"perfgate check: run asv-{C3[:12]}-{ENV} of machine 'box'"), out
+    assert "walk: REGRESSION: throughput fell 74.6%" in out, out  # 4x slower than C1, C2
+    assert "baseline: 2 run(s) at 2222222222, 1111111111" in out, out
+    assert status == 1

@@ -15,6 +15,9 @@ those numbers (docs/design.md §6). They are *reduced* and marked as such:
 - one sample per asv process (asv keeps the track's return value, the median of perfgate's
   windows), no phases, no warm-up facts; asv writes no commit of a dirty tree.
 
+The benchmark's name is the series name without ``.track_s_per_step``: a perfgate name that
+:func:`asv_name` flattens (a pytest id with ``/`` or ``::``) comes back flattened.
+
 Rows perfgate itself wrote are not read here (they come from the sidecars); asv marks its
 own rows with a duration, perfgate never writes one (:func:`asv_written`).
 """
