@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import need_tool
 
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
 from pytest_perfgate.history import asv
 from pytest_perfgate.history.asv_machine import write_asv_machine_file
 from pytest_perfgate.history.asv_runs import is_asv_run
@@ -183,7 +183,8 @@ def test_perfgate_reads_what_asv_recorded_and_asv_shows_what_perfgate_recorded(
     meta = collect_metadata("ci-box")
     value = asv_runs[c2].benchmarks["scratch_step"].value
     info = git_info(repo)
-    bench = BenchResult(name="scratch_step", samples=(value,) * 3, steps_per_s=1e6 / value)
+    bench = BenchResult(name="scratch_step", samples=(value,) * 3, steps_per_s=1e6 / value,
+                        phases={"work": PhaseSummary(value * 64 / 1e3, 1.0, 1.0)})
     history.record(RunRecord("20261130T120000-plugin", time.time(), c3, info.commit_date_ms,
                              "main", False, "ci-box", fingerprint(meta), meta,
                              {"scratch_step": bench}))
@@ -195,3 +196,12 @@ def test_perfgate_reads_what_asv_recorded_and_asv_shows_what_perfgate_recorded(
     rows = [line for line in compare.stdout.splitlines() if SERIES in line]
     assert len(rows) == 1, compare.stdout  # one environment, one series: no duplicates
     assert "failed" not in rows[0] and "n/a" not in rows[0], rows[0]
+
+    # asv measuring that commit afterwards keeps perfgate's other rows in the shared file
+    again = _run([sys.executable, "-m", "asv", "run", f"{c3}^!", "--machine", "ci-box"],
+                 repo, env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    shared = json.loads((results / "ci-box" / f"{c3[:8]}-virtualenv-py3.11.json").read_text())
+    assert shared["results"][SERIES][4] is not None  # asv's own row now (it has a duration)
+    work = shared["results"]["scratch_step.phase.work"][0]  # perfgate's row, kept by asv
+    assert work == [pytest.approx(value * 64e-6)]  # 64 env-steps per call, in seconds
