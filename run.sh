@@ -32,7 +32,7 @@ case "$what" in
     rc=0
     # lint-imports: the layer contracts in pyproject.toml (docs/design.md §8)
     "$VENV/bin/lint-imports" || rc=1
-    "$VENV/bin/ruff" check pytest_perfgate tests benchmarks perf || rc=1
+    "$VENV/bin/ruff" check pytest_perfgate tests benchmarks perf tools || rc=1
     "$VENV/bin/mypy" || rc=1  # files and strictness: [tool.mypy] in pyproject.toml
     exit "$rc" ;;
   *) echo "usage: bash run.sh perf|test [pytest args] | lint" >&2; exit 2 ;;

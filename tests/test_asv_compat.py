@@ -24,7 +24,8 @@ META = {"machine": "ci-box", "cpu_model": "Test CPU", "cpu_logical": 2, "mem_tot
         "system": "Linux", "kernel": "6.1", "arch": "x86_64", "python": "3.11.7",
         "versions": {"numpy": "2.0", "mujoco-core": "4.0.1"}}
 BENCH = "tests/perf/test_humanoid.py::test_batch[256]"
-ASV_NAME = "tests.perf.test_humanoid.py.test_batch[256]"
+ASV_NAME = "tests.perf.test_humanoid.py.test_batch[256].track_s_per_step"
+PHASE = "tests.perf.test_humanoid.py.test_batch[256].phase.physics"
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -70,9 +71,10 @@ def test_results_dir_comes_from_asv_conf(asv_project: tuple[Path, str, str]) -> 
     repo, c1, _ = asv_project
     results = default_results_dir(repo)
     assert results == (repo / "asv" / "results").resolve()
-    data = json.loads((results / "ci-box" / f"{c1[:8]}-perfgate-py3.11.json").read_text())
-    assert data["params"] == {"machine": "ci-box", "arch": "x86_64", "cpu": "Test CPU",
-                              "num_cpu": "2", "ram": str(2 ** 33), "python": "3.11"}
+    data = json.loads((results / "ci-box" / f"{c1[:8]}-virtualenv-py3.11.json").read_text())
+    assert data["params"] == {"machine": "ci-box", "os": "Linux 6.1", "arch": "x86_64",
+                              "cpu": "Test CPU", "num_cpu": "2", "ram": str(2 ** 33),
+                              "python": "3.11"}
     assert data["results"][ASV_NAME][3] == 1000000  # started_at in ms
 
 
@@ -85,10 +87,12 @@ def test_asv_compare_shows_slower_commit_as_worse(asv_project: tuple[Path, str, 
     lines = {line.split("|")[-2].strip(): line for line in proc.stdout.splitlines()
              if line.count("|") >= 5}
     gated = lines[ASV_NAME]
-    assert gated.split("|")[1].strip() == "+", proc.stdout  # worse: 30% more s per Msteps
+    assert gated.split("|")[1].strip() == "+", proc.stdout  # worse: 30% more s per env-step
     assert "1.3" in gated.split("|")[4], proc.stdout
-    assert f"{ASV_NAME}.steps_per_s" in lines  # display series present (asv reads it upside down)
-    assert f"{ASV_NAME}.phase.physics_ms" in lines
+    assert "μs" in gated or "us" in gated.split("|")[2], proc.stdout  # ~30 us, not minutes
+    assert lines[PHASE].split("|")[1].strip() == "+", proc.stdout  # a phase slower: worse
+    assert "ms" in lines[PHASE].split("|")[2], proc.stdout
+    assert not any("steps_per_s" in name for name in lines), proc.stdout  # not exported
     assert "Error" not in proc.stderr and "Skipping" not in proc.stderr, proc.stderr
 
 
@@ -104,7 +108,8 @@ def test_asv_publish_builds_graphs_for_our_benchmarks(asv_project: tuple[Path, s
     assert "Couldn't find" not in proc.stdout + proc.stderr
     index = json.loads((repo / "asv" / "html" / "index.json").read_text())
     assert index["benchmarks"][ASV_NAME]["unit"] == "seconds"
-    assert index["benchmarks"][f"{ASV_NAME}.steps_per_s"]["type"] == "track"
+    assert index["benchmarks"][PHASE]["unit"] == "seconds"
+    assert not any("steps_per_s" in name for name in index["benchmarks"])
     assert set(index["params"]) >= {"machine", "python", "branch"}
     assert "run_id" not in index["params"] and "governor" not in index["params"]
     graphs = [p for p in (repo / "asv" / "html" / "graphs").rglob("*.json")

@@ -45,7 +45,7 @@ def h(tmp_path: Path) -> History:
 
 
 def asv_file(h: History, commit: str) -> dict[str, Any]:
-    return json.loads((h.machine_dir / f"{commit[:8]}-perfgate-py3.11.json").read_text())
+    return json.loads((h.machine_dir / f"{commit[:8]}-virtualenv-py3.11.json").read_text())
 
 
 def test_record_writes_sidecar_and_the_asv_view(h: History) -> None:
@@ -55,34 +55,38 @@ def test_record_writes_sidecar_and_the_asv_view(h: History) -> None:
     assert h.load_runs() == [r]
     bj = json.loads((h.results_dir / "benchmarks.json").read_text())
     assert bj["version"] == 2
-    assert (bj["walk"]["type"], bj["walk"]["unit"], bj["walk"]["code"]) == (
-        "time", "seconds", "def test_walk(): ...")
-    assert bj["walk.steps_per_s"]["type"] == "track"
-    assert bj["walk.phase.physics_ms"]["unit"] == "ms"
+    gated = bj["walk.track_s_per_step"]
+    assert (gated["type"], gated["unit"], gated["code"]) == (
+        "track", "seconds", "def test_walk(): ...")
+    assert bj["walk.phase.physics"]["unit"] == "seconds"
+    assert not {"walk", "walk.steps_per_s"} & set(bj)  # higher-is-better: not exported
     mj = json.loads((h.machine_dir / "machine.json").read_text())
     assert mj == {"machine": "box", "os": "Linux 6.1", "arch": "x86_64", "cpu": "CPU X",
                   "num_cpu": "2", "ram": str(2 ** 30), "version": 1}
     data = asv_file(h, C1)
     assert data["result_columns"] == ASV_RESULT_COLUMNS and data["version"] == 2
-    assert data["env_name"] == "perfgate-py3.11" and data["date"] == 1_700_000_000_000
-    assert data["params"] == {"machine": "box", "arch": "x86_64", "cpu": "CPU X",
-                              "num_cpu": "2", "ram": str(2 ** 30), "python": "3.11"}
-    row = data["results"]["walk"]
+    assert data["env_name"] == "virtualenv-py3.11" and data["date"] == 1_700_000_000_000
+    assert data["params"] == {"machine": "box", "os": "Linux 6.1", "arch": "x86_64",
+                              "cpu": "CPU X", "num_cpu": "2", "ram": str(2 ** 30),
+                              "python": "3.11"}
+    row = data["results"]["walk.track_s_per_step"]
     assert len(row) == 12  # profile (trailing null) dropped
-    assert row[:5] == [[10.1], [], "perfgate-1", 100000, None]
-    assert row[9:11] == [[1], [6]] and row[11] == [list(r.benchmarks["walk"].samples)]
-    assert row[5][0] <= row[7][0] <= 10.1 <= row[8][0] <= row[6][0]  # ci_99 around the IQR
-    assert data["results"]["walk.steps_per_s"] == [[1e5], [], "perfgate-1", 100000]
+    assert row[0] == [pytest.approx(10.1e-6)]  # seconds per env-step
+    assert row[1:5] == [[], "perfgate-2", 100000, None]
+    assert row[9:11] == [[1], [6]]
+    assert row[11] == [[pytest.approx(s / 1e6) for s in r.benchmarks["walk"].samples]]
+    assert row[5][0] <= row[7][0] <= 10.1e-6 <= row[8][0] <= row[6][0]  # ci_99 around IQR
+    assert set(data["results"]) == {"walk.track_s_per_step", "walk.phase.physics"}
 
 
 def test_asv_loads_our_files_in_process(h: History) -> None:
     asv_results = pytest.importorskip("asv.results")
     h.record(run("r1"))
-    res = asv_results.Results.load(str(h.machine_dir / f"{C1[:8]}-perfgate-py3.11.json"),
+    res = asv_results.Results.load(str(h.machine_dir / f"{C1[:8]}-virtualenv-py3.11.json"),
                                    machine_name="box")
-    assert res.get_result_value("walk", []) == [10.1]
-    assert res.get_result_stats("walk", [])[0]["repeat"] == 6
-    assert res.get_result_samples("walk", [])[0][0] == 10.0
+    assert res.get_result_value("walk.track_s_per_step", []) == [pytest.approx(10.1e-6)]
+    assert res.get_result_stats("walk.track_s_per_step", [])[0]["repeat"] == 6
+    assert res.get_result_samples("walk.track_s_per_step", [])[0][0] == pytest.approx(1e-5)
 
 
 def test_benchmarks_json_keeps_entries_it_did_not_write(h: History) -> None:
@@ -92,7 +96,7 @@ def test_benchmarks_json_keeps_entries_it_did_not_write(h: History) -> None:
                           "params": [], "param_names": [], "version": "abc"}, "version": 2}))
     h.record(run("r1", benches=("walk",)))
     h.record(run("r2", C2, 200.0, benches=("run",)))
-    assert {"suite.time_x", "walk", "run", "run.steps_per_s"} <= set(
+    assert {"suite.time_x", "walk.track_s_per_step", "run.track_s_per_step"} <= set(
         json.loads((h.results_dir / "benchmarks.json").read_text()))
 
 
@@ -102,8 +106,10 @@ def test_same_commit_later_run_replaces_asv_rows_but_keeps_every_sidecar(h: Hist
     h.record(run("r3", started=300.0, benches=("walk",), scale=3.0, dirty=True))
     assert [r.run_id for r in h.load_runs()] == ["r1", "r2", "r3"]
     rows = asv_file(h, C1)["results"]
-    assert rows["walk"][0] == [20.2]  # newest clean run; the dirty one does not replace it
-    assert rows["run"][0] == [10.1]  # a benchmark the later runs skipped keeps its row
+    # newest clean run; the dirty one does not replace it
+    assert rows["walk.track_s_per_step"][0] == [pytest.approx(20.2e-6)]
+    # a benchmark the later runs skipped keeps its row
+    assert rows["run.track_s_per_step"][0] == [pytest.approx(10.1e-6)]
 
 
 def test_run_outside_git_gets_no_asv_result_file(h: History) -> None:
@@ -219,7 +225,7 @@ def test_benchmark_names_are_flattened_for_asv_and_stay_inside(tmp_path: Path) -
     h.record(run("r1", benches=("../../../evil",)))
     everything = {p.resolve() for p in tmp_path.rglob("*")}
     assert all(p.is_relative_to((tmp_path / "results").resolve()) for p in everything)
-    assert "evil" in asv_file(h, C1)["results"]
+    assert "evil.track_s_per_step" in asv_file(h, C1)["results"]
     assert "../../../evil" in h.load_runs()[0].benchmarks  # the sidecar keeps the real name
 
 
@@ -317,6 +323,6 @@ def test_non_finite_display_values_never_break_recording(h: History) -> None:
                   {"walk": odd})
     h.record(r)
     rows = asv_file(h, C1)["results"]
-    assert set(rows) == {"walk"}  # display series without a finite value are left out
-    assert rows["walk"][5:7] == [None, None]  # one sample: asv's infinite CI stored as null
+    assert set(rows) == {"walk.track_s_per_step"}  # series without a finite value left out
+    assert rows["walk.track_s_per_step"][5:7] == [None, None]  # one sample: infinite CI
     assert h.load_runs()[0].metadata["when"] == "/x"

@@ -38,7 +38,7 @@ def h(tmp_path: Path) -> History:
 
 
 def asv_result(h: History) -> Path:
-    return h.machine_dir / f"{C1[:8]}-perfgate-py3.11.json"
+    return h.machine_dir / f"{C1[:8]}-virtualenv-py3.11.json"
 
 
 def record_warned(h: History, r: RunRecord) -> list[str]:
@@ -103,7 +103,7 @@ def test_a_sidecar_of_the_wrong_shape_is_skipped_with_one_warning(h: History, ca
     # the run at the same commit still records, and the bad file never reaches asv
     h.record(run("later", 70.0))
     assert set(json.loads(asv_result(h).read_text())["results"]) == {
-        "walk", "walk.steps_per_s", "walk.phase.physics_ms"}
+        "walk.track_s_per_step", "walk.phase.physics"}
 
 
 def test_a_benchmark_name_asv_cannot_take_does_not_stop_its_commit_recording(h: History) -> None:
@@ -112,7 +112,7 @@ def test_a_benchmark_name_asv_cannot_take_does_not_stop_its_commit_recording(h: 
     h.sidecar_dir.mkdir(parents=True)
     (h.sidecar_dir / "bad.pgrun").write_text(json.dumps(data))
     record_warned(h, run("r2", 70.0))
-    assert "walk" in json.loads(asv_result(h).read_text())["results"]
+    assert "walk.track_s_per_step" in json.loads(asv_result(h).read_text())["results"]
     with pytest.warns(HistoryWarning, match="bad.pgrun: .*control characters"):
         assert [r.run_id for r in h.load_runs()] == ["r2"]
 
@@ -151,7 +151,7 @@ def test_benchmarks_json_of_the_wrong_shape_is_rebuilt_with_one_warning(
     assert messages[0].startswith(f"rebuilding history file {h.results_dir / 'benchmarks.json'}:")
     assert what in messages[0]
     bj = json.loads((h.results_dir / "benchmarks.json").read_text())
-    assert bj["version"] == 2 and "walk" in bj
+    assert bj["version"] == 2 and "walk.track_s_per_step" in bj
 
 
 def test_benchmarks_json_garbage_entries_are_not_carried(h: History) -> None:
@@ -159,14 +159,15 @@ def test_benchmarks_json_garbage_entries_are_not_carried(h: History) -> None:
     path = h.results_dir / "benchmarks.json"
     bj = json.loads(path.read_text())
     bj["junk"] = 5
-    bj["liar"] = dict(bj["other"], name="somebody-else")
-    bj["typo"] = dict(bj["other"], name="typo", params="none")
+    bj["liar"] = dict(bj["other.track_s_per_step"], name="somebody-else")
+    bj["typo"] = dict(bj["other.track_s_per_step"], name="typo", params="none")
     path.write_text(json.dumps(bj))
     messages = record_warned(h, run("r2", 110.0))
     assert len(messages) == 1
     assert "dropped 3 invalid entries" in messages[0] and "'junk'" in messages[0]
     new = json.loads(path.read_text())
-    assert {"other", "walk"} <= set(new) and not {"junk", "liar", "typo"} & set(new)
+    assert {"other.track_s_per_step", "walk.track_s_per_step"} <= set(new)
+    assert not {"junk", "liar", "typo"} & set(new)
 
 
 @pytest.mark.parametrize("edit, what", [
@@ -185,7 +186,8 @@ def test_asv_result_file_of_the_wrong_shape_is_rebuilt_with_one_warning(
     assert len(messages) == 1 and messages[0].startswith(
         f"rebuilding history file {asv_result(h)}:") and what in messages[0], messages
     rows = json.loads(asv_result(h).read_text())["results"]
-    assert "walk" in rows and "old" in rows  # the sidecars rebuild what the file lost
+    # the sidecars rebuild what the file lost
+    assert {"walk.track_s_per_step", "old.track_s_per_step"} <= set(rows)
 
 
 def test_asv_result_garbage_rows_are_dropped_and_good_ones_kept(h: History) -> None:
@@ -202,7 +204,7 @@ def test_asv_result_garbage_rows_are_dropped_and_good_ones_kept(h: History) -> N
     rows = json.loads(asv_result(h).read_text())["results"]
     assert rows["kept"] == good
     assert not {"short", "long", "str_row", "bad_value", "bad_params"} & set(rows)
-    assert rows["walk"][0] == [10.1]
+    assert rows["walk.track_s_per_step"][0] == [pytest.approx(10.1e-6)]
 
 
 def test_sidecars_stay_readable_across_versions(h: History) -> None:

@@ -30,6 +30,11 @@ class Machine(Command):
                         help="the machine name to record under (default: $PERFGATE_MACHINE, "
                         "else the hostname)")
         ap.add_argument("--json", action="store_true", help="print one JSON object")
+        ap.add_argument("--asv-machine-file", nargs="?", const="~/.asv-machine.json",
+                        default=None, metavar="PATH",
+                        help="also write this machine, under its perfgate name, into asv's "
+                        "machine file (default ~/.asv-machine.json), so `asv run --machine "
+                        "NAME` records into the same machine folder with the same fields")
         return ap
 
     @classmethod
@@ -40,6 +45,17 @@ class Machine(Command):
         meta = machine.collect_metadata(name)
         fields = machine.fingerprint_fields(meta)
         fp = machine.fingerprint(meta)
+        if args.asv_machine_file is not None:
+            from pathlib import Path
+
+            from pytest_perfgate.history.asv_machine import write_asv_machine_file
+            try:
+                path = write_asv_machine_file(meta, Path(args.asv_machine_file).expanduser())
+            except (OSError, ValueError) as exc:
+                print(f"perfgate machine: error: {exc}")
+                return 2
+            print(f"wrote machine {meta['machine']!r} to {path}: record with "
+                  f"`asv run --machine {meta['machine']}`")
         if args.json:
             print(json.dumps({"fingerprint": fp, "fingerprint_fields": fields,
                               "metadata": meta}, indent=2, sort_keys=True, default=str))

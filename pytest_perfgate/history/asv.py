@@ -6,8 +6,17 @@ Layout under the results dir (asv's own, so ``asv compare``/``asv publish`` work
     <machine>/machine.json               asv machine description
     <machine>/<commit[:8]>-<env>.json    asv v2 results, one file per commit
 
-These files are derived from the sidecars (:mod:`pytest_perfgate.history.store`) and never
-read by the gate (docs/design.md §6). Each is strict JSON written atomically.
+Our rows are derived from the sidecars (:mod:`pytest_perfgate.history.store`); rows that
+``asv run`` wrote into the same files (the suite in benchmarks/) are kept as they are and
+read back by :mod:`pytest_perfgate.history.asv_runs` (docs/design.md §6). Each file is
+strict JSON written atomically.
+
+Series per perfgate benchmark N (asv is lower-is-better throughout, docs/design.md §6):
+``N.track_s_per_step`` seconds per env-step (the gated series; asv_runner discovers a
+benchmark only when the last part of its name starts with ``track_``, so asv's own runs of
+the suite land on the same name), ``N.phase.<phase>`` seconds per call of each phase.
+Throughput (env-steps/s) is higher-is-better and asv 0.6.6 has no way to mark a series
+display-only, so it is not exported; it stays in the sidecars and perfgate's reports.
 """
 
 from __future__ import annotations
@@ -15,20 +24,30 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.history.files import (atomic_write, describe, dump_json, keep_valid,
+from pytest_perfgate.history.files import (atomic_write, dump_json, keep_valid,
                                            read_object)
+from pytest_perfgate.history.asv_checks import (ASV_RESULT_COLUMNS, asv_result_problem,
+                                                bench_entry_problem, benchmarks_json_problem,
+                                                machine_field_problem, row_problem)
 from pytest_perfgate.history.machine import asv_machine_json
 
-ASV_RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration",
-                      "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75",
-                      "stats_number", "stats_repeat", "samples", "profile"]
-ASV_PARAM_KEYS = ("machine", "arch", "cpu", "num_cpu", "ram")  # stable machine.json fields
+# The machine.json fields `asv run` puts into a result file's params: ours must be the same,
+# or asv publish draws asv's runs and ours as two lines (docs/design.md §6).
+ASV_PARAM_KEYS = ("machine", "os", "arch", "cpu", "num_cpu", "ram")
 # Bump when the meaning of a stored series changes: asv hides results whose version differs
-# from benchmarks.json, so old and new numbers are never drawn on one line.
-SERIES_VERSION = "perfgate-1"
+# from benchmarks.json, so old and new numbers are never drawn on one line. perfgate-1 held
+# seconds per million env-steps under the bare benchmark name; perfgate-2 seconds per
+# env-step under N.track_s_per_step (the suite in benchmarks/ sets the same version).
+SERIES_VERSION = "perfgate-2"
+SERIES_PREFIX = "perfgate-"  # every version we ever wrote starts so (old ones get rebuilt)
+GATED_SUFFIX = "track_s_per_step"
+# asv names a virtualenv environment without a matrix "virtualenv-py<X.Y>" (its
+# environment.get_env_name): our rows go into the same file, so a commit has one file.
+ASV_ENV_TYPE = "virtualenv"
+OLD_ENV_PREFIX = "perfgate-py"  # perfgate-1's own env name
 # A result of the counts mode (modes/counts/mode.py COUNTS_SOURCE): its samples are
 # instructions per env-step, a "track" series where lower is better as asv assumes, beside
 # the estimated cycles from the cache simulation (docs/design.md §10).
@@ -54,8 +73,33 @@ def asv_name(name: str) -> str:
 
 
 def asv_params_from_meta(meta: Mapping[str, Any]) -> dict[str, str]:
-    """The graph dimensions asv publish will show: stable machine fields only."""
+    """The graph dimensions asv publish will show: the machine fields `asv run` uses."""
     return {k: str(v) for k, v in asv_machine_json(meta).items() if k in ASV_PARAM_KEYS}
+
+
+def gated_series(name: str) -> str:
+    """The asv series of a benchmark's gated number, seconds per env-step."""
+    return f"{asv_name(name)}.{GATED_SUFFIX}"
+
+
+def phase_series(name: str, phase: str) -> str:
+    """The asv series of one phase's seconds per call."""
+    return f"{asv_name(name)}.phase.{asv_name(phase)}"
+
+
+def asv_env_name(python: Any) -> str:
+    """asv's name for a virtualenv of this Python minor: "virtualenv-py3.11"."""
+    return f"{ASV_ENV_TYPE}-py{python_minor(python)}"
+
+
+def python_minor(python: Any) -> str:
+    return ".".join(str(python or "").split(".")[:2]) or "unknown"
+
+
+def asv_written(row: Sequence[Any]) -> bool:
+    """True for a row `asv run` wrote: asv always stores the benchmark's duration (column
+    4), perfgate never does."""
+    return len(row) > 4 and row[4] is not None
 
 
 def write_machine_json(machine_dir: Path, machine: str, meta: Mapping[str, Any]) -> None:
@@ -63,20 +107,14 @@ def write_machine_json(machine_dir: Path, machine: str, meta: Mapping[str, Any])
     as asv writes them); anything else is dropped with one warning."""
     path = machine_dir / "machine.json"
     data = keep_valid(path, read_object(path, "rewritten from this run's machine facts"),
-                      _machine_field_problem, "fields")
+                      machine_field_problem, "fields")
     data.update(asv_machine_json({**meta, "machine": machine}))
     atomic_write(path, dump_json(data))
 
 
-def _machine_field_problem(key: str, value: Any) -> str | None:
-    if isinstance(value, str) or (key == "version" and value == 1):
-        return None
-    return f"{describe(value)}, expected a string"
-
-
 def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
                 ) -> dict[str, dict[str, Any]]:
-    """benchmarks.json entries for this run: the gated time series plus display tracks."""
+    """benchmarks.json entries for this run: the gated series plus one per phase."""
     out: dict[str, dict[str, Any]] = {}
     for name, bench in run.benchmarks.items():
         extra = {k: v for k, v in dict(info.get(name) or {}).items()
@@ -87,62 +125,68 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
             out[f"{base}.est_cycles"] = _bench_entry(f"{base}.est_cycles", "track",
                                                      CYCLES_UNIT, name, extra)
             continue
-        out[base] = _bench_entry(base, "time", "seconds", name, extra)
-        out[f"{base}.steps_per_s"] = _bench_entry(f"{base}.steps_per_s", "track",
-                                                  "env-steps/s", name, extra)
+        gated = gated_series(name)
+        out[gated] = _bench_entry(gated, "track", "seconds", name, extra)
         for phase in bench.phases:
-            pname = f"{base}.phase.{asv_name(phase)}_ms"
-            out[pname] = _bench_entry(pname, "track", "ms", name, extra)
+            pname = phase_series(name, phase)
+            out[pname] = _bench_entry(pname, "track", "seconds", name, extra)
     return out
 
 
-def merge_benchmarks_json(results_dir: Path, entries: Mapping[str, dict[str, Any]]) -> None:
-    """Add ``entries`` to benchmarks.json; valid entries of other benchmarks are never pruned,
-    invalid ones are dropped with one warning (asv would stop on them)."""
+def merge_benchmarks_json(results_dir: Path, entries: Mapping[str, dict[str, Any]],
+                          fill: Mapping[str, dict[str, Any]] | None = None) -> None:
+    """Add ``entries`` to benchmarks.json, and ``fill`` where an entry is missing (`asv run`
+    rewrites the file with its own suite only). Valid entries of other benchmarks are never
+    pruned; entries of an older perfgate series version are dropped (their rows are rebuilt
+    from the sidecars), invalid ones with one warning (asv would stop on them). An entry
+    asv's discovery wrote (with the benchmark's real code) for one of our series is kept."""
     path = results_dir / "benchmarks.json"
     data = read_object(path, "rewritten with this run's benchmarks; the others come back "
-                       "when they next record", _benchmarks_json_problem)
+                       "when they next record", benchmarks_json_problem)
     data.pop("version", None)
-    data = keep_valid(path, data, _bench_entry_problem, "entries")
-    data.update(entries)
+    data = {k: v for k, v in keep_valid(path, data, bench_entry_problem, "entries").items()
+            if current_entry(v)}
+    for key, entry in (fill or {}).items():
+        data.setdefault(key, entry)
+    for key, entry in entries.items():
+        old = data.get(key)
+        if not (old and _discovered(old) and old.get("version") == entry.get("version")
+                and old.get("unit") == entry.get("unit")):
+            data[key] = entry
     data["version"] = 2
     atomic_write(path, dump_json(data))
 
 
-def _benchmarks_json_problem(data: Mapping[str, Any]) -> str | None:
-    version = data.get("version")
-    return None if version == 2 else f"version {version!r}, this writes asv's version 2"
+def current_entry(entry: Mapping[str, Any]) -> bool:
+    """False for a benchmarks.json entry of an older perfgate series version."""
+    return current_row([None, None, entry.get("version")])
 
 
-_BENCH_TYPES = ("time", "track", "mem", "peakmem")  # what asv's benchmarks.json holds
+def _discovered(entry: Mapping[str, Any]) -> bool:
+    return entry.get("recorded_by") != RECORDED_BY
 
 
-def _bench_entry_problem(key: str, entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return f"{describe(entry)}, expected an object"
-    if entry.get("name") != key:
-        return f"its name is {entry.get('name')!r}"
-    if entry.get("type") not in _BENCH_TYPES:
-        return f"type {entry.get('type')!r} is not one of {', '.join(_BENCH_TYPES)}"
-    for field, kind in (("unit", str), ("version", str), ("params", list),
-                        ("param_names", list)):
-        if not isinstance(entry.get(field), kind):
-            return f"{field} is {describe(entry.get(field))}"
-    return None
+RECORDED_BY = "pytest-perfgate"  # in our benchmarks.json entries (asv keeps unknown keys)
 
 
 def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
                      same_commit: Iterable[RunRecord],
                      entries: Mapping[str, Mapping[str, Any]]) -> None:
-    """Rewrite ``run``'s commit file from every run at that commit (``same_commit``)."""
+    """Rewrite ``run``'s commit file from every run at that commit (``same_commit``).
+
+    Rows `asv run` wrote stay as they are (:func:`asv_written`): at a commit asv measured,
+    asv's number is what asv shows; ours is in the sidecar.
+    """
     meta = run.metadata
-    py = ".".join(str(meta.get("python") or "").split(".")[:2]) or "unknown"
-    env_name = f"perfgate-py{py}"  # stable: one asv environment per Python minor
+    py = python_minor(meta.get("python"))
+    env_name = asv_env_name(py)
     path = machine_dir / f"{run.commit[:8]}-{env_name}.json"
     old = read_object(path, f"rebuilt from the sidecars of commit {run.commit[:12]}",
-                      _asv_result_problem)
-    rows: dict[str, list[Any]] = keep_valid(path, old.get("results") or {}, _row_problem,
+                      asv_result_problem)
+    rows: dict[str, list[Any]] = keep_valid(path, old.get("results") or {}, row_problem,
                                             "rows")
+    rows = {k: v for k, v in rows.items() if current_row(v)}
+    theirs = {k for k, v in rows.items() if asv_written(v)}
     # Newest clean run per benchmark at this commit wins; dirty runs only fill gaps.
     same = [r for r in same_commit if r.commit == run.commit]
     if all(r.run_id != run.run_id for r in same):
@@ -152,59 +196,24 @@ def write_asv_result(machine_dir: Path, machine: str, run: RunRecord,
         series.update(asv_entries(r, {}))
     series.update(entries)
     for r in sorted(same, key=lambda r: (not r.dirty, r.started_at)):
-        rows.update(_asv_rows(r, series))
+        rows.update({k: v for k, v in _asv_rows(r, series).items() if k not in theirs})
     params = asv_params_from_meta({**meta, "machine": machine})
     data = {
         "commit_hash": run.commit, "env_name": env_name, "date": run.commit_date_ms,
         "params": {**params, "python": py}, "python": py, "requirements": {},
         "env_vars": {}, "result_columns": ASV_RESULT_COLUMNS, "results": rows,
-        "durations": {}, "version": 2,
+        "durations": {k: v for k, v in (old.get("durations") or {}).items()  # asv's
+                      if isinstance(v, (int, float)) and math.isfinite(v)},
+        "version": 2,
     }
     atomic_write(path, dump_json(data, compact=True))
 
 
-def _asv_result_problem(data: Mapping[str, Any]) -> str | None:
-    """What makes a result file unusable as a whole (its rows are then not carried over)."""
-    if data.get("version") != 2:
-        return f"version {data.get('version')!r}, this writes asv's version 2"
-    if data.get("result_columns") != ASV_RESULT_COLUMNS:
-        return (f"unknown result_columns {data.get('result_columns')!r}, this writes "
-                f"{ASV_RESULT_COLUMNS}")
-    for key in ("results", "params"):
-        if not isinstance(data.get(key, {}), dict):
-            return f"{key!r} is {describe(data[key])}, expected an object"
-    return None
-
-
-def _num(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def _nums(v: Any) -> bool:
-    return isinstance(v, list) and all(_num(x) for x in v)
-
-
-# One check per asv result column, in ASV_RESULT_COLUMNS order (asv's own row layout).
-_COLUMN_CHECKS: list[Callable[[Any], bool]] = (
-    [_nums,  # result
-     lambda v: isinstance(v, list) and all(isinstance(x, list) for x in v),  # params
-     lambda v: v is None or isinstance(v, str),  # version
-     _num, _num]  # started_at, duration
-    + [lambda v: v is None or _nums(v)] * 6  # stats_*
-    + [lambda v: v is None or (isinstance(v, list)
-                               and all(x is None or _nums(x) for x in v)),  # samples
-       lambda v: v is None or isinstance(v, str)])  # profile
-
-
-def _row_problem(key: str, row: Any) -> str | None:
-    if not isinstance(row, list):
-        return f"{describe(row)}, expected a list"
-    if not 1 <= len(row) <= len(ASV_RESULT_COLUMNS):
-        return f"{len(row)} columns, expected 1 to {len(ASV_RESULT_COLUMNS)}"
-    for column, check, value in zip(ASV_RESULT_COLUMNS, _COLUMN_CHECKS, row, strict=False):
-        if not check(value):
-            return f"column {column!r} holds {value!r}"[:120]
-    return None
+def current_row(row: Sequence[Any]) -> bool:
+    """False for a row of an older perfgate series version (rebuilt from the sidecars)."""
+    version = row[2] if len(row) > 2 else None
+    return not (isinstance(version, str) and version.startswith(SERIES_PREFIX)
+                and version != SERIES_VERSION)
 
 
 def _asv_stats(samples: Sequence[float]) -> tuple[float, dict[str, float | int | None]]:
@@ -224,11 +233,9 @@ def _bench_entry(name: str, kind: str, unit: str, source: str, extra: Mapping[st
         "param_names": [], "params": [], "pretty_name": name, "timeout": 60.0,
         "type": kind, "unit": unit, "version": SERIES_VERSION,
     }
-    if kind == "time":  # what asv's own discovery writes for a time_ benchmark
-        entry.update(min_run_count=1, number=1, repeat=0, rounds=1, sample_time=0.0,
-                     warmup_time=0.0)
     entry.update(extra)
     entry["version"] = str(entry["version"])
+    entry["recorded_by"] = RECORDED_BY
     return entry
 
 
@@ -255,20 +262,23 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
 
     for name, bench in run.benchmarks.items():
         base = asv_name(name)
-        value, stats = _asv_stats(bench.samples)
-        put(base, value, stats, bench.samples)
         if bench.source == COUNTS_SOURCE:
+            value, stats = _asv_stats(bench.samples)
+            put(base, value, stats, bench.samples)
             cycles = bench.extra.get("est_cycles_per_step")
             if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
                 put(f"{base}.est_cycles", float(f"{cycles:.6g}"))
             continue
-        # Display series: 6 significant digits keep asv's tables readable.
-        put(f"{base}.steps_per_s", float(f"{bench.steps_per_s:.6g}"))
-        for phase, summary in bench.phases.items():
-            put(f"{base}.phase.{asv_name(phase)}_ms", float(f"{summary.ms_per_call:.6g}"))
+        per_step = [s / 1e6 for s in bench.samples]  # sidecars: s per million env-steps
+        value, stats = _asv_stats(per_step)
+        put(gated_series(name), value, stats, per_step)
+        for phase, summary in bench.phases.items():  # 6 significant digits: readable tables
+            put(phase_series(name, phase), float(f"{summary.ms_per_call / 1e3:.6g}"))
     return rows
 
 
-__all__ = ["COUNTS_SOURCE", "ASV_RESULT_COLUMNS", "ASV_PARAM_KEYS", "SERIES_VERSION", "asv_name",
-           "asv_params_from_meta", "write_machine_json", "asv_entries",
-           "merge_benchmarks_json", "write_asv_result"]
+__all__ = ["COUNTS_SOURCE", "ASV_RESULT_COLUMNS", "ASV_PARAM_KEYS", "SERIES_VERSION",
+           "SERIES_PREFIX", "GATED_SUFFIX", "ASV_ENV_TYPE", "OLD_ENV_PREFIX", "asv_name",
+           "gated_series", "phase_series", "asv_env_name", "python_minor", "asv_written",
+           "current_row", "current_entry", "asv_params_from_meta", "write_machine_json",
+           "asv_entries", "merge_benchmarks_json", "write_asv_result"]

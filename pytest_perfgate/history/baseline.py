@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history.accept import Decisions
+from pytest_perfgate.history.asv_runs import is_asv_run
 from pytest_perfgate.history.machine import describe_mismatch, fingerprint_fields
 
 
@@ -74,6 +75,9 @@ def describe_other_fingerprints(runs: Sequence[RunRecord], fingerprint: str, ben
     parts = []
     for fp, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         part = f"{len(rs)} {'run exists' if len(rs) == 1 else 'runs exist'} on fingerprint {fp}"
+        if all(is_asv_run(r) for r in rs):
+            part += (" (recorded by `asv run`, whose files keep no CPU affinity, NUMA nodes "
+                     "or package versions: docs/design.md §6)")
         if ours is not None:
             theirs = fingerprint_fields(max(rs, key=lambda r: r.started_at).metadata)
             part += f" which differs in: {describe_mismatch(theirs, ours)}"

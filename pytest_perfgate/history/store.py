@@ -2,9 +2,10 @@
 
     <results dir>/<machine>/perfgate/<run_id>.pgrun    our full RunRecord (the source of truth)
 
-Sidecars end in ``.pgrun`` because asv parses every ``*.json`` below a machine folder. The
-gate reads only sidecars; the asv files (:mod:`pytest_perfgate.history.asv`) are a view
-derived from them (docs/design.md §6).
+Sidecars end in ``.pgrun`` because asv parses every ``*.json`` below a machine folder. Our
+rows in the asv files (:mod:`pytest_perfgate.history.asv`) are a view derived from the
+sidecars; the gate reads the sidecars plus, marked as reduced records, the rows `asv run`
+itself wrote (:mod:`pytest_perfgate.history.asv_runs`; docs/design.md §6).
 
 Every file read is checked against its schema: a bad sidecar is skipped, a bad asv file
 rebuilt, each with one HistoryWarning naming it, and the run still records. The asv files
@@ -31,6 +32,8 @@ from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SER
                                          asv_entries, asv_name, asv_params_from_meta,
                                          merge_benchmarks_json, write_asv_result,
                                          write_machine_json)
+from pytest_perfgate.history.asv_rebuild import mark_view, needs_rebuild, rebuild_asv_view
+from pytest_perfgate.history.asv_runs import asv_recorded_runs
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
 from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, default_results_dir,
                                            describe, dump_json, warn_history)
@@ -81,17 +84,29 @@ class History:
         atomic_write(sidecar, dump_json(run.to_json(), strict=False))  # first: the gate's input
         with locked(self.sidecar_dir / MACHINE_LOCK):
             write_machine_json(self.machine_dir, self.machine, run.metadata)
-            if any(c != "0" for c in run.commit):  # rows of every sidecar at this commit,
-                write_asv_result(self.machine_dir, self.machine, run,  # ours included
-                                 self._iter_runs(warn=False), entries)
+            runs = list(self._iter_runs(warn=False))  # ours included
+            if needs_rebuild(self.machine_dir, self.sidecar_dir):  # an older series format
+                rebuild_asv_view(self.machine_dir, self.sidecar_dir, self.machine, runs,
+                                 entries)
+            elif any(c != "0" for c in run.commit):  # rows of every sidecar at this commit
+                write_asv_result(self.machine_dir, self.machine, run, runs, entries)
+            mark_view(self.sidecar_dir)
+        every: dict[str, dict[str, Any]] = {}  # `asv run` keeps only its suite's entries
+        for r in runs:
+            every.update(asv_entries(r, {}))
         with locked(self.results_dir / BENCHMARKS_LOCK):  # never nested: no lock order
-            merge_benchmarks_json(self.results_dir, entries)
+            merge_benchmarks_json(self.results_dir, entries, fill=every)
         return sidecar
 
-    def load_runs(self) -> list[RunRecord]:
-        """All runs recorded for this machine, oldest first. Unreadable files are skipped
-        with one HistoryWarning each, naming the file; everything else is kept."""
-        return sorted(self._iter_runs(warn=True), key=lambda r: r.started_at)
+    def load_runs(self, asv_runs: bool = True) -> list[RunRecord]:
+        """All runs recorded for this machine, oldest first: the sidecars, plus (unless
+        ``asv_runs`` is False) the reduced records of runs `asv run` wrote into the asv
+        files (:mod:`pytest_perfgate.history.asv_runs`). Unreadable files are skipped with
+        one HistoryWarning each, naming the file; everything else is kept."""
+        runs = list(self._iter_runs(warn=True))
+        if asv_runs and self.machine_dir.is_dir():
+            runs += asv_recorded_runs(self.machine_dir, self.machine)
+        return sorted(runs, key=lambda r: r.started_at)
 
     def _iter_runs(self, warn: bool) -> Iterator[RunRecord]:
         for path in sorted(self.sidecar_dir.glob(f"*{SIDECAR_SUFFIX}")):  # [] when missing

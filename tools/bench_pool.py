@@ -1,6 +1,6 @@
 """Sized MujocoPool vs the alternatives, ratios measured interleaved in one run.
 
-    python benchmarks/bench_pool.py [--envs 1024] [--turns 30] [--memory-envs 4096]
+    python tools/bench_pool.py [--envs 1024] [--turns 30] [--memory-envs 4096]
 
 Every contender steps the same held state (a contact-rich state settled from 64 distinct
 trajectories, tiled) once per call, so each call does identical physics; the contenders

@@ -3,7 +3,7 @@
 Interleaved: bare and measured turns alternate (short turns, same minute), and the ratio is
 the median of per-pair ratios, so the machine's drift cancels (docs/design.md §1).
 
-    python benchmarks/bench_harness.py [--turns 40] [--turn-s 0.25] [--step-ms 1.0]
+    python tools/bench_harness.py [--turns 40] [--turn-s 0.25] [--step-ms 1.0]
 
 Targets: <= 1% throughput cost for a step of >= 1 ms; <= 2 us per phase entry.
 """

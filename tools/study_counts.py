@@ -1,11 +1,11 @@
 """How far instruction counts per env-step can be trusted on this runner (docs/design.md §10).
 
-    python benchmarks/study_counts.py spread --runs 10
+    python tools/study_counts.py spread --runs 10
         the shipped humanoid pool benchmark (perf/test_perf_mujoco.py::test_humanoid_batch_256)
         counted in 10 separate callgrind workers: run-to-run spread of instructions per
         env-step, estimated cycles, and each worker's wall time (the cost). The load average
         is printed: valgrind counts do not depend on it.
-    python benchmarks/study_counts.py gate --unchanged 22 --slowed 10 --envs 16 --settle 60
+    python tools/study_counts.py gate --unchanged 22 --slowed 10 --envs 16 --settle 60
         the same humanoid step (a copy with ``--envs`` envs held after ``--settle`` substeps,
         to fit the study's time: start-up and settling under valgrind dominate) counted
         in 22 unchanged runs and 10 runs of a changed step that does ~1% extra numpy work

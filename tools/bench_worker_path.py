@@ -5,7 +5,7 @@ every call so each call does identical physics (docs/design.md §7). The machine
 by up to 1.5x over seconds (§1), so the two paths are measured INTERLEAVED in short turns (ABBA
 order) and compared by the median of per-pair ratios; back-to-back runs would measure drift.
 
-    python benchmarks/bench_worker_path.py [--turns 40] [--turn-s 0.5]
+    python tools/bench_worker_path.py [--turns 40] [--turn-s 0.5]
 
 With several usable NUMA nodes it also measures one worker per node (whole-machine rate).
 Target: worker path within 3% of in-process at steady state.

@@ -7,7 +7,7 @@ random order, so the machine's drift hits every configuration alike. Each visit 
 trial of ~``--seconds`` per side; what matters is the spread of the trial's mean log ratio
 (the estimate's real noise at equal cost) and its bias.
 
-    python benchmarks/study_verdicts.py --rounds 6 --seconds 5 --out /tmp/levers.json
+    python tools/study_verdicts.py --rounds 6 --seconds 5 --out /tmp/levers.json
 
 The full study is ``perfgate calibrate`` (pytest_perfgate/cli/calibrate.py); the figures
 are in docs/verdict-quality.md.

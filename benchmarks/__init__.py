@@ -1,0 +1,1 @@
+"""pytest-perfgate's asv suite: run by `asv run` / `asv continuous` (see README, "asv")."""

@@ -1,0 +1,143 @@
+"""Runs that `asv run` recorded, read back as reduced run records for the gate.
+
+The asv suite in benchmarks/ writes rows named like perfgate's gated series
+(``N.track_s_per_step``, seconds per env-step, version SERIES_VERSION) into asv's result
+files. Each result file with such rows becomes one :class:`RunRecord` whose benchmarks carry
+those numbers (docs/design.md §6). They are *reduced* and marked as such:
+
+- ``metadata["recorded_by"] == "asv"``, the run id starts with ``asv-``, each benchmark's
+  ``source`` is ``"asv"``;
+- asv keeps only machine.json fields (machine, cpu, num_cpu...) and the Python version, not
+  the CPU affinity, cgroup quota, NUMA nodes or package versions perfgate fingerprints on.
+  So the fingerprint is computed from what asv kept, with the rest unknown: asv-run records
+  serve as each other's baseline, never as a baseline of perfgate's own runs (nor the
+  reverse), and a NO BASELINE names what differs;
+- one sample per asv process (asv keeps the track's return value, the median of perfgate's
+  windows), no phases, no warm-up facts; asv writes no commit of a dirty tree.
+
+The benchmark's name is the series name without ``.track_s_per_step``: a perfgate name that
+:func:`asv_name` flattens (a pytest id with ``/`` or ``::``) comes back flattened.
+
+Rows perfgate itself wrote are not read here (they come from the sidecars); asv marks its
+own rows with a duration, perfgate never writes one (:func:`asv_written`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.history.asv import (GATED_SUFFIX, SERIES_VERSION, asv_written,
+                                         python_minor)
+from pytest_perfgate.history.files import describe, read_json, warn_history
+from pytest_perfgate.history.machine import fingerprint
+
+ASV_SOURCE = "asv"
+ASV_RUN_PREFIX = "asv-"
+
+
+def asv_recorded_runs(machine_dir: Path, machine: str, warn: bool = True) -> list[RunRecord]:
+    """Every asv result file under ``machine_dir`` holding asv-written rows of our gated
+    series, as reduced run records. A file that is not a usable asv result is skipped (with
+    one warning when ``warn``): asv owns these files and may hold anything there."""
+    machine_json = read_json(machine_dir / "machine.json")
+    mj = machine_json if isinstance(machine_json, dict) else {}
+    runs = []
+    for path in sorted(machine_dir.glob("*.json")):
+        if path.name == "machine.json":
+            continue
+        try:
+            run = _read_run(path, machine, mj)
+        except ValueError as exc:
+            if warn:
+                warn_history(path, str(exc), "not reading asv-run results from",
+                             "asv's own files: move it out of the machine folder if it is "
+                             "not one")
+            continue
+        if run is not None:
+            runs.append(run)
+    return runs
+
+
+def _read_run(path: Path, machine: str, mj: Mapping[str, Any]) -> RunRecord | None:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, found {describe(data)}")
+    rows = data.get("results")
+    commit = data.get("commit_hash")
+    if not isinstance(rows, dict) or not isinstance(commit, str) \
+            or not re.fullmatch(r"[0-9a-fA-F]{4,64}", commit):
+        raise ValueError("no 'results' object or no hex 'commit_hash': not an asv result file")
+    benches = dict(_benches(rows))
+    if not benches:
+        return None
+    params: dict[str, Any] = data["params"] if isinstance(data.get("params"), dict) else {}
+    env = str(data.get("env_name") or "unknown")
+    started = min(float(r[3]) for k, r in rows.items() if _ours(k, r)) / 1000
+    date = data.get("date")
+    meta = {
+        "recorded_by": ASV_SOURCE, "asv_file": path.name, "asv_env_name": env,
+        "asv_params": _strings(params),
+        "machine": machine, "cpu_model": str(mj.get("cpu") or params.get("cpu") or "") or None,
+        "cpu_logical": _int(mj.get("num_cpu") or params.get("num_cpu")),
+        "python": python_minor(data.get("python") or params.get("python")),
+        "arch": str(mj.get("arch") or params.get("arch") or "") or None,
+        "versions": _strings(data.get("requirements")),
+    }
+    return RunRecord(
+        run_id=f"{ASV_RUN_PREFIX}{commit[:12]}-{re.sub(r'[^A-Za-z0-9_.-]', '_', env)}",
+        started_at=started, commit=commit,
+        commit_date_ms=int(date) if isinstance(date, (int, float)) and math.isfinite(date)
+        else 0, branch=None, dirty=False, machine=machine, fingerprint=fingerprint(meta),
+        metadata=meta, benchmarks=benches)
+
+
+def _ours(key: str, row: Any) -> bool:
+    """An asv-written row of one of our gated series, of this series version, that holds a
+    positive number and a start time."""
+    return (key.endswith(f".{GATED_SUFFIX}") and isinstance(row, list) and len(row) > 4
+            and row[2] == SERIES_VERSION and asv_written(row)
+            and isinstance(row[3], (int, float)) and isinstance(row[0], list)
+            and len(row[0]) == 1 and _positive(row[0][0]))
+
+
+def _benches(rows: Mapping[str, Any]) -> Iterator[tuple[str, BenchResult]]:
+    for key, row in rows.items():
+        if not _ours(key, row):
+            continue  # other benchmarks, failed (null) or skipped (NaN) results
+        name = key[:-len(GATED_SUFFIX) - 1]
+        raw = row[11][0] if len(row) > 11 and isinstance(row[11], list) and row[11] else None
+        per_step = [float(x) for x in raw if _positive(x)] if isinstance(raw, list) else []
+        per_step = per_step or [float(row[0][0])]
+        samples = tuple(x * 1e6 for x in per_step)  # sidecar unit: s per million env-steps
+        yield name, BenchResult(name=name, samples=samples,
+                                steps_per_s=1e6 / statistics.median(samples),
+                                source=ASV_SOURCE, extra={"asv_series": key})
+
+
+def _positive(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v > 0)
+
+
+def _strings(v: Any) -> dict[str, str]:
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(str(v))
+    except ValueError:
+        return None
+
+
+def is_asv_run(run: RunRecord) -> bool:
+    """True for a reduced record read from asv's files (not a perfgate sidecar)."""
+    return run.metadata.get("recorded_by") == ASV_SOURCE
+
+
+__all__ = ["ASV_SOURCE", "ASV_RUN_PREFIX", "asv_recorded_runs", "is_asv_run"]
