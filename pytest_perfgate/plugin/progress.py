@@ -1,0 +1,97 @@
+"""Live progress of ``--perfgate`` measurements in pytest's terminal output.
+
+The observer and its wording are :mod:`pytest_perfgate.core.progress`; this module is the
+status line over pytest's terminal reporter. A measurement runs inside a test's call phase,
+where pytest captures output, so each write suspends capturing (as pytest's live logging
+does). The status gets a line of its own: pytest's line in progress (file name and dots, or
+``-v``'s test id) is ended first with the reporter's ``ensure_newline()``, which also makes
+pytest start its next result on a fresh line with the file name, so the dots and the
+``[ NN%]`` column stay pytest's. On a terminal the status is rewritten in place
+(``rewrite(erase=True)``), then replaced by the benchmark's final line; in a log only the
+final line is written. The final line is left open: pytest's next result ends it, so no
+blank lines accumulate. Silent under ``-q``, in smoke mode and in A/B side processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_perfgate.core.progress import LiveProgress
+
+
+class TerminalStatus:
+    """A :class:`~pytest_perfgate.core.progress.StatusLine` on pytest's terminal reporter.
+
+    The reporter is looked up at each write (it registers itself after this plugin's
+    configure hook ran); with ``-p no:terminal`` nothing is written."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._showing = False  # a status line of ours is on screen
+        self._open = False  # our final line is the last thing written, not yet ended
+
+    @property
+    def live(self) -> bool:
+        tr = self._reporter()
+        return tr is not None and bool(tr.isatty)
+
+    def _reporter(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")
+
+    @contextlib.contextmanager
+    def _uncaptured(self) -> Iterator[None]:
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else \
+                contextlib.nullcontext():
+            yield
+
+    def _fit(self, text: str) -> str:
+        """A status longer than the terminal would wrap, and ``\\r`` rewinds one row only."""
+        width = self.config.get_terminal_writer().fullwidth - 1
+        return text if len(text) <= width else text[:max(width - 3, 0)] + "..."
+
+    def _own_line(self, tr: Any) -> None:
+        if tr.currentfspath:  # pytest's line (file name and dots) is open: end it
+            tr.ensure_newline()
+        elif self._open:  # our previous final line is still open
+            tr.write("\n")
+        self._open = False
+
+    def show(self, text: str) -> None:
+        tr = self._reporter()
+        if tr is None:
+            return
+        with self._uncaptured():
+            if not self._showing:
+                self._own_line(tr)
+                self._showing = True
+            tr.rewrite(self._fit(text), erase=True)
+            tr.flush()
+
+    def done(self, text: str) -> None:
+        tr = self._reporter()
+        if tr is None:
+            return
+        with self._uncaptured():
+            if self._showing:
+                tr.rewrite(self._fit(text), erase=True)
+            else:
+                self._own_line(tr)
+                tr.write(text)
+            tr.flush()
+        self._showing = False
+        self._open = True
+
+
+def install(config: pytest.Config, session: Any) -> None:
+    """Give ``session`` (a GateSession) a terminal progress renderer when it measures for
+    real and pytest is not quiet."""
+    if config.get_verbosity() < 0 or session.smoke or not session.records:
+        return
+    session.progress = LiveProgress(TerminalStatus(config), session.clock)
+
+
+__all__ = ["TerminalStatus", "install"]
