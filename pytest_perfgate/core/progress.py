@@ -136,9 +136,10 @@ class StreamStatus:
         self._width = 0  # length of the status on screen, 0: none
 
     def show(self, text: str) -> None:
-        self.stream.write("\r" + text.ljust(self._width))
+        text = text.ljust(self._width)
+        self.stream.write("\r" + text)
         self.stream.flush()
-        self._width = len(text)
+        self._width = len(text)  # what is on screen now, padding included
 
     def done(self, text: str) -> None:
         lead = "\r" if self._width else ""

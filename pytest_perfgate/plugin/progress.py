@@ -15,9 +15,11 @@ blank lines accumulate. Silent under ``-q``, in smoke mode and in A/B side proce
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from _pytest.pathlib import bestrelpath
 
 from pytest_perfgate.core.progress import LiveProgress
 
@@ -32,11 +34,12 @@ class TerminalStatus:
         self.config = config
         self._showing = False  # a status line of ours is on screen
         self._open = False  # our final line is the last thing written, not yet ended
+        self._resume: tuple[Any, str] | None = None  # pytest's line we ended: key, prefix
 
     @property
     def live(self) -> bool:
         tr = self._reporter()
-        return tr is not None and bool(tr.isatty)
+        return tr is not None and bool(tr.isatty())
 
     def _reporter(self) -> Any:
         return self.config.pluginmanager.get_plugin("terminalreporter")
@@ -54,11 +57,28 @@ class TerminalStatus:
         return text if len(text) <= width else text[:max(width - 3, 0)] + "..."
 
     def _own_line(self, tr: Any) -> None:
-        if tr.currentfspath:  # pytest's line (file name and dots) is open: end it
+        key = tr.currentfspath
+        if key:  # pytest's line (file name and dots, or -v's test id) is open: end it
+            if isinstance(key, (str, Path)):  # not -2, pytest's "some other line"
+                text = key if isinstance(key, str) else bestrelpath(tr.startpath, key) + " "
+                self._resume = (key, text)
             tr.ensure_newline()
         elif self._open:  # our previous final line is still open
             tr.write("\n")
         self._open = False
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Before pytest writes the test's letter (or -v's word): end our final line and
+        reopen pytest's, so the dot lands after the file name, not after our text."""
+        tr = self._reporter()
+        if tr is None or not self._open or tr.currentfspath or self._resume is None:
+            return
+        key, text = self._resume
+        tr.write("\n" + text)
+        tr.currentfspath = key
+        self._open = False
+        self._resume = None
 
     def show(self, text: str) -> None:
         tr = self._reporter()
@@ -86,12 +106,27 @@ class TerminalStatus:
         self._open = True
 
 
+class _SessionClock:
+    """The session's clock as it is when read (a test may swap in a fake one later)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def wall_ns(self) -> int:
+        return int(self.session.clock.wall_ns())
+
+    def cpu_ns(self) -> int:
+        return int(self.session.clock.cpu_ns())
+
+
 def install(config: pytest.Config, session: Any) -> None:
     """Give ``session`` (a GateSession) a terminal progress renderer when it measures for
     real and pytest is not quiet."""
     if config.get_verbosity() < 0 or session.smoke or not session.records:
         return
-    session.progress = LiveProgress(TerminalStatus(config), session.clock)
+    status = TerminalStatus(config)
+    config.pluginmanager.register(status, "perfgate-progress")
+    session.progress = LiveProgress(status, _SessionClock(session))
 
 
 __all__ = ["TerminalStatus", "install"]
