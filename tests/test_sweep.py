@@ -79,11 +79,27 @@ def test_table_marks_the_rule_and_names_the_fastest():
     (["--threads", "1,x"], "argument --threads: '1,x' is not a list of whole numbers >= 1: "
                            "use e.g. 1,2,4"),
     (["--threads", "0"], "argument --threads: '0' is not a list of whole numbers >= 1"),
-    (["--envs", "0"], "argument --envs: '0' is too small: use a whole number >= 1, e.g. 5"),
+    (["--envs", "0"], "argument --envs: '0' is not a batch size, a list or a range of them: "
+                      "use whole numbers >= 1, e.g. 1024, 256,1024,4096 or 256..8192 "
+                      "(doubling)"),
+    (["--envs", "-5"], "argument --envs: '-5' is not a batch size"),
+    (["--envs", "1e3"], "argument --envs: '1e3' is not a batch size"),
+    (["--envs", "8192..256"], "argument --envs: '8192..256' is not a batch size"),
+    (["--workers", "0"], "argument --workers: '0' is not a list of whole numbers >= 1"),
+    (["--turn-time", "-1"], "argument --turn-time: '-1' is"),
+    (["--envs", "256,512", "--threads", "2", "--no-pinned"],
+     "--threads, --no-pinned belong(s) to the thread sweep (one --envs value, no --workers); "
+     "the batch sweep sizes each pool by the rule: drop it, or sweep one batch size"),
+    (["--turn-time", "0.5"], "--turn-time belongs to the batch sweep (several --envs values "
+                             "or --workers); the thread sweep times single steps: use "
+                             "--per-turn"),
     (["--turns", "x"], "argument --turns: 'x' is not a whole number: use e.g. 5"),
     (["--settle", "-1"], "argument --settle: '-1' is negative: use a whole number >= 0"),
 ])
-def test_cli_argument_errors(args, message, capsys):
+def test_cli_argument_errors(args, message, capsys, monkeypatch):
+    from pytest_perfgate.sim import sweep as sw
+
+    monkeypatch.setattr(sw, "run_sweep", None)  # nothing may start
     with pytest.raises(SystemExit) as e:
         main(["sweep", *args])
     assert e.value.code == 2

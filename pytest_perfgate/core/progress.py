@@ -117,7 +117,8 @@ class LiveProgress(Progress):
             self._show(f"window {k}/{total} {rate(steps_per_s)} steps/s")
             return
         self._rates[side] = steps_per_s
-        now = " ".join(f"{s} {rate(r)}" for s, r in self._rates.items())
+        shown = self._rates.items() if len(self._rates) <= 2 else [(side, steps_per_s)]
+        now = " ".join(f"{s} {rate(r)}" for s, r in shown)  # A/B: both; a sweep: the latest
         self._show(f"turn {k}/{total} {now} steps/s")
 
     def finished(self, name: str, summary: str) -> None:
@@ -136,6 +137,10 @@ class StreamStatus:
         self._width = 0  # length of the status on screen, 0: none
 
     def show(self, text: str) -> None:
+        import shutil
+
+        width = shutil.get_terminal_size().columns - 1  # a wrapped status cannot be rewound
+        text = (text if len(text) <= width else text[:max(width - 3, 0)] + "...")
         text = text.ljust(self._width)
         self.stream.write("\r" + text)
         self.stream.flush()
