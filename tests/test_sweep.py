@@ -35,6 +35,19 @@ def test_interleave_rotates_order_and_reports_per_call_medians():
     assert sweep.median_ratio(out["b"], out["a"]) == pytest.approx(3.0)
 
 
+def test_interleave_reports_each_call_to_progress():
+    from test_progress import Recorder
+
+    clock, rec = FakeClock(), Recorder()
+    calls = {"1 unpinned": lambda: clock.advance(0.010), "2 unpinned": lambda: clock.advance(0.005)}
+    sweep.interleave(calls, turns=2, clock=clock, progress=rec, steps_per_call=100)
+    assert rec.events == [
+        ("warmup_started", "1 unpinned"), ("warmup_ended", True, 0.01, "1 unpinned"),
+        ("warmup_started", "2 unpinned"), ("warmup_ended", True, 0.005, "2 unpinned"),
+        ("window", 1, 2, 10000.0, "1 unpinned"), ("window", 1, 2, 20000.0, "2 unpinned"),
+        ("window", 2, 2, 20000.0, "2 unpinned"), ("window", 2, 2, 10000.0, "1 unpinned")]
+
+
 def test_interleave_rejects_zero_turns():
     with pytest.raises(ValueError, match=r"turns=0, per_turn=1: both must be >= 1"):
         sweep.interleave({"a": lambda: None}, turns=0)
@@ -129,8 +142,15 @@ def test_settled_state_tiles_distinct_trajectories():
 
 
 def test_run_sweep_on_the_tiny_model():
+    from test_progress import Recorder
+
+    rec = Recorder()
     res = sweep.run_sweep(sweep.resolve_model("tiny"), 8, thread_counts=[1, 2], turns=2,
-                          settle_substeps=3)
+                          settle_substeps=3, progress=rec)
+    assert rec.events[0] == ("started", "thread sweep")
+    assert rec.events[-1] == ("finished", "thread sweep", f"{len(res.rows)} configurations x "
+                              "2 turns")
+    assert {e[-1] for e in rec.events if e[0] == "window"} == {r.label for r in res.rows}
     labels = [r.label for r in res.rows]
     assert labels[:2] == ["1 unpinned", "2 unpinned"] and "1 pinned" in labels
     rule = [r for r in res.rows if r.rule]

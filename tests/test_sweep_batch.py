@@ -103,18 +103,22 @@ def test_available_memory_reads_meminfo_and_the_cgroup_limit(tmp_path: Path):
 class Fixed:
     """A WindowSource at a fixed rate on a fake clock; logs its name on every window."""
 
-    def __init__(self, name: str, rate: float, clock: FakeClock, log: list[str]) -> None:
+    def __init__(self, name: str, rate: float, clock: FakeClock, log: list[str],
+                 step_s: float = 0.125) -> None:
         self.name, self.rate, self.clock, self.log = name, rate, clock, log
+        self.step_s = step_s
+        self.asked: list[float] = []
 
     def run_window(self, d: float) -> RawWindow:
         self.log.append(self.name)
+        self.asked.append(d)
         self.clock.advance(d)
-        return RawWindow(int(self.rate * d), d, d, calls=4)
+        return RawWindow(int(self.rate * d), d, d, calls=max(1, round(d / self.step_s)))
 
 
 def test_interleave_windows_rotates_and_reports_progress():
     from pytest_perfgate.sim.batch_sweep import interleave_windows, paired_ratio
-    from tests.test_progress import Recorder
+    from test_progress import Recorder
 
     clock, log, rec = FakeClock(), [], Recorder()
     srcs = {n: Fixed(n, r, clock, log) for n, r in (("a", 1000), ("b", 3000), ("c", 2000))}
@@ -124,6 +128,17 @@ def test_interleave_windows_rotates_and_reports_progress():
     assert rec.events[6:9] == [("window", 1, 3, 1000.0, "a"), ("window", 1, 3, 3000.0, "b"),
                                ("window", 1, 3, 2000.0, "c")]
     assert paired_ratio(out["b"], out["a"]) == 3.0
+
+
+def test_a_slow_step_gets_windows_of_several_steps():
+    from pytest_perfgate.sim.batch_sweep import MIN_STEPS, interleave_windows
+
+    clock, log = FakeClock(), []
+    fast = Fixed("fast", 100, clock, log, step_s=0.01)
+    slow = Fixed("slow", 100, clock, log, step_s=0.4)
+    interleave_windows({"fast": fast, "slow": slow}, turns=2, turn_s=0.25)
+    assert fast.asked == [0.25, 0.25, 0.25]
+    assert slow.asked == [0.25, MIN_STEPS * 0.25, MIN_STEPS * 0.25]  # warm-up: 1 step/0.25 s
 
 
 def _row(n, workers, sps, vs_pool, vs_first):

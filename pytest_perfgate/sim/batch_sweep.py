@@ -83,17 +83,26 @@ def check(model: Any, envs: Sequence[int], workers: Sequence[int], copies: int =
     return configs
 
 
+MIN_STEPS = 4  # a window is at least this many of its source's steps long
+
+
 def interleave_windows(sources: Mapping[str, WindowSource], turns: int, turn_s: float,
                        progress: Progress = NULL_PROGRESS) -> dict[str, list[RawWindow]]:
-    """One window of ``turn_s`` per source per turn, in rotation; one warm-up window each
-    first. A window that completed no step is run again longer (``completed_window``)."""
+    """One window per source per turn, in rotation, after one warm-up window each.
+
+    A window lasts ``turn_s``, or :data:`MIN_STEPS` of the source's steps (timed in its
+    warm-up) when that is longer: a worker group counts only the steps completed inside the
+    window, and with one or two of them the count would be mostly rounding."""
+    length: dict[str, float] = {}
     for name, src in sources.items():
         progress.warmup_started(name)
         w = completed_window(src, turn_s)
+        step_s = w.wall_s * w.streams / w.calls if w.calls else 0.0
+        length[name] = max(turn_s, MIN_STEPS * step_s)
         progress.warmup_ended(True, w.wall_s, name)
     out: dict[str, list[RawWindow]] = {n: [] for n in sources}
     for t, name in rotation(list(sources), turns):
-        w = completed_window(sources[name], turn_s)
+        w = completed_window(sources[name], length[name])
         out[name].append(w)
         progress.window_done(t + 1, turns, w.transitions / w.wall_s, name)
     return out
