@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_perfgate.core.measure import RawWindow, WindowSource, completed_window
+from pytest_perfgate.core.measure import LoopSource, RawWindow, WindowSource, completed_window
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.sim.batch_plan import BatchConfig
 from pytest_perfgate.sim.batch_report import BatchRow, BatchSweepResult
@@ -90,15 +90,17 @@ def interleave_windows(sources: Mapping[str, WindowSource], turns: int, turn_s: 
                        progress: Progress = NULL_PROGRESS) -> dict[str, list[RawWindow]]:
     """One window per source per turn, in rotation, after one warm-up window each.
 
-    A window lasts ``turn_s``, or :data:`MIN_STEPS` of the source's steps (timed in its
-    warm-up) when that is longer: a worker group counts only the steps completed inside the
-    window, and with one or two of them the count would be mostly rounding."""
+    A window lasts ``turn_s``. A worker group counts only the steps completed inside its
+    window, and with one or two of them the count would be mostly rounding, so its windows
+    last at least :data:`MIN_STEPS` of its steps (timed in its warm-up). An in-process loop
+    times whole calls exactly and needs no such margin."""
     length: dict[str, float] = {}
     for name, src in sources.items():
         progress.warmup_started(name)
         w = completed_window(src, turn_s)
         step_s = w.wall_s * w.streams / w.calls if w.calls else 0.0
-        length[name] = max(turn_s, MIN_STEPS * step_s)
+        exact = isinstance(src, LoopSource)
+        length[name] = turn_s if exact else max(turn_s, MIN_STEPS * step_s)
         progress.warmup_ended(True, w.wall_s, name)
     out: dict[str, list[RawWindow]] = {n: [] for n in sources}
     for t, name in rotation(list(sources), turns):
@@ -133,7 +135,6 @@ def run_batch_sweep(model: str, configs: Sequence[BatchConfig], *, frame_skip: i
     windows, and close them all, also on failure."""
     import contextlib
 
-    from pytest_perfgate.core.measure import LoopSource
     from pytest_perfgate.placement.launchers import split_slices
     from pytest_perfgate.placement.spec import WorkerSpec
     from pytest_perfgate.placement.workers import WorkerGroup
