@@ -33,6 +33,9 @@ class Recorder(Progress):
     def window_done(self, k: int, total: int, steps_per_s: float, side: str = "") -> None:
         self.events.append(("window", k, total, round(steps_per_s, 6), side))
 
+    def window_redone(self, k: int, total: int, other_load: float) -> None:
+        self.events.append(("redone", k, total, round(other_load, 6)))
+
     def finished(self, name: str, summary: str) -> None:
         self.events.append(("finished", name, summary))
 
@@ -71,6 +74,29 @@ def test_meter_reports_an_unsteady_warmup():
     Meter(cfg, clock=clock, load_probe=NullProbe(), progress=rec).measure(
         Scripted(clock, [100, 200, 400, 800]))
     assert rec.events[:2] == [("warmup_started", ""), ("warmup_ended", False, 1.0, "")]
+
+
+def test_meter_reports_a_window_measured_again(monkeypatch):
+    from pytest_perfgate.core import measure
+
+    clock, rec = FakeClock(), Recorder()
+    cfg = MeasureConfig(windows=2, window_s=0.5, warmup_window_s=0.25, warmup_span=1,
+                        stability_tol=1.0, load_limit=0.5)
+    polluted = iter([False, True, False])
+    real = measure.Meter._window
+
+    def window(self, source, d):
+        w = real(self, source, d)
+        return measure.Window(*[getattr(w, f) for f in ("transitions", "wall_s", "cpu_s",
+                                                         "phases", "calls", "streams")],
+                              1.5, 1.2, next(polluted))
+
+    monkeypatch.setattr(measure.Meter, "_window", window)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe(), progress=rec).measure(
+        Scripted(clock, [100]))
+    assert [e for e in rec.events if e[0] in ("window", "redone")] == [
+        ("window", 1, 2, 100.0, ""), ("redone", 2, 2, 1.2), ("window", 2, 2, 100.0, "")]
+    assert m.remeasured == 1
 
 
 def test_meter_without_observer_is_the_null_one():
@@ -135,6 +161,16 @@ def test_live_progress_on_a_terminal_rewrites_one_status_per_event():
     ]
     assert out.done_lines == ["perfgate: perf.walk: 653.2k steps/s, OK (3.0 s)",
                               "perfgate: perf.ab: 1.50M steps/s, REGRESSION (2.0 s)"]
+
+
+def test_live_progress_says_when_a_window_is_measured_again():
+    clock, out = FakeClock(), FakeStatus(live=True)
+    p = LiveProgress(out, clock)
+    p.started("perf.walk")
+    clock.advance(2.0)
+    p.window_redone(3, 8, 1.25)
+    assert out.shown[-1] == ("perfgate: perf.walk: window 3/8 shared the machine with 1.2 busy "
+                             "core(s) of other load: measuring it again (2.0 s)")
 
 
 def test_live_progress_in_a_log_writes_only_the_final_lines():

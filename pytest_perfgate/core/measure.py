@@ -260,6 +260,8 @@ class Meter:
             if w.polluted:
                 if remeasured < cfg.max_remeasure:
                     remeasured += 1
+                    self.progress.window_redone(len(windows) + 1, cfg.windows,
+                                                w.other_load or 0.0)
                     continue
                 polluted_kept += 1
             windows.append(w)

@@ -38,6 +38,9 @@ class Progress:
     def window_done(self, k: int, total: int, steps_per_s: float, side: str = "") -> None:
         """Measured window (or interleaved turn) ``k`` of ``total`` ran at ``steps_per_s``."""
 
+    def window_redone(self, k: int, total: int, other_load: float) -> None:
+        """Window ``k`` saw ``other_load`` busy cores outside the workload: measured again."""
+
     def finished(self, name: str, summary: str) -> None:
         """The benchmark is done; ``summary`` is its result in a few words (steps/s, verdict)."""
 
@@ -120,6 +123,10 @@ class LiveProgress(Progress):
         shown = self._rates.items() if len(self._rates) <= 2 else [(side, steps_per_s)]
         now = " ".join(f"{s} {rate(r)}" for s, r in shown)  # A/B: both; a sweep: the latest
         self._show(f"turn {k}/{total} {now} steps/s")
+
+    def window_redone(self, k: int, total: int, other_load: float) -> None:
+        self._show(f"window {k}/{total} shared the machine with {other_load:.1f} busy "
+                   "core(s) of other load: measuring it again")
 
     def finished(self, name: str, summary: str) -> None:
         self.out.done(f"{self.prefix}: {name}: {summary} ({self._elapsed():.1f} s)")
