@@ -169,8 +169,7 @@ def test_live_progress_says_when_a_window_is_measured_again():
     p.started("perf.walk")
     clock.advance(2.0)
     p.window_redone(3, 8, 1.25)
-    assert out.shown[-1] == ("perfgate: perf.walk: window 3/8 shared the machine with 1.2 busy "
-                             "core(s) of other load: measuring it again (2.0 s)")
+    assert out.shown[-1] == "perfgate: perf.walk: window 3/8 again: 1.2 cores of other load (2.0 s)"
 
 
 def test_live_progress_in_a_log_writes_only_the_final_lines():

@@ -125,8 +125,7 @@ class LiveProgress(Progress):
         self._show(f"turn {k}/{total} {now} steps/s")
 
     def window_redone(self, k: int, total: int, other_load: float) -> None:
-        self._show(f"window {k}/{total} shared the machine with {other_load:.1f} busy "
-                   "core(s) of other load: measuring it again")
+        self._show(f"window {k}/{total} again: {other_load:.1f} cores of other load")
 
     def finished(self, name: str, summary: str) -> None:
         self.out.done(f"{self.prefix}: {name}: {summary} ({self._elapsed():.1f} s)")

@@ -4,12 +4,12 @@ The observer and its wording are :mod:`pytest_perfgate.core.progress`; this modu
 status line over pytest's terminal reporter. A measurement runs inside a test's call phase,
 where pytest captures output, so each write suspends capturing (as pytest's live logging
 does). The status gets a line of its own: pytest's line in progress (file name and dots, or
-``-v``'s test id) is ended first with the reporter's ``ensure_newline()``, which also makes
-pytest start its next result on a fresh line with the file name, so the dots and the
-``[ NN%]`` column stay pytest's. On a terminal the status is rewritten in place
-(``rewrite(erase=True)``), then replaced by the benchmark's final line; in a log only the
-final line is written. The final line is left open: pytest's next result ends it, so no
-blank lines accumulate. Silent under ``-q``, in smoke mode and in A/B side processes.
+``-v``'s test id) is ended first with the reporter's ``ensure_newline()``. On a terminal the
+status is rewritten in place (``rewrite(erase=True)``), then replaced by the benchmark's
+final line; in a log only the final line is written. Before pytest writes the test's letter,
+the final line is ended and pytest's file name written again, so the letter and the
+``[ NN%]`` column land where pytest expects them and no blank lines pile up. Silent under
+``-q``, in smoke mode and in A/B side processes. Why each step: docs/design.md §11.
 """
 
 from __future__ import annotations
