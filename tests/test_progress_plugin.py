@@ -127,3 +127,31 @@ def test_verbose_keeps_the_test_id_before_its_word(sandbox):
     assert FINAL.match(lines[1]) and FINAL.match(lines[2])
     assert re.fullmatch(r"test_perf\.py::test_walk PASSED +\[ 50%\]", lines[3]), lines[3]
     assert re.fullmatch(r"test_perf\.py::test_plain PASSED +\[100%\]", lines[4]), lines[4]
+
+
+FAILING = """
+from conftest import CLOCK
+
+def test_broken(perfgate):
+    calls = []
+    def step():
+        CLOCK.advance(0.001)
+        calls.append(1)
+        if len(calls) > 50:
+            raise RuntimeError("the env exploded")
+    perfgate.measure(step, transitions=16)
+
+def test_after():
+    pass
+"""
+
+
+def test_a_measurement_that_raises_gets_its_final_line(sandbox):
+    sandbox.makepyfile(test_perf=FAILING)
+    result = sandbox.runpytest_inprocess(*ARGS)
+    result.assert_outcomes(passed=1, failed=1)
+    lines = _run_lines(result)
+    assert lines[:3] == ["test_perf.py ",
+                         "perfgate: test_perf.test_broken: stopped by RuntimeError (0.1 s)",
+                         lines[2]]
+    assert re.fullmatch(r"test_perf\.py F\. +\[100%\]", lines[2]), lines[2]

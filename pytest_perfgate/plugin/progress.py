@@ -24,6 +24,9 @@ from _pytest.pathlib import bestrelpath
 from pytest_perfgate.core.progress import LiveProgress
 
 
+OURS = -2  # the reporter's currentfspath for "some other line is open" (pytest uses -2)
+
+
 class TerminalStatus:
     """A :class:`~pytest_perfgate.core.progress.StatusLine` on pytest's terminal reporter.
 
@@ -58,13 +61,14 @@ class TerminalStatus:
 
     def _own_line(self, tr: Any) -> None:
         key = tr.currentfspath
-        if key:  # pytest's line (file name and dots, or -v's test id) is open: end it
-            if isinstance(key, (str, Path)):  # not -2, pytest's "some other line"
+        if self._open and key == OURS:  # our previous final line is still open
+            tr.write("\n")
+            tr.currentfspath = None
+        elif key:  # pytest's line (file name and dots, or -v's test id) is open: end it
+            if isinstance(key, (str, Path)):
                 text = key if isinstance(key, str) else bestrelpath(tr.startpath, key) + " "
                 self._resume = (key, text)
             tr.ensure_newline()
-        elif self._open:  # our previous final line is still open
-            tr.write("\n")
         self._open = False
 
     @pytest.hookimpl(tryfirst=True)
@@ -72,13 +76,18 @@ class TerminalStatus:
         """Before pytest writes the test's letter (or -v's word): end our final line and
         reopen pytest's, so the dot lands after the file name, not after our text."""
         tr = self._reporter()
-        if tr is None or not self._open or tr.currentfspath or self._resume is None:
+        if tr is None or not self._open:
             return
-        key, text = self._resume
-        tr.write("\n" + text)
-        tr.currentfspath = key
         self._open = False
-        self._resume = None
+        if tr.currentfspath not in (OURS, None):  # pytest opened a line of its own since
+            return
+        resume, self._resume = self._resume, None
+        if resume is None:
+            tr.ensure_newline()
+            return
+        key, text = resume
+        tr.write(("\n" if tr.currentfspath == OURS else "") + text)
+        tr.currentfspath = key
 
     def show(self, text: str) -> None:
         tr = self._reporter()
@@ -102,6 +111,9 @@ class TerminalStatus:
                 self._own_line(tr)
                 tr.write(text)
             tr.flush()
+            # pytest's own marker for "a line of something else is open": whatever pytest
+            # writes next (a separator after Ctrl-C, a warning) starts on a new line
+            tr.currentfspath = OURS
         self._showing = False
         self._open = True
 
