@@ -61,6 +61,45 @@ def test_plan_names_the_batch_that_does_not_split():
                             "1026")
 
 
+def test_a_sweep_that_fails_ends_its_status_line(monkeypatch):
+    pytest.importorskip("mujoco.batch")
+    from test_progress import Recorder
+
+    from pytest_perfgate.sim import batch_sweep, sweep
+
+    def boom(*a, **k):
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(batch_sweep, "interleave_windows", boom)
+    rec = Recorder()
+    with pytest.raises(RuntimeError):
+        batch_sweep.run_batch_sweep(sweep.resolve_model("tiny"), [BatchConfig(4)], turns=1,
+                                    settle_substeps=1, progress=rec)
+    assert rec.events == [("started", "batch sweep"),
+                          ("finished", "batch sweep", "stopped by RuntimeError")]
+
+
+def test_plan_a_batch_smaller_than_the_workers():
+    with pytest.raises(PlanError, match=r"^--envs 1 with --workers 2: a total batch of 1 envs "
+                       r"does not split evenly over 2 workers: use a multiple of 2, e.g. 2$"):
+        batch_plan.plan([1], [2], usable_cpus=2)
+
+
+def test_cli_reports_a_crashed_worker_as_an_infrastructure_error(monkeypatch, capsys):
+    pytest.importorskip("mujoco.batch")
+    from pytest_perfgate.placement.workers import WorkerCrashed
+    from pytest_perfgate.sim import batch_sweep
+
+    def crash(*a, **k):
+        raise WorkerCrashed("worker 0 (pid 7) died during the start: killed by signal SIGKILL")
+
+    monkeypatch.setattr(batch_sweep, "run_batch_sweep", crash)
+    assert main(["sweep", "--model", "tiny", "--envs", "4", "--workers", "1"]) == 3
+    assert capsys.readouterr().err.endswith(
+        "perfgate sweep: error: WorkerCrashed: worker 0 (pid 7) died during the start: killed "
+        "by signal SIGKILL\n")
+
+
 def test_memory_check_counts_every_configuration_at_once():
     configs = batch_plan.plan([1024, 2048, 4096], [2], usable_cpus=2)
     need = batch_plan.needed_bytes(configs, 1000, 10_000)

@@ -100,6 +100,9 @@ class Sweep(Command):
         except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
             print(f"perfgate sweep: error: {exc}", file=sys.stderr)
             return 2
+        except RuntimeError as exc:  # a worker crashed or hung: infrastructure, not a result
+            print(f"perfgate sweep: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 3
         print(result.table())
         for path, write in ((args.json, lambda p: sweep.write_json(str(p), result.to_dict())),
                             (args.jsonl, lambda p: _append(p, result.jsonl()))):

@@ -74,9 +74,10 @@ def plan(envs: Sequence[int], workers: Sequence[int], usable_cpus: int) -> list[
         for n in workers:
             if e % n:
                 lo = e - e % n
+                eg = f"{lo} or {lo + n}" if lo else f"{n}"
                 raise PlanError(f"--envs {e} with --workers {n}: a total batch of {e} envs "
                                 f"does not split evenly over {n} workers: use a multiple of "
-                                f"{n}, e.g. {lo or n} or {lo + n}")
+                                f"{n}, e.g. {eg}")
     sizes = sorted(set(envs))
     return [BatchConfig(e, w) for w in (0, *sorted(set(workers))) for e in sizes]
 

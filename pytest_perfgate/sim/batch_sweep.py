@@ -149,6 +149,7 @@ def run_batch_sweep(model: str, configs: Sequence[BatchConfig], *, frame_skip: i
     meta: dict[str, Any] = {}
     progress.started("batch sweep")
     with contextlib.ExitStack() as stack:
+        stack.push(_stopped(progress, "batch sweep"))
         for cfg in configs:
             if cfg.workers == 0:
                 pool, step = held_pool(model, cfg.num_envs, **kw)
@@ -173,6 +174,15 @@ def run_batch_sweep(model: str, configs: Sequence[BatchConfig], *, frame_skip: i
     result = BatchSweepResult(rows, frame_skip, turns, turn_s, meta)
     progress.finished("batch sweep", f"{len(rows)} configurations x {turns} turns")
     return result
+
+
+def _stopped(progress: Progress, name: str) -> Callable[..., bool]:
+    """An exit callback that ends the status line with the reason the sweep stopped."""
+    def on_exit(kind: type[BaseException] | None, *_: object) -> bool:
+        if kind is not None:
+            progress.finished(name, f"stopped by {kind.__name__}")
+        return False
+    return on_exit
 
 
 __all__ = ["PER_ENV_WHY", "check", "per_env_bytes", "held_pool", "interleave_windows",

@@ -195,10 +195,10 @@ def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
     from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads
 
     rule = plan_threads(num_envs)
-    progress.started("thread sweep")
     configs = thread_configs(num_envs, thread_counts, pinned)
     order = pin_order(rule.usable)
     pools: dict[tuple[int, bool], MujocoPool] = {}
+    progress.started("thread sweep")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OversubscriptionWarning)
@@ -229,6 +229,9 @@ def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
         meta["thread_rule"] = rule.reason
         progress.finished("thread sweep", f"{len(rows)} configurations x {turns} turns")
         return SweepResult(tuple(rows), num_envs, frame_skip, turns, meta)
+    except BaseException as e:  # a status line on screen is ended, the reason given
+        progress.finished("thread sweep", f"stopped by {type(e).__name__}")
+        raise
     finally:
         for p in pools.values():
             p.close()
