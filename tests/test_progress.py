@@ -172,6 +172,16 @@ def test_live_progress_says_when_a_window_is_measured_again():
     assert out.shown[-1] == "perfgate: perf.walk: window 3/8 again: 1.2 cores of other load (2.0 s)"
 
 
+def test_live_progress_of_a_sweep_shows_the_latest_configuration():
+    clock, out = FakeClock(), FakeStatus(live=True)
+    p = LiveProgress(out, clock, "perfgate sweep")
+    p.started("batch sweep")
+    p.window_done(1, 4, 2000.0, "256 pool")
+    p.window_done(1, 4, 3000.0, "512 pool")
+    assert out.shown[-2:] == ["perfgate sweep: batch sweep: turn 1/4 256 pool 2.0k steps/s (0.0 s)",
+                              "perfgate sweep: batch sweep: turn 1/4 512 pool 3.0k steps/s (0.0 s)"]
+
+
 def test_live_progress_in_a_log_writes_only_the_final_lines():
     clock, out = FakeClock(), FakeStatus(live=False)
     _drive(LiveProgress(out, clock), clock)

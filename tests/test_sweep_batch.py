@@ -194,7 +194,7 @@ def test_table_and_jsonl():
         "MuJoCo batch sweep: humanoid.xml, 1 substep(s), usable CPUs 0-1, 4 turns of 0.25 s "
         "interleaved, medians (x: of paired per-turn ratios of env-steps/s)",
         "| num_envs | run as | threads | k env-steps/s | ms/step (cores used) | x pool, same "
-        "envs | x 256 1 pool |",
+        "envs | x 256 envs, 1 pool |",
         "|---|---|---|---|---|---|---|",
         "| 256 | 1 pool | 2 | 15.0 | 17.07 (1.90) | 1.000 | 1.000 |",
         "| 1024 | 1 pool | 2 | 18.0 | 56.89 (1.90) | 1.000 | 1.200 |",

@@ -120,7 +120,8 @@ class LiveProgress(Progress):
             self._show(f"window {k}/{total} {rate(steps_per_s)} steps/s")
             return
         self._rates[side] = steps_per_s
-        shown = self._rates.items() if len(self._rates) <= 2 else [(side, steps_per_s)]
+        ab = set(self._rates) <= {"base", "head"}
+        shown = self._rates.items() if ab else [(side, steps_per_s)]
         now = " ".join(f"{s} {rate(r)}" for s, r in shown)  # A/B: both; a sweep: the latest
         self._show(f"turn {k}/{total} {now} steps/s")
 

@@ -47,7 +47,7 @@ class BatchSweepResult:
                  f"{self.turn_s:g} s interleaved, medians (x: of paired per-turn ratios "
                  "of env-steps/s)",
                  f"| num_envs | run as | threads | k env-steps/s | ms/step (cores used) | "
-                 f"x pool, same envs | x {first.num_envs} {first.run_as} |",
+                 f"x pool, same envs | x {first.num_envs} envs, {first.run_as} |",
                  "|---|---|---|---|---|---|---|"]
         for r in self.rows:
             lines.append(f"| {r.num_envs} | {r.run_as} | {r.threads}"
