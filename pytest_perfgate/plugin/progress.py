@@ -15,11 +15,11 @@ the final line is ended and pytest's file name written again, so the letter and 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from _pytest.pathlib import bestrelpath
 
 from pytest_perfgate.core.progress import LiveProgress
 
@@ -66,7 +66,7 @@ class TerminalStatus:
             tr.currentfspath = None
         elif key:  # pytest's line (file name and dots, or -v's test id) is open: end it
             if isinstance(key, (str, Path)):
-                text = key if isinstance(key, str) else bestrelpath(tr.startpath, key) + " "
+                text = key if isinstance(key, str) else os.path.relpath(key, tr.startpath) + " "
                 self._resume = (key, text)
             tr.ensure_newline()
         self._open = False
