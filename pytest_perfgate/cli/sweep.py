@@ -79,6 +79,7 @@ class Sweep(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.core.measure import MeasureError
         from pytest_perfgate.core.progress import stream_progress
         from pytest_perfgate.sim import sweep
         from pytest_perfgate.sim.models import MujocoUnavailable
@@ -100,6 +101,9 @@ class Sweep(Command):
         except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
             print(f"perfgate sweep: error: {exc}", file=sys.stderr)
             return 2
+        except MeasureError as exc:
+            print(f"perfgate sweep: error: {exc} (here: raise --turn-time)", file=sys.stderr)
+            return 3
         except RuntimeError as exc:  # a worker crashed or hung: infrastructure, not a result
             print(f"perfgate sweep: error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 3
