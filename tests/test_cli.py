@@ -28,7 +28,7 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
     assert out.startswith("usage: perfgate [-h] COMMAND ...")
     words = " ".join(out.split())  # argparse wraps to the terminal's width
     assert "calibrate measure false alarms and detection of this runner's verdicts" in words
-    assert "sweep MuJoCo pool thread-scaling sweep (interleaved), sizing rule marked" in words
+    assert "sweep MuJoCo pool sweep over threads or batch sizes (interleaved)" in words
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -47,8 +47,8 @@ def test_python_dash_m_is_the_console_script() -> None:
     res = subprocess.run([sys.executable, "-m", "pytest_perfgate.cli", "sweep", "--envs", "0"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert ("perfgate sweep: error: argument --envs: '0' is too small: use a whole number "
-            ">= 1, e.g. 5") in res.stderr
+    assert ("perfgate sweep: error: argument --envs: '0' is not a batch size, a list or a "
+            "range of them: use whole numbers >= 1") in res.stderr
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -166,6 +166,15 @@ def test_describe_mismatch_renders_what_changed(box: Path) -> None:
 def test_asv_machine_json(box: Path) -> None:
     meta = collect_metadata("ci-4core", root=box, versions=VERSIONS)
     assert asv_machine_json(meta) == {
-        "machine": "ci-4core", "os": "Linux 6.1.0-test", "arch": meta["arch"],
+        "machine": "ci-4core", "os": "Linux", "arch": meta["arch"],
         "cpu": "AMD EPYC 7K62 48-Core Processor", "num_cpu": "8",
-        "ram": str(16384000 * 1024), "version": 1}
+        "ram": "16 GiB", "version": 1}
+
+
+def test_asv_machine_json_stays_put_across_kernel_updates_and_boots(box: Path) -> None:
+    """asv draws one line per distinct set of these fields: a kernel update or MemTotal
+    moving by a few KiB between boots must not split a machine's history."""
+    meta = collect_metadata("ci-4core", root=box, versions=VERSIONS)
+    later = dict(meta, kernel="6.1.99-other", mem_total=meta["mem_total"] + 4096)
+    assert asv_machine_json(later) == asv_machine_json(meta)
+    assert asv_machine_json(dict(meta, mem_total=None))["ram"] == ""

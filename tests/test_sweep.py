@@ -35,6 +35,19 @@ def test_interleave_rotates_order_and_reports_per_call_medians():
     assert sweep.median_ratio(out["b"], out["a"]) == pytest.approx(3.0)
 
 
+def test_interleave_reports_each_call_to_progress():
+    from test_progress import Recorder
+
+    clock, rec = FakeClock(), Recorder()
+    calls = {"1 unpinned": lambda: clock.advance(0.010), "2 unpinned": lambda: clock.advance(0.005)}
+    sweep.interleave(calls, turns=2, clock=clock, progress=rec, steps_per_call=100)
+    assert rec.events == [
+        ("warmup_started", "1 unpinned"), ("warmup_ended", True, 0.01, "1 unpinned"),
+        ("warmup_started", "2 unpinned"), ("warmup_ended", True, 0.005, "2 unpinned"),
+        ("window", 1, 2, 10000.0, "1 unpinned"), ("window", 1, 2, 20000.0, "2 unpinned"),
+        ("window", 2, 2, 20000.0, "2 unpinned"), ("window", 2, 2, 10000.0, "1 unpinned")]
+
+
 def test_interleave_rejects_zero_turns():
     with pytest.raises(ValueError, match=r"turns=0, per_turn=1: both must be >= 1"):
         sweep.interleave({"a": lambda: None}, turns=0)
@@ -79,11 +92,27 @@ def test_table_marks_the_rule_and_names_the_fastest():
     (["--threads", "1,x"], "argument --threads: '1,x' is not a list of whole numbers >= 1: "
                            "use e.g. 1,2,4"),
     (["--threads", "0"], "argument --threads: '0' is not a list of whole numbers >= 1"),
-    (["--envs", "0"], "argument --envs: '0' is too small: use a whole number >= 1, e.g. 5"),
+    (["--envs", "0"], "argument --envs: '0' is not a batch size, a list or a range of them: "
+                      "use whole numbers >= 1, e.g. 1024, 256,1024,4096 or 256..8192 "
+                      "(doubling)"),
+    (["--envs", "-5"], "argument --envs: '-5' is not a batch size"),
+    (["--envs", "1e3"], "argument --envs: '1e3' is not a batch size"),
+    (["--envs", "8192..256"], "argument --envs: '8192..256' is not a batch size"),
+    (["--workers", "0"], "argument --workers: '0' is not a list of whole numbers >= 1"),
+    (["--turn-time", "-1"], "argument --turn-time: '-1' is"),
+    (["--envs", "256,512", "--threads", "2", "--no-pinned"],
+     "--threads, --no-pinned belong(s) to the thread sweep (one --envs value, no --workers); "
+     "the batch sweep sizes each pool by the rule: drop it, or sweep one batch size"),
+    (["--turn-time", "0.5"], "--turn-time belongs to the batch sweep (several --envs values "
+                             "or --workers); the thread sweep times single steps: use "
+                             "--per-turn"),
     (["--turns", "x"], "argument --turns: 'x' is not a whole number: use e.g. 5"),
     (["--settle", "-1"], "argument --settle: '-1' is negative: use a whole number >= 0"),
 ])
-def test_cli_argument_errors(args, message, capsys):
+def test_cli_argument_errors(args, message, capsys, monkeypatch):
+    from pytest_perfgate.sim import sweep as sw
+
+    monkeypatch.setattr(sw, "run_sweep", None)  # nothing may start
     with pytest.raises(SystemExit) as e:
         main(["sweep", *args])
     assert e.value.code == 2
@@ -113,8 +142,15 @@ def test_settled_state_tiles_distinct_trajectories():
 
 
 def test_run_sweep_on_the_tiny_model():
+    from test_progress import Recorder
+
+    rec = Recorder()
     res = sweep.run_sweep(sweep.resolve_model("tiny"), 8, thread_counts=[1, 2], turns=2,
-                          settle_substeps=3)
+                          settle_substeps=3, progress=rec)
+    assert rec.events[0] == ("started", "thread sweep")
+    assert rec.events[-1] == ("finished", "thread sweep", f"{len(res.rows)} configurations x "
+                              "2 turns")
+    assert {e[-1] for e in rec.events if e[0] == "window"} == {r.label for r in res.rows}
     labels = [r.label for r in res.rows]
     assert labels[:2] == ["1 unpinned", "2 unpinned"] and "1 pinned" in labels
     rule = [r for r in res.rows if r.rule]

@@ -22,6 +22,7 @@ from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_c
                                              parse_fractions, parse_int_list,
                                              parse_output_file)
 from pytest_perfgate.core.gate import Rule
+from pytest_perfgate.core.progress import stream_progress
 from pytest_perfgate.modes import calibrate as cal
 from pytest_perfgate.modes import calibrate_analysis as ana
 from pytest_perfgate.session.options import parse_fraction, parse_positive_int, parse_seconds
@@ -151,18 +152,20 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
         t0 = time.monotonic()
         done: list[cal.TrialRecord] = []
 
+        live = stream_progress(sys.stderr, "perfgate calibrate")  # live status on a terminal
+
         def progress(t: cal.TrialRecord, total: int) -> None:
             done.append(t)
             if ns.save is not None:  # keep what is measured if a long study is interrupted
                 cal.save(ns.save, cfg, done, {**meta, "partial": True})
             d = statistics.fmean(t.diffs)
-            print(f"[{t.index + 1}/{total}] {time.monotonic() - t0:6.0f}s  injected "
-                  f"{t.slowdown:+.0%}  measured {math.expm1(d):+.2%}  base "
-                  f"{statistics.median(t.base):.0f} s/Msteps"
-                  f"{'' if t.steady else '  (warm-up not steady)'}", file=sys.stderr,
-                  flush=True)
+            live.finished(f"trial {t.index + 1}/{total}",
+                          f"{time.monotonic() - t0:.0f} s into the study, injected "
+                          f"{t.slowdown:+.0%}, measured {math.expm1(d):+.2%}, base "
+                          f"{statistics.median(t.base):.0f} s/Msteps"
+                          f"{'' if t.steady else ' (warm-up not steady)'}")
 
-        trials = cal.run_study(base, head, cfg, progress, probe=probe)
+        trials = cal.run_study(base, head, cfg, progress, probe=probe, progress=live)
         pair.done()
     finally:
         pair.close()

@@ -1,7 +1,10 @@
-"""``perfgate sweep``: a MuJoCo pool's thread-scaling sweep, measured interleaved.
+"""``perfgate sweep``: how a MuJoCo pool scales with threads, or with the batch size.
 
-Thread counts x pinned/unpinned, each configuration stepping the same held state in short
-rotating turns, the sizing rule marked (docs/design.md §7; why interleaved: §1).
+One ``--envs`` value: the thread sweep, thread counts x pinned/unpinned, each configuration
+stepping the same held state in short rotating turns, the sizing rule marked (docs/design.md
+§7; why interleaved: §1). Several (``256..8192``) or ``--workers``: the batch sweep, one
+pool per size against N pinned worker processes splitting it (:mod:`.sim.batch_sweep`).
+Every argument is checked before anything starts; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -14,32 +17,54 @@ from typing import Any
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_int_list,
                                              parse_output_file)
-from pytest_perfgate.session.options import parse_positive_int
+from pytest_perfgate.session.options import OptionError, parse_positive_int, parse_seconds
+from pytest_perfgate.sim.batch_plan import PlanError
+from pytest_perfgate.sim.batch_plan import parse_envs as _parse_envs
+
+THREAD_ONLY = ("threads", "no_pinned", "per_turn")  # flags the batch sweep does not take
+
+
+def parse_envs(text: str) -> tuple[int, ...]:
+    try:
+        return _parse_envs(text)
+    except PlanError as e:
+        raise OptionError(str(e)) from None
 
 
 class Sweep(Command):
     name = "sweep"
-    help = "MuJoCo pool thread-scaling sweep (interleaved), sizing rule marked"
-    description = ("Step one MuJoCo pool per thread count (pinned and unpinned) on one held "
-                   "state in rotating turns and print ms/step, cores used and each "
-                   "configuration's time relative to the pool's sizing rule.")
+    help = "MuJoCo pool sweep over threads or batch sizes (interleaved)"
+    description = ("Thread sweep (one --envs value): step one MuJoCo pool per thread count "
+                   "(pinned and unpinned) on one held state in rotating turns and print "
+                   "ms/step, cores used and each configuration's time relative to the "
+                   "pool's sizing rule. Batch sweep (several --envs, e.g. 256..8192, or "
+                   "--workers): env-steps/s of one pool per batch size and of N pinned "
+                   "worker processes each stepping num_envs/N, interleaved.")
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
         ap = super().setup_arguments(subparsers)
         ap.add_argument("--model", default="humanoid",
                         help="humanoid, g1, tiny or a model path (default humanoid)")
-        ap.add_argument("--envs", type=argparse_type(parse_positive_int), default=1024,
-                        help="number of simulations (default 1024)")
+        ap.add_argument("--envs", type=argparse_type(parse_envs), default=(1024,),
+                        help="number of simulations (default 1024); several, e.g. "
+                        "256,1024 or 256..8192 (doubling), sweep the batch size")
+        ap.add_argument("--workers", type=argparse_type(parse_int_list), default=(),
+                        help="batch sweep: also run each size as N pinned worker processes "
+                        "of num_envs/N envs, e.g. 2 or 1,2")
         ap.add_argument("--frame-skip", type=argparse_type(parse_positive_int), default=1,
                         help="substeps per env step (default 1)")
         ap.add_argument("--threads", type=argparse_type(parse_int_list), default=None,
-                        help="thread counts, e.g. 1,2,4 (default: powers of two to 4x CPUs)")
-        ap.add_argument("--no-pinned", action="store_true", help="skip the pinned variants")
+                        help="thread sweep: thread counts, e.g. 1,2,4 (default: powers of two "
+                        "to 4x CPUs)")
+        ap.add_argument("--no-pinned", action="store_true",
+                        help="thread sweep: skip the pinned variants")
         ap.add_argument("--turns", type=argparse_type(parse_positive_int), default=20,
                         help="interleaved turns (medians; default 20)")
-        ap.add_argument("--per-turn", type=argparse_type(parse_positive_int), default=1,
-                        help="steps per configuration per turn (default 1)")
+        ap.add_argument("--per-turn", type=argparse_type(parse_positive_int), default=None,
+                        help="thread sweep: steps per configuration per turn (default 1)")
+        ap.add_argument("--turn-time", type=argparse_type(parse_seconds), default=None,
+                        help="batch sweep: seconds per configuration per turn (default 0.25)")
         ap.add_argument("--settle", type=argparse_type(parse_count), default=300,
                         help="substeps of random actions before the state is held "
                         "(default 300)")
@@ -54,17 +79,34 @@ class Sweep(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.core.measure import MeasureError
+        from pytest_perfgate.core.progress import stream_progress
         from pytest_perfgate.sim import sweep
         from pytest_perfgate.sim.models import MujocoUnavailable
 
+        batch = len(args.envs) > 1 or bool(args.workers)
+        _check_flags(args, batch)
+        progress = stream_progress(sys.stderr, "perfgate sweep")
         try:
-            result = sweep.run_sweep(
-                sweep.resolve_model(args.model), args.envs, frame_skip=args.frame_skip,
-                thread_counts=args.threads, pinned=not args.no_pinned, turns=args.turns,
-                per_turn=args.per_turn, settle_substeps=args.settle, keyframe=args.keyframe)
+            model = sweep.resolve_model(args.model)
+            if batch:
+                result: Any = _batch(args, model, progress)
+            else:
+                _check_thread_sweep(args, model)
+                result = sweep.run_sweep(
+                    model, args.envs[0], frame_skip=args.frame_skip,
+                    thread_counts=args.threads, pinned=not args.no_pinned, turns=args.turns,
+                    per_turn=args.per_turn or 1, settle_substeps=args.settle,
+                    keyframe=args.keyframe, progress=progress)
         except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
             print(f"perfgate sweep: error: {exc}", file=sys.stderr)
             return 2
+        except MeasureError as exc:
+            print(f"perfgate sweep: error: {exc} (here: raise --turn-time)", file=sys.stderr)
+            return 3
+        except RuntimeError as exc:  # a worker crashed or hung: infrastructure, not a result
+            print(f"perfgate sweep: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 3
         print(result.table())
         for path, write in ((args.json, lambda p: sweep.write_json(str(p), result.to_dict())),
                             (args.jsonl, lambda p: _append(p, result.jsonl()))):
@@ -76,6 +118,46 @@ class Sweep(Command):
                 print(f"perfgate sweep: error: could not write {path}: {exc}", file=sys.stderr)
                 return 3
         return 0
+
+
+def _check_flags(args: argparse.Namespace, batch: bool) -> None:
+    """Flags of the other sweep are usage errors, not silently ignored."""
+    given = {"threads": args.threads is not None, "no_pinned": args.no_pinned,
+             "per_turn": args.per_turn is not None}
+    if batch:
+        wrong = [f"--{k.replace('_', '-')}" for k in THREAD_ONLY if given[k]]
+        if wrong:
+            args.parser.error(f"{', '.join(wrong)} belong(s) to the thread sweep (one --envs "
+                              "value, no --workers); the batch sweep sizes each pool by the "
+                              "rule: drop it, or sweep one batch size")
+    elif args.turn_time is not None:
+        args.parser.error("--turn-time belongs to the batch sweep (several --envs values or "
+                          "--workers); the thread sweep times single steps: use --per-turn")
+
+
+def _batch(args: argparse.Namespace, model: str, progress: Any) -> Any:
+    """Check everything (a bad plan is a usage error), then run the batch sweep."""
+    from pytest_perfgate.sim import batch_sweep
+
+    try:
+        configs = batch_sweep.check(model, args.envs, args.workers)
+    except PlanError as e:
+        args.parser.error(str(e))
+    return batch_sweep.run_batch_sweep(
+        model, configs, frame_skip=args.frame_skip, turns=args.turns,
+        turn_s=args.turn_time or 0.25, settle_substeps=args.settle, keyframe=args.keyframe,
+        progress=progress)
+
+
+def _check_thread_sweep(args: argparse.Namespace, model: str) -> None:
+    """The thread sweep holds one pool per configuration at once: refuse what cannot fit."""
+    from pytest_perfgate.sim import batch_sweep, sweep
+
+    copies = len(sweep.thread_configs(args.envs[0], args.threads, not args.no_pinned))
+    try:
+        batch_sweep.check(model, args.envs, (), copies)
+    except PlanError as e:
+        args.parser.error(str(e))
 
 
 def _append(path: Path, text: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pytest_perfgate.core.load import LoadProbe, LoadSample, ProcStatProbe
+from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
 
 
@@ -217,14 +218,37 @@ def is_steady(rates: Sequence[float], span: int, tol: float) -> bool:
     return abs(last / prev - 1.0) <= tol
 
 
+def completed_window(source: WindowSource, duration_s: float) -> RawWindow:
+    """One window that completed at least one env-step.
+
+    A source that counts only steps completed inside the window (worker groups) can
+    complete none when its step is slower than the window, or when a loaded machine
+    did not schedule it meanwhile; such a window has no rate. It is measured again,
+    twice as long each time, up to 64x.
+    """
+    d = duration_s
+    for _ in range(MAX_WIDENINGS + 1):
+        raw = source.run_window(d)
+        if raw.transitions > 0:
+            return raw
+        d *= 2
+    raise MeasureError(
+        f"the workload completed no env-step in windows of up to {d / 2:g} s: its step "
+        "is slower than that, or it never ran; pass a larger window_time= (or "
+        "--perfgate-window-time) or check that the step returns")
+
+
 class Meter:
-    """Drives a WindowSource through warm-up and K measured windows."""
+    """Drives a WindowSource through warm-up and K measured windows, telling ``progress``
+    (:mod:`.progress`) as it goes."""
 
     def __init__(self, config: MeasureConfig | None = None, clock: Clock = SYSTEM_CLOCK,
-                 load_probe: LoadProbe | None = None) -> None:
+                 load_probe: LoadProbe | None = None, progress: Progress | None = None
+                 ) -> None:
         self.config = config or MeasureConfig()
         self._clock = clock
         self._probe = load_probe if load_probe is not None else ProcStatProbe()
+        self.progress = progress if progress is not None else NULL_PROGRESS
 
     def measure(self, source: WindowSource) -> Measurement:
         cfg = self.config
@@ -236,50 +260,35 @@ class Meter:
             if w.polluted:
                 if remeasured < cfg.max_remeasure:
                     remeasured += 1
+                    self.progress.window_redone(len(windows) + 1, cfg.windows,
+                                                w.other_load or 0.0)
                     continue
                 polluted_kept += 1
             windows.append(w)
+            self.progress.window_done(len(windows), cfg.windows, w.steps_per_s)
         return Measurement(tuple(windows), steady, warmup_s, warmup_windows, remeasured,
                            polluted_kept)
 
-    def warm_up(self, source: WindowSource) -> tuple[bool, float, int]:
-        """Run warm-up windows until the stability rule holds: (steady, seconds, windows)."""
+    def warm_up(self, source: WindowSource, side: str = "") -> tuple[bool, float, int]:
+        """Run warm-up windows until the stability rule holds: (steady, seconds, windows).
+        ``side`` names the source to the progress observer (A/B: "base", "head")."""
         cfg = self.config
+        self.progress.warmup_started(side)
         t0 = self._clock.wall_ns()
         rates: list[float] = []
         while True:
-            raw = self._run(source, cfg.warmup_window_s)
+            raw = completed_window(source, cfg.warmup_window_s)
             rates.append(raw.transitions / raw.wall_s if raw.wall_s > 0 else 0.0)
             elapsed = (self._clock.wall_ns() - t0) / 1e9
-            if is_steady(rates, cfg.warmup_span, cfg.stability_tol):
-                return True, elapsed, len(rates)
+            steady = is_steady(rates, cfg.warmup_span, cfg.stability_tol)
             # a step slower than a warm-up window still gets 2*span windows to show stability
-            if elapsed >= cfg.warmup_max_s and len(rates) >= 2 * cfg.warmup_span:
-                return False, elapsed, len(rates)
-
-    @staticmethod
-    def _run(source: WindowSource, duration_s: float) -> RawWindow:
-        """One window that completed at least one env-step.
-
-        A source that counts only steps completed inside the window (worker groups) can
-        complete none when its step is slower than the window, or when a loaded machine
-        did not schedule it meanwhile; such a window has no rate. It is measured again,
-        twice as long each time, up to 64x.
-        """
-        d = duration_s
-        for _ in range(MAX_WIDENINGS + 1):
-            raw = source.run_window(d)
-            if raw.transitions > 0:
-                return raw
-            d *= 2
-        raise MeasureError(
-            f"the workload completed no env-step in windows of up to {d / 2:g} s: its step "
-            "is slower than that, or it never ran; pass a larger window_time= (or "
-            "--perfgate-window-time) or check that the step returns")
+            if steady or (elapsed >= cfg.warmup_max_s and len(rates) >= 2 * cfg.warmup_span):
+                self.progress.warmup_ended(steady, elapsed, side)
+                return steady, elapsed, len(rates)
 
     def _window(self, source: WindowSource, duration_s: float) -> Window:
         before = self._probe.sample()
-        raw = self._run(source, duration_s)
+        raw = completed_window(source, duration_s)
         after = self._probe.sample()
         busy = other = None
         polluted = False
@@ -293,4 +302,4 @@ class Meter:
 
 
 __all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig", "MeasureError",
-           "Measurement", "Meter", "is_steady"]
+           "Measurement", "Meter", "completed_window", "is_steady"]

@@ -255,14 +255,21 @@ def _show(value: Any) -> str:
 
 
 def asv_machine_json(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """machine.json as asv writes it (all values strings, "version": 1)."""
+    """machine.json as asv writes it (all values strings, "version": 1).
+
+    Its fields become the graph parameters of every result row, and asv draws each distinct
+    set as its own line, restarting regression detection. So they hold only what stays put
+    for one machine: the OS without its kernel release (updated routinely) and RAM in whole
+    GiB (MemTotal moves by a few KiB between boots); both stay exact in the run records.
+    """
     mem = meta.get("mem_total")
     return {
         "machine": str(meta.get("machine")),
-        "os": f"{meta.get('system') or platform.system()} {meta.get('kernel') or ''}".strip(),
+        "os": str(meta.get("system") or platform.system()),
         "arch": str(meta.get("arch") or ""),
         "cpu": str(meta.get("cpu_model") or ""),
         "num_cpu": str(meta.get("cpu_logical") or ""),
-        "ram": str(mem) if mem else "",
+        "ram": f"{max(1, round(mem / 2 ** 30))} GiB" if isinstance(mem, (int, float)) and mem > 0
+        else "",
         "version": 1,
     }

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow, WindowSource
+from pytest_perfgate.core.progress import Progress
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 FORMAT = 1  # version of the saved study file
@@ -99,12 +100,12 @@ class StudyConfig:
         random.Random(self.seed).shuffle(order)
         return order
 
-    def meter(self, clock: Clock = SYSTEM_CLOCK) -> Meter:
+    def meter(self, clock: Clock = SYSTEM_CLOCK, progress: Progress | None = None) -> Meter:
         """The warm-up check each trial runs (the sides stay warm; this re-verifies it)."""
         from pytest_perfgate.core.load import NullProbe
 
         cfg = MeasureConfig(warmup_window_s=self.warmup_window_s, warmup_max_s=self.warmup_max_s)
-        return Meter(cfg, clock=clock, load_probe=NullProbe())
+        return Meter(cfg, clock=clock, load_probe=NullProbe(), progress=progress)
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,14 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
 
     head.inject_slowdown(slowdown)
     started = (clock.wall_ns() - t0_ns) / 1e9
-    sb, wb_s, _ = meter.warm_up(base)
-    sh, wh_s, _ = meter.warm_up(head)
+    sb, wb_s, _ = meter.warm_up(base, "base")
+    sh, wh_s, _ = meter.warm_up(head, "head")
     probes: list[Mapping[str, float]] = []
     b_src: WindowSource = base
     h_src: WindowSource = head
     if probe is not None:
         b_src, h_src = _Probed(base, probe, probes), _Probed(head, probe, probes)
-    b, h = interleave(b_src, h_src, cfg.turns, cfg.turn_s)
+    b, h = interleave(b_src, h_src, cfg.turns, cfg.turn_s, meter.progress)
     walls = [w.wall_s for w in (*b, *h)]
     hb: list[RawWindow] = []
     hh: list[RawWindow] = []
@@ -166,14 +167,17 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
 def run_study(base: Injectable, head: Injectable, cfg: StudyConfig,
               on_trial: Callable[[TrialRecord, int], None] | None = None,
               clock: Clock = SYSTEM_CLOCK,
-              probe: Callable[[], Mapping[str, float]] | None = None) -> list[TrialRecord]:
-    """Run every planned trial on one pair of sources; base is never slowed."""
+              probe: Callable[[], Mapping[str, float]] | None = None,
+              progress: Progress | None = None) -> list[TrialRecord]:
+    """Run every planned trial on one pair of sources; base is never slowed. ``progress``
+    hears each trial start (``on_trial`` reports its end) and its warm-ups and turns."""
     base.inject_slowdown(0.0)
-    meter = cfg.meter(clock)
+    meter = cfg.meter(clock, progress)
     t0 = clock.wall_ns()
     out: list[TrialRecord] = []
     plan = cfg.plan()
     for i, s in enumerate(plan):
+        meter.progress.started(f"trial {i + 1}/{len(plan)}")
         rec = run_trial(i, s, base, head, cfg, meter, clock, t0, probe)
         out.append(rec)
         if on_trial is not None:

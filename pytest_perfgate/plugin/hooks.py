@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator
 import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
-from pytest_perfgate.plugin import markers, select
+from pytest_perfgate.plugin import markers, progress, select
 from pytest_perfgate.plugin.rootdir import default_name, note_location, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
@@ -96,6 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
         options, config.rootpath, ab=ab,
         on_verdict=lambda j: hook.pytest_perfgate_verdict(config=config, judged=j),
         machine_info=lambda info: hook.pytest_perfgate_machine_info(config=config, info=info))
+    progress.install(config, config.stash[session_key])
 
 
 def _start_ab(config: pytest.Config, options: Options) -> ABSetup | None:

@@ -20,6 +20,7 @@ from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
+from pytest_perfgate.core.progress import NULL_PROGRESS, Progress, verdict_summary
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
 from pytest_perfgate.modes.base import BenchCall, Mode
@@ -53,6 +54,7 @@ class GateSession:
         self.rootdir = Path(rootdir)
         self.clock = clock
         self.load_probe: LoadProbe | None = None  # None: /proc/stat (tests inject their own)
+        self.progress: Progress = NULL_PROGRESS  # the plugin sets a terminal renderer
         self.judged: list[Judged] = []
         self.started_at = time.time()
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
@@ -125,7 +127,7 @@ class GateSession:
 
         probe = NullProbe() if self.smoke else self.load_probe
         return Meter(self.meter_config(windows, window_time), clock=self.clock,
-                     load_probe=probe)
+                     load_probe=probe, progress=self.progress)
 
     def rule(self, threshold: float | None = None) -> Rule:
         o = self.options
@@ -269,7 +271,14 @@ class PerfGate:
         call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
                          counts=self.counts)
         before = len(self.session.judged)
-        j = self.session.mode_for(self.counts).measure(source, call)
+        progress = self.session.progress
+        progress.started(bench)
+        try:
+            j = self.session.mode_for(self.counts).measure(source, call)
+        except BaseException as e:
+            progress.finished(bench, f"stopped by {type(e).__name__}")
+            raise
+        progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict))
         # every verdict this call delivered (--perfgate-counts adds <name>.counts to the
         # wall-time one), so each can fail the test; a mode that delivers none: its result
         delivered = [x for x in self.session.judged[before:] if x.test_id == self.test_id]

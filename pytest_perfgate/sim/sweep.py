@@ -13,37 +13,53 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 
-def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: int = 1,
-               warmup: int = 1, clock: Clock = SYSTEM_CLOCK
-               ) -> dict[str, list[tuple[float, float]]]:
-    """Run each callable ``per_turn`` times per turn, rotating the order every turn.
+def rotation(names: Sequence[str], turns: int) -> Iterator[tuple[int, str]]:
+    """(turn, name) for every name in every turn, the starting name rotating each turn:
+    rotating removes the bias of always following the same neighbour."""
+    names = list(names)
+    for t in range(turns):
+        k = t % len(names)
+        for name in names[k:] + names[:k]:
+            yield t, name
 
-    Returns, per name, one (wall seconds per call, cores used) sample per turn. Rotating the
-    start removes the bias of always following the same neighbour.
+
+def interleave(calls: Mapping[str, Callable[[], object]], turns: int, per_turn: int = 1,
+               warmup: int = 1, clock: Clock = SYSTEM_CLOCK, progress: Progress = NULL_PROGRESS,
+               steps_per_call: int = 0) -> dict[str, list[tuple[float, float]]]:
+    """Run each callable ``per_turn`` times per turn, in :func:`rotation` order.
+
+    Returns, per name, one (wall seconds per call, cores used) sample per turn. With
+    ``steps_per_call``, ``progress`` hears each call's env-steps/s as it is measured.
     """
     if turns < 1 or per_turn < 1:
         raise ValueError(f"turns={turns}, per_turn={per_turn}: both must be >= 1")
     names = list(calls)
     for name in names:
+        if warmup:
+            progress.warmup_started(name)
+            w0 = clock.wall_ns()
         for _ in range(warmup):
             calls[name]()
+        if warmup:
+            progress.warmup_ended(True, (clock.wall_ns() - w0) / 1e9, name)
     out: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
-    for t in range(turns):
-        k = t % len(names)
-        for name in names[k:] + names[:k]:
-            fn = calls[name]
-            c0, w0 = clock.cpu_ns(), clock.wall_ns()
-            for _ in range(per_turn):
-                fn()
-            w1, c1 = clock.wall_ns(), clock.cpu_ns()
-            wall = (w1 - w0) / 1e9
-            out[name].append((wall / per_turn, (c1 - c0) / 1e9 / wall if wall > 0 else 0.0))
+    for t, name in rotation(names, turns):
+        fn = calls[name]
+        c0, w0 = clock.cpu_ns(), clock.wall_ns()
+        for _ in range(per_turn):
+            fn()
+        w1, c1 = clock.wall_ns(), clock.cpu_ns()
+        wall = (w1 - w0) / 1e9
+        out[name].append((wall / per_turn, (c1 - c0) / 1e9 / wall if wall > 0 else 0.0))
+        if steps_per_call and wall > 0:
+            progress.window_done(t + 1, turns, steps_per_call * per_turn / wall, name)
     return out
 
 
@@ -64,7 +80,11 @@ class SweepRow:
 
     @property
     def label(self) -> str:
-        return f"{self.threads} {'pinned' if self.pinned else 'unpinned'}"
+        return _label(self.threads, self.pinned)
+
+
+def _label(threads: int, pinned: bool) -> str:
+    return f"{threads} {'pinned' if pinned else 'unpinned'}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,17 @@ def default_thread_counts(num_usable: int, num_envs: int) -> list[int]:
     return sorted(c for c in counts if c <= num_envs)
 
 
+def thread_configs(num_envs: int, thread_counts: Sequence[int] | None = None,
+                   pinned: bool = True) -> list[tuple[int, bool]]:
+    """(threads, pinned) of every pool the thread sweep holds, the sizing rule's included."""
+    from pytest_perfgate.sim.pool import plan_threads
+
+    rule = plan_threads(num_envs)
+    counts = sorted(set(thread_counts or default_thread_counts(len(rule.usable), num_envs))
+                    | {rule.nthread})
+    return [(n, False) for n in counts] + ([(n, True) for n in counts] if pinned else [])
+
+
 def settled_state(model: Any, num_envs: int, substeps: int = 300, distinct: int = 64,
                   seed: int = 0, keyframe: int = -1) -> Any:
     """A representative held state: ``distinct`` envs under random actions for ``substeps``,
@@ -141,7 +172,7 @@ def settled_state(model: Any, num_envs: int, substeps: int = 300, distinct: int 
     return np.tile(b.state, (-(-num_envs // k), 1))[:num_envs].copy()
 
 
-def _pin_order(usable: tuple[int, ...]) -> list[int]:
+def pin_order(usable: tuple[int, ...]) -> list[int]:
     """One CPU per physical core first, then the SMT siblings: 'n pinned' spreads over cores."""
     from pytest_perfgate.placement.cpus import physical_cpus
 
@@ -152,7 +183,8 @@ def _pin_order(usable: tuple[int, ...]) -> list[int]:
 def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
               thread_counts: Sequence[int] | None = None, pinned: bool = True,
               turns: int = 20, per_turn: int = 1, settle_substeps: int = 300, seed: int = 0,
-              clock: Clock = SYSTEM_CLOCK, **pool_kw: Any) -> SweepResult:
+              clock: Clock = SYSTEM_CLOCK, progress: Progress = NULL_PROGRESS,
+              **pool_kw: Any) -> SweepResult:
     """Build one pool per configuration, hold them all on one settled state, interleave.
 
     ``pool_kw`` go to every MujocoPool (keyframe, obs, reward_fn...)."""
@@ -163,13 +195,10 @@ def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
     from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads
 
     rule = plan_threads(num_envs)
-    counts = sorted(set(thread_counts or default_thread_counts(len(rule.usable), num_envs))
-                    | {rule.nthread})
-    order = _pin_order(rule.usable)
-    configs = [(n, False) for n in counts]
-    if pinned:
-        configs += [(n, True) for n in counts]
+    configs = thread_configs(num_envs, thread_counts, pinned)
+    order = pin_order(rule.usable)
     pools: dict[tuple[int, bool], MujocoPool] = {}
+    progress.started("thread sweep")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OversubscriptionWarning)
@@ -185,19 +214,24 @@ def run_sweep(model: Any, num_envs: int, *, frame_skip: int = 1,
                              keyframe=first.keyframe_id)
         for p in pools.values():
             p.hold(held)
-        calls = {f"{n}/{pin}": (lambda p=p: p.step(actions)) for (n, pin), p in pools.items()}
-        samples = interleave(calls, turns, per_turn, clock=clock)
-        ref = samples[f"{rule.nthread}/False"]
+        calls = {_label(n, pin): (lambda p=p: p.step(actions)) for (n, pin), p in pools.items()}
+        samples = interleave(calls, turns, per_turn, clock=clock, progress=progress,
+                             steps_per_call=num_envs)
+        ref = samples[_label(rule.nthread, False)]
         rows = []
         for n, pin in configs:
-            s = samples[f"{n}/{pin}"]
+            s = samples[_label(n, pin)]
             ms = statistics.median(x[0] for x in s) * 1e3
             rows.append(SweepRow(n, pin, ms, statistics.median(x[1] for x in s),
                                  num_envs / ms * 1e3, median_ratio(s, ref),
                                  rule=(n == rule.nthread and not pin)))
         meta = first.metadata()
         meta["thread_rule"] = rule.reason
+        progress.finished("thread sweep", f"{len(rows)} configurations x {turns} turns")
         return SweepResult(tuple(rows), num_envs, frame_skip, turns, meta)
+    except BaseException as e:  # a status line on screen is ended, the reason given
+        progress.finished("thread sweep", f"stopped by {type(e).__name__}")
+        raise
     finally:
         for p in pools.values():
             p.close()

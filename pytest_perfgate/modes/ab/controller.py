@@ -19,6 +19,7 @@ from typing import Iterator
 from pytest_perfgate.core.gate import decide, paired_evidence, unstable
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, Side, SideError, SideSpec
@@ -142,15 +143,15 @@ class ABController:
 def measure_pair(base: WindowSource, head: WindowSource, meter: Meter, turns: int,
                  turn_s: float) -> tuple[Measurement, Measurement]:
     """Warm both sides up by the usual stability rule, then interleave ``turns`` turns."""
-    warm_b = meter.warm_up(base)
-    warm_h = meter.warm_up(head)
-    b, h = interleave(base, head, turns, turn_s)
+    warm_b = meter.warm_up(base, "base")
+    warm_h = meter.warm_up(head, "head")
+    b, h = interleave(base, head, turns, turn_s, meter.progress)
     return (Measurement(tuple(Window.of(w) for w in b), *warm_b),
             Measurement(tuple(Window.of(w) for w in h), *warm_h))
 
 
-def interleave(base: WindowSource, head: WindowSource, turns: int, turn_s: float
-               ) -> tuple[list[RawWindow], list[RawWindow]]:
+def interleave(base: WindowSource, head: WindowSource, turns: int, turn_s: float,
+               progress: Progress = NULL_PROGRESS) -> tuple[list[RawWindow], list[RawWindow]]:
     """ABBA turns: base, head, head, base, ... so a linear drift cancels within each pair."""
     b: list[RawWindow] = []
     h: list[RawWindow] = []
@@ -161,4 +162,6 @@ def interleave(base: WindowSource, head: WindowSource, turns: int, turn_s: float
         else:
             h.append(head.run_window(turn_s))
             b.append(base.run_window(turn_s))
+        for side, w in (("base", b[-1]), ("head", h[-1])):
+            progress.window_done(i + 1, turns, Window.of(w).steps_per_s, side)
     return b, h
