@@ -73,7 +73,7 @@ def test_results_dir_comes_from_asv_conf(asv_project: tuple[Path, str, str]) -> 
     assert results == (repo / "asv" / "results").resolve()
     data = json.loads((results / "ci-box" / f"{c1[:8]}-virtualenv-py3.11.json").read_text())
     assert data["params"] == {"machine": "ci-box", "os": "Linux", "arch": "x86_64",
-                              "cpu": "Test CPU", "num_cpu": "2", "ram": "8 GiB",
+                              "cpu": "Test CPU", "num_cpu": "2", "ram": "8GiB",
                               "python": "3.11"}
     assert data["results"][ASV_NAME][3] == 1000000  # started_at in ms
 

@@ -28,7 +28,7 @@ META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2
                         "versions": {"numpy": "2.0", "mujoco-core": "4.0.1"}}
 C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
 PARAMS = {"machine": "box", "os": "Linux", "arch": "x86_64", "cpu": "CPU X",
-          "num_cpu": "2", "ram": "1 GiB", "python": "3.11"}
+          "num_cpu": "2", "ram": "1GiB", "python": "3.11"}
 ENV = "virtualenv-py3.11"
 
 

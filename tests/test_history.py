@@ -62,12 +62,12 @@ def test_record_writes_sidecar_and_the_asv_view(h: History) -> None:
     assert not {"walk", "walk.steps_per_s"} & set(bj)  # higher-is-better: not exported
     mj = json.loads((h.machine_dir / "machine.json").read_text())
     assert mj == {"machine": "box", "os": "Linux", "arch": "x86_64", "cpu": "CPU X",
-                  "num_cpu": "2", "ram": "1 GiB", "version": 1}
+                  "num_cpu": "2", "ram": "1GiB", "version": 1}
     data = asv_file(h, C1)
     assert data["result_columns"] == ASV_RESULT_COLUMNS and data["version"] == 2
     assert data["env_name"] == "virtualenv-py3.11" and data["date"] == 1_700_000_000_000
     assert data["params"] == {"machine": "box", "os": "Linux", "arch": "x86_64",
-                              "cpu": "CPU X", "num_cpu": "2", "ram": "1 GiB",
+                              "cpu": "CPU X", "num_cpu": "2", "ram": "1GiB",
                               "python": "3.11"}
     row = data["results"]["walk.track_s_per_step"]
     assert len(row) == 12  # profile (trailing null) dropped

@@ -168,7 +168,7 @@ def test_asv_machine_json(box: Path) -> None:
     assert asv_machine_json(meta) == {
         "machine": "ci-4core", "os": "Linux", "arch": meta["arch"],
         "cpu": "AMD EPYC 7K62 48-Core Processor", "num_cpu": "8",
-        "ram": "16 GiB", "version": 1}
+        "ram": "16GiB", "version": 1}
 
 
 def test_asv_machine_json_stays_put_across_kernel_updates_and_boots(box: Path) -> None:
