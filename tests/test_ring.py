@@ -204,3 +204,37 @@ def test_segment_is_private_and_removed_on_close() -> None:
     assert os.stat(f"/dev/shm/{name}").st_mode & 0o777 == 0o600
     r.close()
     assert _segments() == before
+
+
+def test_borrowing_the_last_slot_gives_views_with_next_obs_from_slot_0() -> None:
+    z = np.zeros((2, 1), np.float32)
+    rest = (z, np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+    with Ring(RingSpec(2, (1,), (1,), capacity=3)) as r:
+        for t in range(3):
+            r.push(np.full((2, 1), t, np.float32), *rest)
+        with r.borrow(timeout=0) as b:
+            assert b is not None and b.obs[:, 0, 0].tolist() == [0, 1]
+        r.push(np.full((2, 1), 3, np.float32), *rest)  # into slot 0: step 2's successor
+        with r.borrow(timeout=0) as b:
+            assert b is not None and b.steps == 1
+            assert b.obs[0, 0, 0] == 2 and b.next_obs[0, 0, 0] == 3
+            ring_obs = r._a["obs"]
+            assert np.shares_memory(b.obs, ring_obs) and np.shares_memory(b.next_obs, ring_obs)
+
+
+def _rss_kb(name: str) -> int:
+    """Resident kB of this process's mapping of segment ``name`` (/proc/self/smaps)."""
+    lines = open("/proc/self/smaps").read().splitlines()
+    for i, line in enumerate(lines):
+        if name in line:
+            return next(int(x.split()[1]) for x in lines[i + 1:] if x.startswith("Rss:"))
+    raise AssertionError(f"{name} is not mapped")
+
+
+def test_slot_fields_are_populated_at_creation_and_the_side_store_is_not() -> None:
+    spec = RingSpec(512, (256,), (8,), capacity=4)
+    with Ring(spec) as r:
+        slots = spec.capacity * spec.slot_bytes()
+        side = spec.capacity * 512 * 256 * 4
+        rss = _rss_kb(r.name) * 1024
+        assert slots <= rss < slots + side // 2

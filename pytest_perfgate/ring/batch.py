@@ -52,29 +52,34 @@ def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int
         out[key] = np.empty((max_steps + seq, *shape), dt)
         if seq:
             out["next_" + key] = np.empty((max_steps, *shape), dt)
+    for arr in out.values():
+        arr.fill(0)  # fault the pages in now, not during the first pops
     return out
 
 
 def views(a: dict[str, Any], cap: int, start: int, k: int) -> Batch:
-    """Steps start..start+k as views (their successors must not wrap); next_obs is copied
+    """Steps start..start+k as views: their successors must not wrap, except a batch of
+    the one step in the last slot, whose next_obs is a view of slot 0. next_obs is copied
     only when an env ended in the batch."""
     import numpy as np
 
     s = start % cap
+    if s + k >= cap and not (k == 1 and s == cap - 1):
+        raise ValueError(f"views: steps {s}..{s + k} of a {cap}-slot ring wrap")
     term, trunc = a["terminated"][s:s + k], a["truncated"][s:s + k]
     done = term | trunc
     got: dict[str, Any] = {}
     for key in ("obs", "critic_obs"):
         if key not in a:
             continue
-        seq = a[key][s:s + k + 1]
-        nxt = seq[1:]
+        cur = a[key][s:s + k]
+        nxt = a[key][s + 1:s + k + 1] if s + k < cap else a[key][:1]
         if done.any():
             nxt = nxt.copy()
             for t in np.flatnonzero(done.any(axis=1)):
                 envs = np.flatnonzero(done[t])
                 nxt[t, envs] = a["final_" + key][s + t, :len(envs)]
-        got[key], got["next_" + key] = seq[:-1], nxt
+        got[key], got["next_" + key] = cur, nxt
     return Batch(got["obs"], got["next_obs"], a["action"][s:s + k],
                  a["reward"][s:s + k], term, trunc, got.get("critic_obs"),
                  got.get("next_critic_obs"), start)
