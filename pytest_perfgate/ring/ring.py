@@ -146,18 +146,41 @@ class Ring(RingBase):
         """Copy out up to ``max_steps`` consumable steps, waiting until ``min_steps`` are
         (fewer only once the stream is finished). Returns None when the stream is finished
         and drained, or when ``timeout`` passed first (see ``ended``). With ``out`` (from
-        :meth:`buffers`) the batch is views into those arrays, valid until the next pop."""
-        if out is not None:
-            cap = out["action"].shape[0]
-            max_steps = cap if max_steps is None else min(max_steps, cap)
-        got = self._claim(max_steps, timeout, min_steps)
-        if got is None:
-            return None
-        con, k = got
+        :meth:`buffers`) the batch is views into those arrays, valid until the next pop,
+        and steps are copied as they arrive, while the producer writes the next ones."""
+        _check_counts(max_steps, min_steps)
+        if out is None:
+            got = self._claim(max_steps, timeout, min_steps)
+            if got is None:
+                return None
+            con, k = got
+            try:
+                return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
+            finally:
+                self._release(con, k)
+        room = out["action"].shape[0]
+        max_steps = room if max_steps is None else min(max_steps, room)
+        goal = max(1, min(min_steps, max_steps, self.spec.capacity - 1))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        con = total = 0
         try:
-            return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
-        finally:
-            self._release(con, k)
+            while total < goal:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                got = self._claim(max_steps - total, left, 1, skip=total)
+                if got is None:
+                    if total and self._drained(total):
+                        break  # finished: fewer than min_steps is all there is
+                    self._unclaim()
+                    return None
+                con, k = got
+                _batch.copy_rows(self._a, self.spec.capacity, con + total, k, out, total)
+                total += k
+            batch = _batch.finish(self._a, self.spec.capacity, con, total, out)
+        except BaseException:
+            self._unclaim()
+            raise
+        self._release(con, total)
+        return batch
 
     @contextmanager
     def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
@@ -167,6 +190,7 @@ class Ring(RingBase):
         the ring's wrap point (the step in the last slot comes alone, its next_obs a view of
         slot 0); next_obs is copied only when an env ended in the batch. The producer cannot
         reuse borrowed slots meanwhile."""
+        _check_counts(max_steps, min_steps)
         got = self._claim(max_steps, timeout, min_steps)
         if got is None:
             yield None
@@ -180,9 +204,10 @@ class Ring(RingBase):
         finally:
             self._release(con, run)
 
-    def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int
-               ) -> tuple[int, int] | None:
-        """Wait for consumable steps and mark them being read: (first index, count)."""
+    def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int,
+               skip: int = 0) -> tuple[int, int] | None:
+        """Wait for consumable steps beyond the ``skip`` already claimed and mark them being
+        read: (first unconsumed index, count of new steps)."""
         self._claim_role("consumer")
         h = self._h
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -190,12 +215,12 @@ class Ring(RingBase):
         while True:
             with self._locked():
                 con = int(h[CONSUMED])
-                avail = int(h[PUBLISHED]) - con - 1
+                avail = int(h[PUBLISHED]) - con - 1 - skip
                 ended = bool(h[CLOSED])
                 want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
                 if avail >= want or (ended and avail > 0):
                     k = avail if max_steps is None else min(avail, max_steps)
-                    h[CLAIM] = k
+                    h[CLAIM] = skip + k
                     break
                 if not ended:
                     h[W_CONS] = 1
@@ -206,6 +231,21 @@ class Ring(RingBase):
         h[C_WAIT_NS] += time.perf_counter_ns() - t0
         return con, k
 
+    def _drained(self, claimed: int) -> bool:
+        """finish() was called and nothing is left beyond the ``claimed`` steps."""
+        h = self._h
+        with self._locked():
+            return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) - claimed <= 1
+
+    def _unclaim(self) -> None:
+        """Give up a claim without consuming (a timeout, an error mid-copy)."""
+        h = self._h
+        with self._locked():
+            h[CLAIM] = 0
+            if h[W_PROD]:
+                h[W_PROD] = 0
+                self._free_bell.post()
+
     def _release(self, con: int, k: int) -> None:
         h = self._h
         with self._locked():
@@ -215,6 +255,16 @@ class Ring(RingBase):
             if h[W_PROD]:
                 h[W_PROD] = 0
                 self._free_bell.post()
+
+
+def _check_counts(max_steps: int | None, min_steps: int) -> None:
+    for name, v in (("max_steps", max_steps), ("min_steps", min_steps)):
+        if v is None and name == "max_steps":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise RingInputError(f"{name}={v!r}: pass a positive int"
+                                 + (" (or None: all consumable steps)"
+                                    if name == "max_steps" else ""))
 
 
 __all__ = ["Ring", "RingSpec", "Batch", "PeerDied", "RingClosed", "RingInputError"]
