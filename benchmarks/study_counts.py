@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -68,12 +69,20 @@ def test_humanoid(perfgate, mujoco_pool, humanoid_xml):
 def count_once(nodeid: str, cwd: Path) -> tuple[float, float, float, dict[str, float]]:
     """(instructions per env-step, est. cycles per env-step, worker wall seconds, where the
     worker's time went)."""
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _children_cpu()
     counts = run_counts(nodeid, cwd)
     wall = time.monotonic() - t0
     (c,) = counts.values()
+    phases = {**c.phases_s, "cpu": _children_cpu() - cpu0}
     return (statistics.median(c.per_step()), statistics.median(c.cycles_per_step()), wall,
-            c.phases_s)
+            phases)
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's reaped children: a worker's cost that, unlike its wall
+    time, does not stretch when other processes take the CPU."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def spread(args: argparse.Namespace) -> None:
@@ -81,7 +90,7 @@ def spread(args: argparse.Namespace) -> None:
     study longer than one sitting) and summarise all of them."""
     rows = _load(args.save) if args.save else []
     print(f"{'run':>3}  {'instr/env-step':>16}  {'est.cycles/env-step':>20}  {'wall s':>6}  "
-          "load avg (1 min)  worker s: to measure(), warm-up, counted")
+          "load avg (1 min)  worker s: CPU; to measure(), warm-up, counted (wall)")
     for row in rows:
         _print_row(row)
     for _ in range(args.runs):
@@ -120,6 +129,7 @@ def _print_row(r: dict[str, Any]) -> None:
     ph = r.get("phases", {})
     parts = ", ".join(f"{ph[k]:.1f}" if k in ph else "-"
                       for k in ("to_measure", "warmup", "counted"))
+    parts = (f"{ph['cpu']:.1f}; " if "cpu" in ph else "-; ") + parts
     print(f"{r['run']:>3}  {r['ipe']:>16,.1f}  {r['cyc']:>20,.1f}  {r['wall']:>6.1f}  "
           f"{r['load']:>16.2f}  {parts}", flush=True)
 
