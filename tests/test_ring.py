@@ -305,3 +305,11 @@ def test_batch_sizes_below_one_are_refused_naming_the_value(kw: dict[str, Any], 
             else:
                 r.pop(timeout=0, out=r.buffers(2) if how == "reuse" else None, **kw)
         assert str(info.value).startswith(msg)
+
+
+def test_pop_into_buffers_of_another_ring_names_the_fix() -> None:
+    with Ring(RingSpec(2, (3,), (1,))) as r, Ring(RingSpec(2, (4,), (1,))) as other:
+        for bad in ({}, other.buffers(2), {"action": 1}):
+            with pytest.raises(RingInputError, match=r"not buffers of this ring .* make "
+                               r"them with ring.buffers\(max_steps\)"):
+                r.pop(timeout=0, out=bad)

@@ -158,7 +158,7 @@ class Ring(RingBase):
                 return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
             finally:
                 self._release(con, k)
-        room = out["action"].shape[0]
+        room = self._check_out(out)
         max_steps = room if max_steps is None else min(max_steps, room)
         goal = max(1, min(min_steps, max_steps, self.spec.capacity - 1))
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -181,6 +181,21 @@ class Ring(RingBase):
             raise
         self._release(con, total)
         return batch
+
+    def _check_out(self, out: Any) -> int:
+        """Steps ``out`` holds, or RingInputError when it is not this ring's buffers()."""
+        want = {k: v for k, v in self._fields.items() if not k.startswith("final_")}
+        want.update({"next_" + k: want[k] for k in ("obs", "critic_obs") if k in want})
+        try:
+            room = int(out["action"].shape[0])
+            ok = all(out[k].shape[1:] == shape and out[k].dtype == dt
+                     and out[k].shape[0] >= room for k, (shape, dt) in want.items())
+        except (KeyError, TypeError, AttributeError, IndexError):
+            ok = False
+        if not ok:
+            raise RingInputError("pop(out=...): not buffers of this ring (other shapes, "
+                                 "dtypes or fields); make them with ring.buffers(max_steps)")
+        return room
 
     @contextmanager
     def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
