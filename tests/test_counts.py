@@ -64,6 +64,20 @@ def test_collect_pairs_each_benchmark_with_its_dumps(tmp_path: Path) -> None:
         {"name": "walk", "transitions": 4, "labels": [label("walk", 0)]}))
     (c,) = collect(tmp_path, "t::walk", 0).values()
     assert (c.name, c.instructions, c.per_step()) == ("walk", (1000,), (250.0,))
+    assert c.phases_s == {}  # no timing recorded: none shown
+
+
+def test_collect_reports_where_the_worker_time_went(tmp_path: Path) -> None:
+    (tmp_path / "cg.out.1").write_text(DUMP)
+    (tmp_path / "started").write_text("1000.0")
+    (tmp_path / "bench-001.json").write_text(json.dumps(
+        {"name": "walk", "transitions": 4, "labels": [label("walk", 0)],
+         "reached_at": 1030.5, "phases_s": {"warmup": 2.0, "counted": 20.0}}))
+    (c,) = collect(tmp_path, "t::walk", 0).values()
+    assert c.phases_s == {"to_measure": 30.5, "warmup": 2.0, "counted": 20.0}
+    (tmp_path / "started").write_text("garbage")  # informative only: dropped, not an error
+    (c,) = collect(tmp_path, "t::walk", 0).values()
+    assert c.phases_s == {"warmup": 2.0, "counted": 20.0}
 
 
 def test_collect_says_what_is_missing(tmp_path: Path) -> None:

@@ -79,3 +79,21 @@ def test_a_hung_worker_is_killed_at_its_bound(pytester: pytest.Pytester) -> None
     assert time.monotonic() - t0 < 90
     pid = int((pytester.path / "pid").read_text())
     assert not Path(f"/proc/{pid}").exists()  # nothing left running
+
+
+def test_a_worker_exits_once_its_test_has_measured(pytester: pytest.Pytester) -> None:
+    """Teardown after the perfgate fixture's would run at valgrind's speed, counting nothing."""
+    pytester.makepyfile(test_quick="""
+        import pytest
+
+        @pytest.fixture
+        def later(tmp_path_factory):
+            yield
+            open("torn_down", "w").write("the worker ran the rest of the test")
+
+        def test_quick(later, perfgate):
+            perfgate.measure(lambda: sum(range(100)), transitions=1, name="quick")
+    """)
+    counts = run_counts("test_quick.py::test_quick", pytester.path)
+    assert counts["quick"].instructions[0] > 0
+    assert not (pytester.path / "torn_down").exists()

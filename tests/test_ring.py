@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_perfgate.ring.base import CLAIM
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import Ring, RingClosed
 
@@ -59,12 +60,13 @@ def _push(ring: Ring, s: dict[str, np.ndarray], critic: bool) -> bool:
 @given(n=st.integers(1, 5), cap=st.integers(2, 5), steps=st.integers(1, 25),
        p_term=st.sampled_from([0.0, 0.2, 0.6]), p_trunc=st.sampled_from([0.0, 0.2, 0.6]),
        critic=st.booleans(), seed=st.integers(0, 2**31), pop_max=st.integers(1, 6),
-       mode=st.sampled_from(["copy", "reuse", "borrow"]))
+       pop_min=st.integers(1, 4), mode=st.sampled_from(["copy", "reuse", "borrow"]))
 def test_next_obs_matches_an_8_field_reference(n: int, cap: int, steps: int, p_term: float,
                                                 p_trunc: float, critic: bool, seed: int,
-                                                pop_max: int, mode: str) -> None:
+                                                pop_max: int, pop_min: int, mode: str) -> None:
     """Terminations, truncations, both at once, across wrap-around (steps > capacity),
-    popping into fresh arrays, into reused ``buffers()``, or borrowing views."""
+    popping into fresh arrays, into reused ``buffers()``, or borrowing views, with and
+    without waiting for ``min_steps`` (fewer only at the end of the stream)."""
     rng = np.random.default_rng(seed)
     ref = _episode(rng, n, steps, p_term, p_trunc, critic)
     spec = RingSpec(n, (3,), (2,), capacity=cap, critic_shape=(2,) if critic else None)
@@ -80,8 +82,8 @@ def test_next_obs_matches_an_8_field_reference(n: int, cap: int, steps: int, p_t
 
         def pop() -> Any:
             if mode != "borrow":
-                return keep(ring.pop(max_steps=pop_max, timeout=0, out=out))
-            with ring.borrow(max_steps=pop_max, timeout=0) as b:
+                return keep(ring.pop(max_steps=pop_max, timeout=0, out=out, min_steps=pop_min))
+            with ring.borrow(max_steps=pop_max, timeout=0, min_steps=pop_min) as b:
                 return keep(b)
 
         for s in ref:
@@ -116,16 +118,63 @@ def test_successor_holds_the_reset_obs_and_the_side_store_the_final_one() -> Non
             r.push(z, z, np.zeros(3, np.float32), np.zeros(3, bool), np.zeros(3, bool))
 
 
-def test_min_steps_waits_for_that_many_consumable_steps() -> None:
+@pytest.mark.parametrize("reuse", [False, True])
+def test_min_steps_waits_for_that_many_consumable_steps(reuse: bool) -> None:
     z = np.zeros((1, 1), np.float32)
-    args = (z, z, np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool))
+    args = (np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool))
+    with Ring(RingSpec(1, (1,), (1,), capacity=5, overwrite=True)) as r:
+        out = r.buffers(4) if reuse else None
+        for t in range(3):
+            r.push(np.full((1, 1), t, np.float32), z, *args)
+        assert r.pop(min_steps=3, timeout=0.05, out=out) is None  # 2 consumable: not enough
+        assert r.stats()["consumed"] == 0  # nothing taken by the pop that timed out
+        r.push(np.full((1, 1), 3, np.float32), z, *args)
+        b = r.pop(min_steps=3, timeout=0, out=out)
+        assert b is not None and b.obs[:, 0, 0].tolist() == [0, 1, 2]
+        assert b.next_obs[:, 0, 0].tolist() == [1, 2, 3]
+        for t in range(4, 10):  # the timed-out pop left no claim: overwriting goes on
+            assert r.push(np.full((1, 1), t, np.float32), z, *args, timeout=0)
+        assert r.stats()["overwritten"] > 0
+
+
+def test_pop_into_buffers_copies_steps_as_they_arrive() -> None:
+    """A pop waiting for min_steps copies what is there while the producer goes on; the
+    producer is a thread here, as it would be another process."""
+    import threading
+    import time
+
+    z = np.zeros((2, 1), np.float32)
+    rest = (z, np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+    with Ring(RingSpec(2, (1,), (1,), capacity=4)) as r:
+        out = r.buffers(3)
+        claimed_before_push: list[int] = []
+
+        def produce() -> None:
+            for t in range(4):
+                claimed_before_push.append(int(r._h[CLAIM]))
+                r.push(np.full((2, 1), t, np.float32), *rest)
+                time.sleep(0.05)
+
+        th = threading.Thread(target=produce)
+        th.start()
+        b = r.pop(min_steps=3, timeout=10, out=out)
+        th.join(10)
+        assert b is not None and b.obs[:, 0, 0].tolist() == [0, 1, 2]
+        assert b.next_obs[:, 1, 0].tolist() == [1, 2, 3]
+        assert r.stats()["pops"] == 1 and r.stats()["consumed"] == 3
+        assert claimed_before_push[3] >= 1  # step 0 was being copied before step 3 came
+
+
+def test_a_finished_stream_gives_fewer_than_min_steps() -> None:
+    z = np.zeros((1, 1), np.float32)
     with Ring(RingSpec(1, (1,), (1,), capacity=5)) as r:
-        for _ in range(3):
-            r.push(*args)
-        assert r.pop(min_steps=3, timeout=0.05) is None  # 2 consumable: not enough
-        r.push(*args)
-        b = r.pop(min_steps=3, timeout=0)
-        assert b is not None and b.steps == 3
+        for t in range(2):
+            r.push(np.full((1, 1), t, np.float32), z, np.zeros(1, np.float32),
+                   np.zeros(1, bool), np.zeros(1, bool))
+        r.finish(np.full((1, 1), 2, np.float32))
+        b = r.pop(min_steps=4, timeout=0, out=r.buffers(4))
+        assert b is not None and b.next_obs[:, 0, 0].tolist() == [1, 2]
+        assert r.pop(min_steps=4, timeout=0, out=r.buffers(4)) is None and r.ended
 
 
 @pytest.mark.parametrize("cap", [0, 1, -3, 2.5])
@@ -204,3 +253,63 @@ def test_segment_is_private_and_removed_on_close() -> None:
     assert os.stat(f"/dev/shm/{name}").st_mode & 0o777 == 0o600
     r.close()
     assert _segments() == before
+
+
+def test_borrowing_the_last_slot_gives_views_with_next_obs_from_slot_0() -> None:
+    z = np.zeros((2, 1), np.float32)
+    rest = (z, np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+    with Ring(RingSpec(2, (1,), (1,), capacity=3)) as r:
+        for t in range(3):
+            r.push(np.full((2, 1), t, np.float32), *rest)
+        with r.borrow(timeout=0) as b:
+            assert b is not None and b.obs[:, 0, 0].tolist() == [0, 1]
+        r.push(np.full((2, 1), 3, np.float32), *rest)  # into slot 0: step 2's successor
+        with r.borrow(timeout=0) as b:
+            assert b is not None and b.steps == 1
+            assert b.obs[0, 0, 0] == 2 and b.next_obs[0, 0, 0] == 3
+            ring_obs = r._a["obs"]
+            assert np.shares_memory(b.obs, ring_obs) and np.shares_memory(b.next_obs, ring_obs)
+
+
+def _rss_kb(name: str) -> int:
+    """Resident kB of this process's mapping of segment ``name`` (/proc/self/smaps)."""
+    lines = open("/proc/self/smaps").read().splitlines()
+    for i, line in enumerate(lines):
+        if name in line:
+            return next(int(x.split()[1]) for x in lines[i + 1:] if x.startswith("Rss:"))
+    raise AssertionError(f"{name} is not mapped")
+
+
+def test_slot_fields_are_populated_at_creation_and_the_side_store_is_not() -> None:
+    spec = RingSpec(512, (256,), (8,), capacity=4)
+    with Ring(spec) as r:
+        slots = spec.capacity * spec.slot_bytes()
+        side = spec.capacity * 512 * 256 * 4
+        rss = _rss_kb(r.name) * 1024
+        assert slots <= rss < slots + side // 2
+
+
+@pytest.mark.parametrize(("kw", "msg"), [
+    ({"max_steps": 0}, "max_steps=0: pass a positive int (or None: all consumable steps)"),
+    ({"max_steps": 2.5}, "max_steps=2.5: pass a positive int"),
+    ({"min_steps": 0}, "min_steps=0: pass a positive int"),
+    ({"min_steps": True}, "min_steps=True: pass a positive int")])
+@pytest.mark.parametrize("how", ["pop", "reuse", "borrow"])
+def test_batch_sizes_below_one_are_refused_naming_the_value(kw: dict[str, Any], msg: str,
+                                                            how: str) -> None:
+    with Ring(RingSpec(1, (1,), (1,))) as r:
+        with pytest.raises(RingInputError) as info:
+            if how == "borrow":
+                with r.borrow(timeout=0, **kw):
+                    pass
+            else:
+                r.pop(timeout=0, out=r.buffers(2) if how == "reuse" else None, **kw)
+        assert str(info.value).startswith(msg)
+
+
+def test_pop_into_buffers_of_another_ring_names_the_fix() -> None:
+    with Ring(RingSpec(2, (3,), (1,))) as r, Ring(RingSpec(2, (4,), (1,))) as other:
+        for bad in ({}, other.buffers(2), {"action": 1}):
+            with pytest.raises(RingInputError, match=r"not buffers of this ring .* make "
+                               r"them with ring.buffers\(max_steps\)"):
+                r.pop(timeout=0, out=bad)

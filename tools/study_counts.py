@@ -3,8 +3,11 @@
     python tools/study_counts.py spread --runs 10
         the shipped humanoid pool benchmark (perf/test_perf_mujoco.py::test_humanoid_batch_256)
         counted in 10 separate callgrind workers: run-to-run spread of instructions per
-        env-step, estimated cycles, and each worker's wall time (the cost). The load average
-        is printed: valgrind counts do not depend on it.
+        env-step, estimated cycles, and each worker's wall time (the cost) with where it went
+        (start-up and the test's set-up up to measure(), warm-up calls, the counted call).
+        The load average is printed: valgrind counts do not depend on it.
+    python tools/study_counts.py spread --runs 2 --save runs.jsonl
+        the same in short sittings: runs accumulate in runs.jsonl, summarised together.
     python tools/study_counts.py gate --unchanged 22 --slowed 10 --envs 16 --settle 60
         the same humanoid step (a copy with ``--envs`` envs held after ``--settle`` substeps,
         to fit the study's time: start-up and settling under valgrind dominate) counted
@@ -18,12 +21,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -60,30 +66,72 @@ def test_humanoid(perfgate, mujoco_pool, humanoid_xml):
 '''
 
 
-def count_once(nodeid: str, cwd: Path) -> tuple[float, float, float]:
-    """(instructions per env-step, est. cycles per env-step, worker wall seconds)."""
-    t0 = time.monotonic()
+def count_once(nodeid: str, cwd: Path) -> tuple[float, float, float, dict[str, float]]:
+    """(instructions per env-step, est. cycles per env-step, worker wall seconds, where the
+    worker's time went)."""
+    t0, cpu0 = time.monotonic(), _children_cpu()
     counts = run_counts(nodeid, cwd)
     wall = time.monotonic() - t0
     (c,) = counts.values()
-    return statistics.median(c.per_step()), statistics.median(c.cycles_per_step()), wall
+    phases = {**c.phases_s, "cpu": _children_cpu() - cpu0}
+    return (statistics.median(c.per_step()), statistics.median(c.cycles_per_step()), wall,
+            phases)
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's reaped children: a worker's cost that, unlike its wall
+    time, does not stretch when other processes take the CPU."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def spread(args: argparse.Namespace) -> None:
-    ipe, cyc = [], []
+    """Count in ``--runs`` workers; with ``--save``, add them to the runs saved there (a
+    study longer than one sitting) and summarise all of them."""
+    rows = _load(args.save) if args.save else []
     print(f"{'run':>3}  {'instr/env-step':>16}  {'est.cycles/env-step':>20}  {'wall s':>6}  "
-          "load avg (1 min)")
-    for i in range(args.runs):
-        a, b, wall = count_once(SHIPPED, ROOT)
-        ipe.append(a)
-        cyc.append(b)
-        print(f"{i:>3}  {a:>16,.1f}  {b:>20,.1f}  {wall:>6.1f}  {os.getloadavg()[0]:.2f}",
-              flush=True)
+          "load avg (1 min)  worker s: CPU; to measure(), warm-up, counted (wall)")
+    for row in rows:
+        _print_row(row)
+    for _ in range(args.runs):
+        a, b, wall, phases = count_once(SHIPPED, ROOT)
+        row = {"run": len(rows), "ipe": a, "cyc": b, "wall": wall,
+               "load": os.getloadavg()[0], "phases": phases}
+        rows.append(row)
+        _print_row(row)
+        if args.save:
+            with open(args.save, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    ipe, cyc = [r["ipe"] for r in rows], [r["cyc"] for r in rows]
     for label, xs in (("instructions", ipe), ("est. cycles", cyc)):
         rng = (max(xs) - min(xs)) / statistics.median(xs)
         sd = statistics.stdev(xs) / statistics.fmean(xs) if len(xs) > 1 else 0.0
         print(f"{label}: median {statistics.median(xs):,.1f} per env-step, range "
               f"{rng:.5%} of the median, stdev {sd:.5%}")
+
+
+def _load(path: str) -> list[dict[str, Any]]:
+    """Runs saved by earlier ``spread --save`` invocations (a garbage line is skipped)."""
+    rows = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            print(f"warning: {path}: skipped a line that is not JSON: {line[:60]!r}")
+    return rows
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    ph = r.get("phases", {})
+    parts = ", ".join(f"{ph[k]:.1f}" if k in ph else "-"
+                      for k in ("to_measure", "warmup", "counted"))
+    parts = (f"{ph['cpu']:.1f}; " if "cpu" in ph else "-; ") + parts
+    print(f"{r['run']:>3}  {r['ipe']:>16,.1f}  {r['cyc']:>20,.1f}  {r['wall']:>6.1f}  "
+          f"{r['load']:>16.2f}  {parts}", flush=True)
 
 
 def gate(args: argparse.Namespace) -> None:
@@ -97,7 +145,7 @@ def gate(args: argparse.Namespace) -> None:
         unchanged: list[tuple[float, ...]] = []
         alarms = judged = 0
         for i in range(args.unchanged):
-            a, _, wall = count_once(nodeid, d)
+            a, _, wall, _ = count_once(nodeid, d)
             unchanged.append((a,))
             verdict = _judge(unchanged[-1], unchanged[:-1], rule)
             judged += verdict is not None
@@ -111,7 +159,7 @@ def gate(args: argparse.Namespace) -> None:
         os.environ["PERFGATE_STUDY_EXTRA"] = str(extra)
         caught, slows = 0, []
         for i in range(args.slowed):
-            a, _, wall = count_once(nodeid, d)
+            a, _, wall, _ = count_once(nodeid, d)
             slows.append(a / base_ipe - 1)
             verdict = _judge((a,), unchanged, rule)
             caught += verdict is not None and verdict.outcome is Outcome.REGRESSION
@@ -137,6 +185,8 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("spread")
     s.add_argument("--runs", type=int, default=10)
+    s.add_argument("--save", help="a JSON-lines file: earlier runs saved there are shown and "
+                   "summarised with this invocation's, which are appended")
     g = sub.add_parser("gate")
     g.add_argument("--unchanged", type=int, default=22)
     g.add_argument("--slowed", type=int, default=10)

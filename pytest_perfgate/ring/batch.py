@@ -36,8 +36,8 @@ class Batch:
         return int(self.obs.shape[0] * self.obs.shape[1])
 
 
-def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int
-            ) -> dict[str, Any]:
+def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int,
+            prefault: bool = True) -> dict[str, Any]:
     """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
     same buffers every time skips allocating (and page-faulting) fresh ones."""
     import numpy as np
@@ -52,65 +52,80 @@ def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int
         out[key] = np.empty((max_steps + seq, *shape), dt)
         if seq:
             out["next_" + key] = np.empty((max_steps, *shape), dt)
+    if prefault:
+        for arr in out.values():
+            arr.fill(0)  # fault the pages in now, not during the first pops
     return out
 
 
 def views(a: dict[str, Any], cap: int, start: int, k: int) -> Batch:
-    """Steps start..start+k as views (their successors must not wrap); next_obs is copied
+    """Steps start..start+k as views: their successors must not wrap, except a batch of
+    the one step in the last slot, whose next_obs is a view of slot 0. next_obs is copied
     only when an env ended in the batch."""
+    s = start % cap
+    if s + k >= cap and not (k == 1 and s == cap - 1):
+        raise ValueError(f"views: steps {s}..{s + k} of a {cap}-slot ring wrap")
+    got = {key: a[key][s:s + k] for key in a if not key.startswith("final_")}
+    for key in ("obs", "critic_obs"):
+        if key in a:
+            got["next_" + key] = a[key][s + 1:s + k + 1] if s + k < cap else a[key][:1]
+    return _patched(a, cap, start, k, got, copy=True)
+
+
+def copy_rows(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any],
+              at: int) -> None:
+    """Copy steps start..start+k (not their successor) into rows at..at+k of ``out``."""
     import numpy as np
 
-    s = start % cap
-    term, trunc = a["terminated"][s:s + k], a["truncated"][s:s + k]
-    done = term | trunc
-    got: dict[str, Any] = {}
+    idx = (start + np.arange(k)) % cap
+    for key, dst in out.items():
+        if not key.startswith("next_"):
+            np.take(a[key], idx, axis=0, out=dst[at:at + k], mode="clip")
+
+
+def finish(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any]) -> Batch:
+    """The batch of steps start..start+k whose rows :func:`copy_rows` put in ``out``:
+    copies the successor's obs and patches next_obs where envs ended."""
+    got = {key: v[:k] for key, v in out.items() if not key.startswith("next_")}
     for key in ("obs", "critic_obs"):
-        if key not in a:
-            continue
-        seq = a[key][s:s + k + 1]
-        nxt = seq[1:]
-        if done.any():
-            nxt = nxt.copy()
-            for t in np.flatnonzero(done.any(axis=1)):
-                envs = np.flatnonzero(done[t])
-                nxt[t, envs] = a["final_" + key][s + t, :len(envs)]
-        got[key], got["next_" + key] = seq[:-1], nxt
-    return Batch(got["obs"], got["next_obs"], a["action"][s:s + k],
-                 a["reward"][s:s + k], term, trunc, got.get("critic_obs"),
-                 got.get("next_critic_obs"), start)
+        if key in out:
+            out[key][k] = a[key][(start + k) % cap]
+            got["next_" + key] = out[key][1:k + 1]
+    return _patched(a, cap, start, k, got, copy=False, out=out)
 
 
 def copy_out(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any] | None
              ) -> Batch:
     """Steps start..start+k copied out (into ``out`` from :func:`buffers` when given)."""
+    if out is None:
+        fields = {key: (v.shape[1:], v.dtype) for key, v in a.items()}
+        out = buffers(fields, k, prefault=False)
+    copy_rows(a, cap, start, k, out, 0)
+    return finish(a, cap, start, k, out)
+
+
+def _patched(a: dict[str, Any], cap: int, start: int, k: int, got: dict[str, Any],
+             copy: bool, out: dict[str, Any] | None = None) -> Batch:
+    """The Batch of ``got``, next_obs patched from the side store where envs ended (a
+    copy when ``copy``, else into ``out``'s next_ buffers)."""
     import numpy as np
 
-    idx = (start + np.arange(k + 1)) % cap
-    cur = idx[:-1]
-
-    def take(key: str, rows: Any) -> Any:
-        if out is None:
-            return a[key].take(rows, axis=0)
-        return np.take(a[key], rows, axis=0, out=out[key][:len(rows)], mode="clip")
-
-    term, trunc = take("terminated", cur), take("truncated", cur)
-    done = term | trunc
-    got: dict[str, Any] = {}
-    for key in ("obs", "critic_obs"):
-        if key not in a:
-            continue
-        seq = take(key, idx)
-        nxt = seq[1:]
-        if done.any():
-            if out is None:
+    done = got["terminated"] | got["truncated"]
+    if done.any():
+        for key in ("obs", "critic_obs"):
+            if key not in got:
+                continue
+            nxt = got["next_" + key]
+            if copy:
                 nxt = nxt.copy()
             else:
-                dst = out["next_" + key][:k]
-                np.copyto(dst, nxt)
-                nxt = dst
+                assert out is not None
+                nxt = out["next_" + key][:k]
+                np.copyto(nxt, got["next_" + key])
             for t in np.flatnonzero(done.any(axis=1)):
                 envs = np.flatnonzero(done[t])
-                nxt[t, envs] = a["final_" + key][cur[t], :len(envs)]
-        got[key], got["next_" + key] = seq[:-1], nxt
-    return Batch(got["obs"], got["next_obs"], take("action", cur), take("reward", cur),
-                 term, trunc, got.get("critic_obs"), got.get("next_critic_obs"), start)
+                nxt[t, envs] = a["final_" + key][(start + t) % cap, :len(envs)]
+            got["next_" + key] = nxt
+    return Batch(got["obs"], got["next_obs"], got["action"], got["reward"],
+                 got["terminated"], got["truncated"], got.get("critic_obs"),
+                 got.get("next_critic_obs"), start)

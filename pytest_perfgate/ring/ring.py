@@ -15,134 +15,22 @@ the ring is full; ``overwrite=True`` drops the oldest unread step and counts it.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import time
-import weakref
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any, Iterator
 
 from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring.base import (C_WAIT_NS, CLAIM, CLOSED, CONSUMED, OVERWRITTEN,
+                                       P_BLOCKED_NS, POPS, PUBLISHED, PUSHES, W_CONS, W_PROD,
+                                       PeerDied, RingBase, RingClosed)
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
-from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
-from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone
-
-# Header int64 slots; producer-written and consumer-written counters on separate lines.
-PUBLISHED, P_PID, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 1, 2, 3, 4, 5
-CONSUMED, C_PID, C_WAIT_NS, CLAIM, POPS = 8, 9, 10, 11, 12
-W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
-SEM_OFF = 1024  # mutex, data bell, free bell
 
 
-class PeerDied(RuntimeError):
-    """The other side of the ring exited; the message names it and how it ended."""
-
-
-class RingClosed(RuntimeError):
-    """push() after finish(), or a ring whose segment was closed."""
-
-
-class Ring:
-    """Create with ``Ring(spec)``; hand it to the other process as a spawn argument."""
-
-    def __init__(self, spec: RingSpec, parties: int = 1) -> None:
-        """``parties``: processes that will attach (2 when the creator only supervises);
-        the name is removed once that many have mapped the segment."""
-        sweep_stale()  # segments of a killed parent (docs/design.md §9)
-        self.spec = spec
-        self._seg = Segment(new_name(), spec.layout()[1], create=True)
-        self._finalizer = weakref.finalize(self, self._seg.unlink)
-        self._map_views(init=True)
-        self._h[PARTIES] = parties
-
-    # ---- setup / teardown ------------------------------------------------------------
-    def _map_views(self, init: bool) -> None:
-        import numpy as np
-
-        buf = self._seg.map
-        self._h = np.ndarray((SEM_OFF // 8,), np.int64, buf, 0)
-        self._base = ctypes.c_char.from_buffer(buf)  # an export: dropped in close()
-        base = ctypes.addressof(self._base)
-        self._mutex = SharedSem(base + SEM_OFF, 1 if init else None)
-        self._data_bell = SharedSem(base + SEM_OFF + SEM_BYTES, 0 if init else None)
-        self._free_bell = SharedSem(base + SEM_OFF + 2 * SEM_BYTES, 0 if init else None)
-        layout, _ = self.spec.layout()
-        self._a = {k: np.ndarray(shape, dt, buf, off) for k, (off, shape, dt) in layout.items()}
-        self._fields = self.spec.fields()
-        self._peer_watch: Any = None
-        self._role: str | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "name": self._seg.name}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.spec = state["spec"]
-        try:
-            self._seg = Segment(state["name"], self.spec.layout()[1], create=False)
-        except FileNotFoundError:
-            raise RingClosed(f"ring segment {state['name']!r} is gone: a ring joins exactly "
-                             "two processes, and its name is removed once the second one "
-                             "attached (or its creator exited)") from None
-        self._finalizer = weakref.finalize(self, lambda: None)
-        self._map_views(init=False)
-        with self._locked():
-            self._h[ATTACHED] += 1
-            last = self._h[ATTACHED] >= self._h[PARTIES]
-        if last:
-            self._seg.unlink()  # every side is mapped: nothing left to leak (§9)
-
-    def close(self) -> None:
-        """Unlink the name (if still there) and drop this process's mapping."""
-        self._seg.unlink()
-        self._a = {}
-        for attr in ("_h", "_base", "_mutex", "_data_bell", "_free_bell"):
-            self.__dict__.pop(attr, None)
-        self._seg.close()  # unmaps unless a caller still holds views (then at exit)
-
-    def __enter__(self) -> Ring:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def name(self) -> str:
-        return self._seg.name
-
-    def watch(self, peer: Any) -> None:
-        """Let waits report a peer ``multiprocessing.Process`` with its exit code/signal."""
-        self._peer_watch = peer
-
-    # ---- locking and waiting ---------------------------------------------------------
-    def _check_peer(self, role: str) -> None:
-        peer_role = "consumer" if role == "producer" else "producer"
-        w = self._peer_watch
-        if w is not None and w.exitcode is not None:
-            code = w.exitcode
-            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-            raise PeerDied(f"ring {peer_role} (pid {w.pid}) died: {how}")
-        pid = int(self._h[C_PID if role == "producer" else P_PID])
-        gone = peer_gone(pid)
-        if gone is not None:
-            raise PeerDied(f"ring {peer_role} (pid {pid}) died: {gone}")
-
-    def _locked(self) -> _Held:
-        return _Held(self)
-
-    def _wait(self, bell: SharedSem, role: str, deadline: float | None) -> bool:
-        """One sliced wait on ``bell``; PeerDied within a slice of the peer dying."""
-        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
-        got = bell.wait(max(0.0, left))
-        if not got:
-            self._check_peer(role)
-        return got
-
-    def _claim_role(self, role: str) -> None:
-        if self._role is None:
-            with self._locked():
-                self._h[P_PID if role == "producer" else C_PID] = os.getpid()
-            self._role = role
+class Ring(RingBase):
+    """Create with ``Ring(spec)``; hand it to the other process as a spawn argument.
+    ``parties``: processes that will attach (2 when the creator only supervises); the
+    name is removed once that many have mapped the segment."""
 
     # ---- producer --------------------------------------------------------------------
     def push(self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any, *,
@@ -258,42 +146,83 @@ class Ring:
         """Copy out up to ``max_steps`` consumable steps, waiting until ``min_steps`` are
         (fewer only once the stream is finished). Returns None when the stream is finished
         and drained, or when ``timeout`` passed first (see ``ended``). With ``out`` (from
-        :meth:`buffers`) the batch is views into those arrays, valid until the next pop."""
-        if out is not None:
-            cap = out["action"].shape[0]
-            max_steps = cap if max_steps is None else min(max_steps, cap)
-        got = self._claim(max_steps, timeout, min_steps)
-        if got is None:
-            return None
-        con, k = got
+        :meth:`buffers`) the batch is views into those arrays, valid until the next pop,
+        and steps are copied as they arrive, while the producer writes the next ones."""
+        _check_counts(max_steps, min_steps)
+        if out is None:
+            got = self._claim(max_steps, timeout, min_steps)
+            if got is None:
+                return None
+            con, k = got
+            try:
+                return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
+            finally:
+                self._release(con, k)
+        room = self._check_out(out)
+        max_steps = room if max_steps is None else min(max_steps, room)
+        goal = max(1, min(min_steps, max_steps, self.spec.capacity - 1))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        con = total = 0
         try:
-            return _batch.copy_out(self._a, self.spec.capacity, con, k, out)
-        finally:
-            self._release(con, k)
+            while total < goal:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                got = self._claim(max_steps - total, left, 1, skip=total)
+                if got is None:
+                    if total and self._drained(total):
+                        break  # finished: fewer than min_steps is all there is
+                    self._unclaim()
+                    return None
+                con, k = got
+                _batch.copy_rows(self._a, self.spec.capacity, con + total, k, out, total)
+                total += k
+            batch = _batch.finish(self._a, self.spec.capacity, con, total, out)
+        except BaseException:
+            self._unclaim()
+            raise
+        self._release(con, total)
+        return batch
+
+    def _check_out(self, out: Any) -> int:
+        """Steps ``out`` holds, or RingInputError when it is not this ring's buffers()."""
+        want = {k: v for k, v in self._fields.items() if not k.startswith("final_")}
+        want.update({"next_" + k: want[k] for k in ("obs", "critic_obs") if k in want})
+        try:
+            room = int(out["action"].shape[0])
+            ok = all(out[k].shape[1:] == shape and out[k].dtype == dt
+                     and out[k].shape[0] >= room for k, (shape, dt) in want.items())
+        except (KeyError, TypeError, AttributeError, IndexError):
+            ok = False
+        if not ok:
+            raise RingInputError("pop(out=...): not buffers of this ring (other shapes, "
+                                 "dtypes or fields); make them with ring.buffers(max_steps)")
+        return room
 
     @contextmanager
     def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
                min_steps: int = 1) -> Iterator[Batch | None]:
         """Like pop(), but the batch is views into the ring itself (no copy), valid only
         inside the ``with`` block; the steps are released when it ends. A batch stops at
-        the ring's wrap point (one step there is copied); next_obs is copied only when an
-        env ended in the batch. The producer cannot reuse borrowed slots meanwhile."""
+        the ring's wrap point (the step in the last slot comes alone, its next_obs a view of
+        slot 0); next_obs is copied only when an env ended in the batch. The producer cannot
+        reuse borrowed slots meanwhile."""
+        _check_counts(max_steps, min_steps)
         got = self._claim(max_steps, timeout, min_steps)
         if got is None:
             yield None
             return
         con, k = got
         cap = self.spec.capacity
-        run = min(k, cap - con % cap - 1)  # steps whose successor is contiguous
+        # Steps whose successor is contiguous; the last slot's step alone (successor: slot 0).
+        run = max(1, min(k, cap - con % cap - 1))
         try:
-            yield (_batch.views(self._a, cap, con, run) if run > 0
-                   else _batch.copy_out(self._a, cap, con, 1, None))
+            yield _batch.views(self._a, cap, con, run)
         finally:
-            self._release(con, max(run, 1))
+            self._release(con, run)
 
-    def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int
-               ) -> tuple[int, int] | None:
-        """Wait for consumable steps and mark them being read: (first index, count)."""
+    def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int,
+               skip: int = 0) -> tuple[int, int] | None:
+        """Wait for consumable steps beyond the ``skip`` already claimed and mark them being
+        read: (first unconsumed index, count of new steps)."""
         self._claim_role("consumer")
         h = self._h
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -301,12 +230,12 @@ class Ring:
         while True:
             with self._locked():
                 con = int(h[CONSUMED])
-                avail = int(h[PUBLISHED]) - con - 1
+                avail = int(h[PUBLISHED]) - con - 1 - skip
                 ended = bool(h[CLOSED])
                 want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
                 if avail >= want or (ended and avail > 0):
                     k = avail if max_steps is None else min(avail, max_steps)
-                    h[CLAIM] = k
+                    h[CLAIM] = skip + k
                     break
                 if not ended:
                     h[W_CONS] = 1
@@ -316,6 +245,21 @@ class Ring:
             self._wait(self._data_bell, "consumer", deadline)
         h[C_WAIT_NS] += time.perf_counter_ns() - t0
         return con, k
+
+    def _drained(self, claimed: int) -> bool:
+        """finish() was called and nothing is left beyond the ``claimed`` steps."""
+        h = self._h
+        with self._locked():
+            return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) - claimed <= 1
+
+    def _unclaim(self) -> None:
+        """Give up a claim without consuming (a timeout, an error mid-copy)."""
+        h = self._h
+        with self._locked():
+            h[CLAIM] = 0
+            if h[W_PROD]:
+                h[W_PROD] = 0
+                self._free_bell.post()
 
     def _release(self, con: int, k: int) -> None:
         h = self._h
@@ -327,50 +271,15 @@ class Ring:
                 h[W_PROD] = 0
                 self._free_bell.post()
 
-    @property
-    def blocked_ns(self) -> int:
-        """Producer time spent waiting for a free slot so far (its own counter)."""
-        return int(self._h[P_BLOCKED_NS])
 
-    @property
-    def waited_ns(self) -> int:
-        """Consumer time spent waiting for a consumable step so far (its own counter)."""
-        return int(self._h[C_WAIT_NS])
-
-    @property
-    def ended(self) -> bool:
-        """finish() was called and every step has been consumed."""
-        h = self._h
-        with self._locked():
-            return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) <= 1
-
-    def stats(self, lock: bool = True) -> dict[str, float]:
-        """Fill level, blocked/wait time, overwrites: what a run report shows. ``lock=False``
-        reads without the mutex (a supervisor whose sides may be stopped holding it): each
-        counter is then exact, but they may be from slightly different moments."""
-        h = self._h
-        with self._locked() if lock else nullcontext():
-            pub, con = int(h[PUBLISHED]), int(h[CONSUMED])
-            return {"capacity": self.spec.capacity, "pushed": int(h[PUSHES]),
-                    "consumed": con, "fill": max(0, pub - con - 1),
-                    "overwritten": int(h[OVERWRITTEN]),
-                    "producer_blocked_s": int(h[P_BLOCKED_NS]) / 1e9,
-                    "consumer_wait_s": int(h[C_WAIT_NS]) / 1e9, "pops": int(h[POPS])}
-
-
-class _Held:
-    """The ring mutex, taken in slices so a peer that died holding it is reported."""
-
-    def __init__(self, ring: Ring) -> None:
-        self.ring = ring
-
-    def __enter__(self) -> None:
-        r = self.ring
-        while not r._mutex.wait(SLICE_S):
-            r._check_peer(r._role or "producer")
-
-    def __exit__(self, *exc: object) -> None:
-        self.ring._mutex.post()
+def _check_counts(max_steps: int | None, min_steps: int) -> None:
+    for name, v in (("max_steps", max_steps), ("min_steps", min_steps)):
+        if v is None and name == "max_steps":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise RingInputError(f"{name}={v!r}: pass a positive int"
+                                 + (" (or None: all consumable steps)"
+                                    if name == "max_steps" else ""))
 
 
 __all__ = ["Ring", "RingSpec", "Batch", "PeerDied", "RingClosed", "RingInputError"]

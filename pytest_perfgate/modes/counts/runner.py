@@ -17,13 +17,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_perfgate.modes.counts import client
 from pytest_perfgate.modes.counts.side import ENV_OUT
 
-TIMEOUT_S = 600.0  # start-up under valgrind, the test's own set-up, 5 calls of the step
+TIMEOUT_S = 600.0  # start-up under valgrind, the test's own set-up, 3 calls of the step
 L1_MISS_CYCLES = 10  # estimated cycles = Ir + 10 x L1 misses + 100 x LL misses (KCachegrind)
 LL_MISS_CYCLES = 100
 INSTALL = "install valgrind (`apt-get install valgrind`) or run without --perfgate-counts"
@@ -45,6 +47,7 @@ class Counts:
     instructions: tuple[int, ...]
     est_cycles: tuple[int, ...]
     events: dict[str, int] = field(default_factory=dict)  # the last call's raw events
+    phases_s: dict[str, float] = field(default_factory=dict)  # where the worker's time went
 
     def per_step(self) -> tuple[float, ...]:
         return tuple(i / self.transitions for i in self.instructions)
@@ -125,6 +128,7 @@ def run_counts(nodeid: str, cwd: Path, timeout_s: float = TIMEOUT_S) -> dict[str
     with tempfile.TemporaryDirectory(prefix="perfgate-counts-") as tmp:
         out = Path(tmp)
         args = command(nodeid, plugin_root, out)
+        (out / "started").write_text(repr(time.time()))
         with (out / "worker.log").open("wb") as log:
             proc = subprocess.Popen(args, cwd=cwd, env=worker_env(out), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -169,11 +173,23 @@ def collect(out: Path, nodeid: str, code: int) -> dict[str, Counts]:
         ev = [dumps[lb] for lb in entry["labels"]]
         found[entry["name"]] = Counts(entry["name"], int(entry["transitions"]),
                                       tuple(e.get("Ir", 0) for e in ev),
-                                      tuple(est_cycles(e) for e in ev), ev[-1])
+                                      tuple(est_cycles(e) for e in ev), ev[-1],
+                                      _phases(out, entry))
     if not found:
         raise CountsError(f"the counting worker for {nodeid} (exit code {code}) reached no "
                           f"perfgate.measure() call.{_tail(out)}")
     return found
+
+
+def _phases(out: Path, entry: dict[str, Any]) -> dict[str, float]:
+    """Seconds from the worker's start to its measure() call, then per part of counting."""
+    phases = dict(entry.get("phases_s") or {})
+    try:
+        started = float((out / "started").read_text())
+        phases = {"to_measure": float(entry["reached_at"]) - started, **phases}
+    except (KeyError, OSError, TypeError, ValueError):
+        pass  # timing is informative only
+    return phases
 
 
 def _tail(out: Path, lines: int = 25) -> str:

@@ -1,0 +1,184 @@
+"""The ring's shared state: the segment, its header counters, the mutex and doorbells.
+
+:class:`RingBase` maps one segment (header, semaphores, slot arrays) and holds what
+both sides need: the mutex taken in slices, sliced waits that notice a dead peer,
+pickling to the other process, and the counters behind ``stats()``. The producer and
+consumer operations are in ring.py (docs/design.md §9).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+import weakref
+from contextlib import nullcontext
+from typing import Any, Self
+
+from pytest_perfgate.ring.layout import RingSpec
+from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
+from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone
+
+# Header int64 slots; producer-written and consumer-written counters on separate lines.
+PUBLISHED, P_PID, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 1, 2, 3, 4, 5
+CONSUMED, C_PID, C_WAIT_NS, CLAIM, POPS = 8, 9, 10, 11, 12
+W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
+SEM_OFF = 1024  # mutex, data bell, free bell
+
+
+class PeerDied(RuntimeError):
+    """The other side of the ring exited; the message names it and how it ended."""
+
+
+class RingClosed(RuntimeError):
+    """push() after finish(), or a ring whose segment was closed."""
+
+
+class RingBase:
+    """The segment and its synchronisation; see :class:`Ring` for the operations."""
+
+    def __init__(self, spec: RingSpec, parties: int = 1) -> None:
+        """``parties``: processes that will attach (2 when the creator only supervises);
+        the name is removed once that many have mapped the segment."""
+        sweep_stale()  # segments of a killed parent (docs/design.md §9)
+        self.spec = spec
+        self._seg = Segment(new_name(), spec.layout()[1], create=True)
+        self._finalizer = weakref.finalize(self, self._seg.unlink)
+        self._map_views(init=True)
+        self._h[PARTIES] = parties
+
+    # ---- setup / teardown ------------------------------------------------------------
+    def _map_views(self, init: bool) -> None:
+        import numpy as np
+
+        buf = self._seg.map
+        self._h = np.ndarray((SEM_OFF // 8,), np.int64, buf, 0)
+        self._base = ctypes.c_char.from_buffer(buf)  # an export: dropped in close()
+        base = ctypes.addressof(self._base)
+        self._mutex = SharedSem(base + SEM_OFF, 1 if init else None)
+        self._data_bell = SharedSem(base + SEM_OFF + SEM_BYTES, 0 if init else None)
+        self._free_bell = SharedSem(base + SEM_OFF + 2 * SEM_BYTES, 0 if init else None)
+        layout, _ = self.spec.layout()
+        self._a = {k: np.ndarray(shape, dt, buf, off) for k, (off, shape, dt) in layout.items()}
+        # Slot fields come first; the side store is touched only where envs end (§9).
+        self._seg.populate(min(off for k, (off, _, _) in layout.items() if k.startswith("final_")))
+        self._fields = self.spec.fields()
+        self._peer_watch: Any = None
+        self._role: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "name": self._seg.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.spec = state["spec"]
+        try:
+            self._seg = Segment(state["name"], self.spec.layout()[1], create=False)
+        except FileNotFoundError:
+            raise RingClosed(f"ring segment {state['name']!r} is gone: a ring joins exactly "
+                             "two processes, and its name is removed once the second one "
+                             "attached (or its creator exited)") from None
+        self._finalizer = weakref.finalize(self, lambda: None)
+        self._map_views(init=False)
+        with self._locked():
+            self._h[ATTACHED] += 1
+            last = self._h[ATTACHED] >= self._h[PARTIES]
+        if last:
+            self._seg.unlink()  # every side is mapped: nothing left to leak (§9)
+
+    def close(self) -> None:
+        """Unlink the name (if still there) and drop this process's mapping."""
+        self._seg.unlink()
+        self._a = {}
+        for attr in ("_h", "_base", "_mutex", "_data_bell", "_free_bell"):
+            self.__dict__.pop(attr, None)
+        self._seg.close()  # unmaps unless a caller still holds views (then at exit)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def name(self) -> str:
+        return self._seg.name
+
+    def watch(self, peer: Any) -> None:
+        """Let waits report a peer ``multiprocessing.Process`` with its exit code/signal."""
+        self._peer_watch = peer
+
+    # ---- locking and waiting ---------------------------------------------------------
+    def _check_peer(self, role: str) -> None:
+        peer_role = "consumer" if role == "producer" else "producer"
+        w = self._peer_watch
+        if w is not None and w.exitcode is not None:
+            code = w.exitcode
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            raise PeerDied(f"ring {peer_role} (pid {w.pid}) died: {how}")
+        pid = int(self._h[C_PID if role == "producer" else P_PID])
+        gone = peer_gone(pid)
+        if gone is not None:
+            raise PeerDied(f"ring {peer_role} (pid {pid}) died: {gone}")
+
+    def _locked(self) -> _Held:
+        return _Held(self)
+
+    def _wait(self, bell: SharedSem, role: str, deadline: float | None) -> bool:
+        """One sliced wait on ``bell``; PeerDied within a slice of the peer dying."""
+        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
+        got = bell.wait(max(0.0, left))
+        if not got:
+            self._check_peer(role)
+        return got
+
+    def _claim_role(self, role: str) -> None:
+        if self._role is None:
+            with self._locked():
+                self._h[P_PID if role == "producer" else C_PID] = os.getpid()
+            self._role = role
+
+
+    @property
+    def blocked_ns(self) -> int:
+        """Producer time spent waiting for a free slot so far (its own counter)."""
+        return int(self._h[P_BLOCKED_NS])
+
+    @property
+    def waited_ns(self) -> int:
+        """Consumer time spent waiting for a consumable step so far (its own counter)."""
+        return int(self._h[C_WAIT_NS])
+
+    @property
+    def ended(self) -> bool:
+        """finish() was called and every step has been consumed."""
+        h = self._h
+        with self._locked():
+            return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) <= 1
+
+    def stats(self, lock: bool = True) -> dict[str, float]:
+        """Fill level, blocked/wait time, overwrites: what a run report shows. ``lock=False``
+        reads without the mutex (a supervisor whose sides may be stopped holding it): each
+        counter is then exact, but they may be from slightly different moments."""
+        h = self._h
+        with self._locked() if lock else nullcontext():
+            pub, con = int(h[PUBLISHED]), int(h[CONSUMED])
+            return {"capacity": self.spec.capacity, "pushed": int(h[PUSHES]),
+                    "consumed": con, "fill": max(0, pub - con - 1),
+                    "overwritten": int(h[OVERWRITTEN]),
+                    "producer_blocked_s": int(h[P_BLOCKED_NS]) / 1e9,
+                    "consumer_wait_s": int(h[C_WAIT_NS]) / 1e9, "pops": int(h[POPS])}
+
+
+class _Held:
+    """The ring mutex, taken in slices so a peer that died holding it is reported."""
+
+    def __init__(self, ring: RingBase) -> None:
+        self.ring = ring
+
+    def __enter__(self) -> None:
+        r = self.ring
+        while not r._mutex.wait(SLICE_S):
+            r._check_peer(r._role or "producer")
+
+    def __exit__(self, *exc: object) -> None:
+        self.ring._mutex.post()
