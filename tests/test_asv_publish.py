@@ -21,6 +21,8 @@ import pytest
 
 from asv_browser import PageLog, browser_page, chromium_path, serve
 
+from fake_session import FAKE_CLOCK_CONFTEST
+
 pytest.importorskip("asv")
 pytestmark = pytest.mark.slow  # subprocess pytest runs, asv publish and a browser
 
@@ -31,20 +33,7 @@ BENCH = "test_perf.test_walk"  # the perf test's name; its asv series are found 
 # env-steps/s ends above its low: asv, reading it as lower-is-better, would call that a
 # regression too unless perfgate publish turns its detection off.
 SLOWDOWN = [1.25, 1.25, 0.75, 0.75, 1.0, 1.0]
-CONFTEST = """
-import pytest
-from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.plugin.hooks import session_key
-
-CLOCK = FakeClock()
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    s = config.stash[session_key]
-    s.clock = CLOCK
-    s.load_probe = NullProbe()
-"""
+CONFTEST = FAKE_CLOCK_CONFTEST
 PERF_TEST = """
 import os, random
 from conftest import CLOCK

@@ -10,21 +10,9 @@ import json
 
 import pytest
 
-CONFTEST = """
-import os
-import pytest
-from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.plugin.hooks import session_key
-from pytest_perfgate.core.timing import FakeClock
+from fake_session import FAKE_CLOCK_CONFTEST
 
-CLOCK = FakeClock()
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    s = config.stash[session_key]
-    s.clock = CLOCK
-    s.load_probe = NullProbe()
-
+CONFTEST = FAKE_CLOCK_CONFTEST + """
 def pytest_perfgate_machine_info(config, info):
     if os.environ.get("FAKE_MUJOCO"):
         info["versions"] = {**info["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}

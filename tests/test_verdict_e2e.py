@@ -10,20 +10,9 @@ from pathlib import Path
 
 import pytest
 
-CONFTEST = """
-import pytest
-from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.plugin.hooks import session_key
-from pytest_perfgate.core.timing import FakeClock
+from fake_session import FAKE_CLOCK_CONFTEST
 
-CLOCK = FakeClock()
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    s = config.stash[session_key]
-    s.clock = CLOCK
-    s.load_probe = NullProbe()
-
+CONFTEST = FAKE_CLOCK_CONFTEST + """
 def pytest_perfgate_verdict(config, judged):
     with open("verdicts.log", "a") as f:
         f.write(f"{judged.result.name} {judged.verdict.outcome.value}\\n")

@@ -18,6 +18,8 @@ from pytest_perfgate.history.store import History
 from pytest_perfgate.report import render
 from pytest_perfgate.report.github import annotation, escape_data, escape_property
 
+from fake_session import FAKE_CLOCK_CONFTEST
+
 
 def test_annotations_are_escaped_by_githubs_rules() -> None:
     assert escape_data("50%\r\nnext") == "50%25%0D%0Anext"
@@ -158,20 +160,7 @@ def test_history_check_annotates_from_the_recorded_location(
                                             "history at")
 
 
-CONFTEST = """
-import pytest
-from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.plugin.hooks import session_key
-
-CLOCK = FakeClock()
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    s = config.stash[session_key]
-    s.clock = CLOCK
-    s.load_probe = NullProbe()
-"""
+CONFTEST = FAKE_CLOCK_CONFTEST
 
 
 def test_the_plugin_records_each_benchmarks_test_location(pytester: pytest.Pytester) -> None:
