@@ -222,3 +222,64 @@ def test_library_code_imports_phase_from_the_documented_paths() -> None:
     import pytest_perfgate.timing
 
     assert pytest_perfgate.timing.phase is phase is pytest_perfgate.phase
+
+
+class CountingSource:
+    """Counts the steps (``step_s`` apart) completed inside each window on the fake clock, as
+    a worker group or a ring pair does: a window's count moves by one step with where its
+    edges fall. ``coarse`` says so to the Meter through ``quantization``."""
+
+    def __init__(self, clock: FakeClock, step_s: float, coarse: bool = True) -> None:
+        import random
+
+        rng = random.Random(7)  # steps take 0.5-1.5x step_s, like a real loop's
+        self.clock, self.asked, self.ends = clock, [], [0.0]
+        self.next_gap = lambda: step_s * rng.uniform(0.5, 1.5)
+        if coarse:
+            self.quantization = lambda raw: 1 / raw.calls if raw.calls else 1.0
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        self.asked.append(duration_s)
+        t0 = self.clock.wall_ns() / 1e9
+        self.clock.advance(duration_s)
+        while self.ends[-1] < t0 + duration_s:
+            self.ends.append(self.ends[-1] + self.next_gap())
+        n = sum(t0 <= t < t0 + duration_s for t in self.ends[1:])
+        return RawWindow(n * 10, duration_s, duration_s, calls=n)
+
+
+def test_coarse_source_windows_widen_until_one_step_is_small() -> None:
+    """0.1 s steps in 0.25 s windows: 2 or 3 steps per window, +-20% by the count alone, so
+    the 10% stability rule can never hold. Widened to >= 20 steps per window it does."""
+    cfg = MeasureConfig(windows=3, window_s=1.0, warmup_window_s=0.25, warmup_span=2,
+                        warmup_max_s=5.0)
+    clock = FakeClock()
+    src = CountingSource(clock, 0.1)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
+    assert m.steady
+    assert src.asked[0] == 0.25 and min(src.asked[1:]) >= 2.0 - 1e-9  # 20 steps of 0.1 s
+    assert all(w.calls >= 19 for w in m.windows)
+    assert m.steps_per_s == pytest.approx(100, rel=0.06)
+
+
+def test_a_source_without_quantization_keeps_its_window_lengths() -> None:
+    cfg = MeasureConfig(windows=3, window_s=1.0, warmup_window_s=0.25, warmup_span=2,
+                        warmup_max_s=5.0)
+    clock = FakeClock()
+    src = CountingSource(clock, 0.1, coarse=False)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
+    assert set(src.asked) == {0.25, 1.0}
+    assert all(w.calls <= 15 for w in m.windows)
+
+
+def test_widening_is_capped_and_off_in_smoke_mode() -> None:
+    clock = FakeClock()
+    src = CountingSource(clock, 10.0)  # a step far longer than any window
+    cfg = MeasureConfig(windows=1, window_s=1.0, warmup_window_s=0.25, warmup_span=1,
+                        warmup_max_s=0.0, stability_tol=float("inf"))
+    Meter(cfg, clock=clock, load_probe=NullProbe()).measure(src)
+    assert max(src.asked) <= 64 * 16  # completed_window's doubling x the stretch cap
+    smoke_clock = FakeClock()
+    smoke = CountingSource(smoke_clock, 0.001)
+    Meter(MeasureConfig.smoke(), clock=smoke_clock, load_probe=NullProbe()).measure(smoke)
+    assert set(smoke.asked) <= {0.005, 0.01}

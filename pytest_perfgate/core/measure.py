@@ -10,6 +10,12 @@ Stability rule (documented in the README): warm-up windows of ``warmup_window_s`
 the median rate of the last ``warmup_span`` windows is within ``stability_tol`` of the
 median of the ``warmup_span`` windows before them; if that never happens within
 ``warmup_max_s`` the measurement is marked unstable.
+
+Sources that count only the whole steps completed inside a window (worker groups, ring
+pairs) report rates that move by one step per window: a window holding 4 steps is +-25%
+by that alone, and never passes a 10% stability rule. Such a source says how coarse a
+window was (``quantization(raw)``), and the Meter widens that source's windows until one
+step is at most ``max_quantization`` of a window's count (docs/design.md §1).
 """
 
 from __future__ import annotations
@@ -132,6 +138,7 @@ class LoopSource:
 
 
 MAX_WIDENINGS = 6  # a window with no completed step is re-run up to 2**6 = 64x longer
+MAX_STRETCH = 16.0  # a coarse source's windows grow to at most 16x the configured length
 
 
 class MeasureError(RuntimeError):
@@ -150,17 +157,21 @@ class MeasureConfig:
     stability_tol: float = 0.10
     load_limit: float = 0.5
     max_remeasure: int = 3
+    max_quantization: float = 0.05  # half the stability tolerance
 
     @classmethod
     def smoke(cls) -> MeasureConfig:
         """Tiny windows, no real warm-up: proves a perf test runs, says nothing about speed."""
         return cls(windows=2, window_s=0.01, warmup_window_s=0.005, warmup_span=1,
-                   warmup_max_s=0.02, stability_tol=float("inf"))
+                   warmup_max_s=0.02, stability_tol=float("inf"),
+                   max_quantization=float("inf"))
 
     def __post_init__(self) -> None:
         if self.windows < 1 or self.warmup_span < 1 or self.max_remeasure < 0:
             raise ValueError(f"invalid measurement config {self!r}")
         if self.window_s <= 0 or self.warmup_window_s <= 0 or self.warmup_max_s < 0:
+            raise ValueError(f"invalid measurement config {self!r}")
+        if not self.max_quantization > 0:
             raise ValueError(f"invalid measurement config {self!r}")
 
 
@@ -238,6 +249,12 @@ def completed_window(source: WindowSource, duration_s: float) -> RawWindow:
         "--perfgate-window-time) or check that the step returns")
 
 
+def quantization(source: WindowSource, raw: RawWindow) -> float:
+    """How far one step moves ``raw``'s rate, relative (0 for sources timed per call)."""
+    fn = getattr(source, "quantization", None)
+    return float(fn(raw)) if callable(fn) else 0.0
+
+
 class Meter:
     """Drives a WindowSource through warm-up and K measured windows, telling ``progress``
     (:mod:`.progress`) as it goes."""
@@ -249,6 +266,17 @@ class Meter:
         self._clock = clock
         self._probe = load_probe if load_probe is not None else ProcStatProbe()
         self.progress = progress if progress is not None else NULL_PROGRESS
+        self._min_s: dict[int, float] = {}  # per source: the window length its steps need
+
+    def _length(self, source: WindowSource, base_s: float) -> float:
+        return min(max(base_s, self._min_s.get(id(source), 0.0)), base_s * MAX_STRETCH)
+
+    def _learn(self, source: WindowSource, raw: RawWindow) -> None:
+        """Widen a coarse source's later windows so one step is <= max_quantization."""
+        q, limit = quantization(source, raw), self.config.max_quantization
+        if q > limit and raw.wall_s > 0:
+            need = raw.wall_s * q / limit
+            self._min_s[id(source)] = max(self._min_s.get(id(source), 0.0), need)
 
     def measure(self, source: WindowSource) -> Measurement:
         cfg = self.config
@@ -256,7 +284,7 @@ class Meter:
         windows: list[Window] = []
         remeasured = polluted_kept = 0
         while len(windows) < cfg.windows:
-            w = self._window(source, cfg.window_s)
+            w = self._window(source, self._length(source, cfg.window_s))
             if w.polluted:
                 if remeasured < cfg.max_remeasure:
                     remeasured += 1
@@ -275,10 +303,16 @@ class Meter:
         cfg = self.config
         self.progress.warmup_started(side)
         t0 = self._clock.wall_ns()
+        self._min_s.pop(id(source), None)
         rates: list[float] = []
         while True:
-            raw = completed_window(source, cfg.warmup_window_s)
-            rates.append(raw.transitions / raw.wall_s if raw.wall_s > 0 else 0.0)
+            length = self._length(source, cfg.warmup_window_s)
+            raw = completed_window(source, length)
+            self._learn(source, raw)
+            if self._length(source, cfg.warmup_window_s) > 1.5 * length:
+                rates.clear()  # too coarse to judge: start over with the longer windows
+            else:
+                rates.append(raw.transitions / raw.wall_s if raw.wall_s > 0 else 0.0)
             elapsed = (self._clock.wall_ns() - t0) / 1e9
             steady = is_steady(rates, cfg.warmup_span, cfg.stability_tol)
             # a step slower than a warm-up window still gets 2*span windows to show stability
@@ -290,6 +324,7 @@ class Meter:
         before = self._probe.sample()
         raw = completed_window(source, duration_s)
         after = self._probe.sample()
+        self._learn(source, raw)
         busy = other = None
         polluted = False
         if before is not None and after is not None:
@@ -302,4 +337,4 @@ class Meter:
 
 
 __all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig", "MeasureError",
-           "Measurement", "Meter", "completed_window", "is_steady"]
+           "Measurement", "Meter", "completed_window", "is_steady", "quantization"]

@@ -208,6 +208,11 @@ class WorkerGroup:
         return RawWindow.parallel([RawWindow.from_wire(r["window"]) for r in replies],
                                   duration_s)
 
+    def quantization(self, raw: RawWindow) -> float:
+        """Each worker counts whole calls inside the window: the total moves by up to one
+        call per worker (the Meter widens windows until that is small)."""
+        return raw.streams / raw.calls if raw.calls > 0 else 1.0
+
     def latency(self, steps: int) -> list[list[float]]:
         """Fixed-step mode: each worker runs ``steps`` calls; per-call seconds per worker."""
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -204,6 +204,11 @@ class RingPair:
         return RawWindow(col.transitions, col.wall_s, col.cpu_s + lrn.cpu_s,
                          {**col.phases, **lrn.phases}, col.calls + lrn.calls, streams=2)
 
+    def quantization(self, raw: RawWindow) -> float:
+        """The collector's count moves by one push (num_envs env-steps) per window (the
+        Meter widens windows until that is small)."""
+        return self.spec.num_envs / raw.transitions if raw.transitions > 0 else 1.0
+
     @staticmethod
     def _diff(a: dict[str, Any], b: dict[str, Any]) -> RawWindow:
         phases = {}
