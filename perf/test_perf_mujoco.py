@@ -3,8 +3,10 @@
 Each benchmark settles its humanoids into a contact-rich state (they fall under random
 actions), then holds that state so every measured call steps identical physics: without
 the hold the per-call cost drifts ~2x over the first 300 steps (docs/design.md §1, §7) and the
-gate would be judging the episode's phase, not the code. Without --perfgate these run in
-smoke mode (tiny windows, a couple of settle steps) to prove the suite works.
+gate would be judging the episode's phase, not the code. The settled state is cached by
+content (pytest_perfgate/sim/settled.py): the instruction-counts worker reads what this test
+settled natively instead of settling under valgrind. Without --perfgate these run in smoke
+mode (tiny windows, a couple of settle steps) to prove the suite works.
 """
 
 from __future__ import annotations

@@ -46,3 +46,18 @@ def node_modules() -> Path:
                 need_tool(f"npm ci in {NODE_DIR} failed (exit {done.returncode}): "
                           f"{done.stderr.strip()[-500:]}")
     return modules
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _settled_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Settled states the tests compute are cached in a temp folder, never in the user's
+    ~/.cache (spawned pytest runs and counting workers inherit the variable)."""
+    from pytest_perfgate.sim.settled import CACHE_ENV
+
+    saved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("settled-cache"))
+    yield
+    if saved is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = saved

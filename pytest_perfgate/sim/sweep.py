@@ -152,24 +152,31 @@ def thread_configs(num_envs: int, thread_counts: Sequence[int] | None = None,
 
 
 def settled_state(model: Any, num_envs: int, substeps: int = 300, distinct: int = 64,
-                  seed: int = 0, keyframe: int = -1) -> Any:
+                  seed: int = 0, keyframe: int = -1, cache: bool = True) -> Any:
     """A representative held state: ``distinct`` envs under random actions for ``substeps``,
     tiled to num_envs rows. Humanoids are on the ground, in contact, by 300 substeps (0.9 s);
-    settling 64 and tiling costs 1/16 of settling 1024, at the same per-env step cost."""
+    settling 64 and tiling costs 1/16 of settling 1024, at the same per-env step cost. With
+    ``cache`` the settled rows are computed once per model and parameters and read back
+    after (:mod:`.settled`: the counting worker skips settling under valgrind)."""
     import numpy as np
-    from mujoco.batch import Batch
 
-    from pytest_perfgate.sim.pool import plan_threads
+    from pytest_perfgate.sim.settled import settled_rows
 
+    num_envs, distinct = _whole("num_envs", num_envs, 1), _whole("distinct", distinct, 1)
+    substeps, seed = _whole("substeps", substeps, 0), _whole("seed", seed, 0)
+    keyframe = _whole("keyframe", keyframe, -1)  # -1: the model's qpos0
     k = min(distinct, num_envs)
-    b = Batch(model, k, plan_threads(k).nthread)
-    b.reset(keyframe=keyframe)
-    if model.nu:
-        lo, hi = model.actuator_ctrlrange.T
-        b.bind("ctrl")[...] = np.random.default_rng(seed).uniform(lo, hi, (k, model.nu))
-    if substeps > 0:
-        b.step(nstep=substeps)
-    return np.tile(b.state, (-(-num_envs // k), 1))[:num_envs].copy()
+    rows = settled_rows(model, k, substeps, seed, keyframe, cache=cache)
+    return np.tile(rows, (-(-num_envs // k), 1))[:num_envs].copy()
+
+
+def _whole(name: str, value: object, least: int) -> int:
+    """``value`` as an int if it is a whole number >= ``least``; else a ValueError naming it."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name}={value!r}: pass a whole number >= {least}")
+    return int(value)
 
 
 def pin_order(usable: tuple[int, ...]) -> list[int]:

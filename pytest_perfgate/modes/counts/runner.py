@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_perfgate.modes.counts import client
 from pytest_perfgate.modes.counts.side import ENV_OUT
+from pytest_perfgate.sim.settled import CACHE_ENV, cache_dir
 
 TIMEOUT_S = 600.0  # start-up under valgrind, the test's own set-up, 3 calls of the step
 L1_MISS_CYCLES = 10  # estimated cycles = Ir + 10 x L1 misses + 100 x LL misses (KCachegrind)
@@ -112,10 +113,15 @@ def aslr_off() -> list[str]:
 
 
 def worker_env(out: Path) -> dict[str, str]:
+    """The worker's environment: deterministic, and pointed at the parent's settled-state
+    cache (a relative or defaulted folder resolved here, so both read one file)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PERFGATE_SIDE_FD")}
     env.update({ENV_OUT: str(out), "PYTHONHASHSEED": "0", "PYTHONMALLOC": "malloc"})
     env.update({k: "1" for k in THREAD_ENV})
+    cache = cache_dir()  # the folder this process, which ran the test first, settled into
+    if cache is not None:
+        env[CACHE_ENV] = str(cache)
     return env
 
 
