@@ -14,6 +14,7 @@ import pytest
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.load import NullProbe
+from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.history.asv import asv_entries
@@ -155,6 +156,29 @@ def test_a_test_that_opts_out_gets_no_counts(tmp_path: Path) -> None:
     assert isinstance(clock, FakeClock)
     gate.measure(lambda: clock.advance(0.001), transitions=4, name="walk")
     assert [j.result.name for j in gate.results] == ["walk"]
+
+
+def test_a_measure_source_workload_is_refused_before_any_worker_starts(tmp_path: Path
+                                                                       ) -> None:
+    s = _session(tmp_path, 1000.0)
+    started: list[str] = []
+    assert s._counts_mode is not None
+    s._counts_mode.runner = lambda nodeid, cwd: started.append(nodeid) or {}
+    clock = s.clock
+    assert isinstance(clock, FakeClock)
+
+    class Pool:  # a workload stepping in other processes
+        def run_window(self, duration_s: float) -> RawWindow:
+            clock.advance(duration_s)
+            return RawWindow(40, duration_s, duration_s, calls=10)
+
+    with pytest.raises(CountsError) as e:
+        PerfGate(s, "t::pair", "pair").measure_source(Pool(), transitions=4, name="pair")
+    assert str(e.value) == (
+        "pair: instruction counts need perfgate.measure(step, ...): a measure_source() "
+        "workload runs its steps in other processes, which callgrind does not follow; mark "
+        "the test @pytest.mark.perfgate(counts=False) to keep its wall-time verdict")
+    assert started == []
 
 
 def test_counts_are_their_own_asv_series_lower_is_better() -> None:

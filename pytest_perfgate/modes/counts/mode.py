@@ -18,11 +18,12 @@ from typing import Callable
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.measure import WindowSource
+from pytest_perfgate.core.measure import LoopSource, WindowSource
 from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.history.asv import COUNTS_SOURCE  # the asv series of a counts result
 from pytest_perfgate.modes.base import BenchCall
-from pytest_perfgate.modes.counts.runner import L1_MISS_CYCLES, LL_MISS_CYCLES, Counts
+from pytest_perfgate.modes.counts.runner import L1_MISS_CYCLES, LL_MISS_CYCLES, Counts, CountsError
+from pytest_perfgate.modes.counts.side import NOT_A_LOOP
 from pytest_perfgate.modes.history import HistoryMode
 
 SUFFIX = ".counts"
@@ -80,6 +81,9 @@ class CountsMode:
         j = self.history.measure(source, call)
         if not call.counts or self.history.smoke:
             return j
+        if not isinstance(source, LoopSource):  # refused here, before a valgrind worker
+            raise CountsError(f"{call.name}: {NOT_A_LOOP}; mark the test "
+                              "@pytest.mark.perfgate(counts=False) to keep its wall-time verdict")
         counts = self._counts.get(call.test_id)
         if counts is None:
             from pytest_perfgate.modes.counts.runner import run_counts
@@ -88,8 +92,6 @@ class CountsMode:
             counts = self._counts[call.test_id] = run(call.test_id, self.cwd)
         c = counts.get(call.name)
         if c is None:
-            from pytest_perfgate.modes.counts.runner import CountsError
-
             raise CountsError(f"the counting worker of {call.test_id} measured "
                               f"{sorted(counts)}, not {call.name!r}: does the test measure "
                               "the same benchmarks each time it runs?")
