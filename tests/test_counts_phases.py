@@ -20,7 +20,7 @@ from pytest_perfgate.modes.counts.mode import counts_result
 from pytest_perfgate.modes.counts.phases import OTHER, PhaseCounts, read_dumps, split_call
 from pytest_perfgate.modes.counts.runner import Counts, collect, read_dump
 from pytest_perfgate.modes.counts.side import label
-from pytest_perfgate.report.render import notes
+from pytest_perfgate.report.render import notes, top_phase
 
 EVENTS = "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw"
 
@@ -161,7 +161,9 @@ def test_phases_are_asv_series_beside_the_counts_and_a_report_line() -> None:
     assert rows["walk.counts"][0] == [305.0]
 
     (res,) = run.benchmarks.values()
-    (line,) = [n for n in notes([Judged(res, None, Rule(), "t")]) if "by phase" in n]
+    judged = Judged(res, None, Rule(), "t")
+    (line,) = [n for n in notes([judged]) if "by phase" in n]
+    assert top_phase(judged) == "b 49%"  # the table's column: the most instructions
     assert line == ("walk.counts: instructions/env-step by phase: b 150 (49%), a 100 (33%), "
                     "inner 45 (15%), (other) 10 (3%)")
 
@@ -172,4 +174,5 @@ def test_a_garbage_breakdown_in_a_sidecar_is_ignored(garbage: object) -> None:
     run = result_with(garbage)
     (res,) = run.benchmarks.values()
     assert counts_phases(res.extra) == {}
+    assert top_phase(Judged(res, None, Rule(), "t")) == "-"
     assert not any(".phase." in k for k in asv_entries(run, {}))

@@ -28,10 +28,16 @@ def _num(x: float | None) -> str:
 
 
 def top_phase(j: Judged) -> str:
-    """The phase that grew most against the baseline, else the biggest phase."""
+    """The phase that grew most against the baseline, else the biggest phase (for a counts
+    result: the phase with the most instructions)."""
     phases = j.result.phases
     if not phases:
-        return "-"
+        counted = counts_phases(j.result.extra) if j.result.source == COUNTS_SOURCE else {}
+        total = sum(counted.values())
+        if total <= 0:
+            return "-"
+        n = max(counted, key=lambda k: counted[k])  # instructions: the biggest share
+        return f"{n} {counted[n] / total:.0%}"
     grown = {n: p.ms_per_call - j.baseline_phases[n] for n, p in phases.items()
              if n in j.baseline_phases}
     if grown and max(grown.values()) > 0:
