@@ -124,14 +124,17 @@ def test_phases_of_other_threads_are_not_counted(monkeypatch: pytest.MonkeyPatch
     assert made == []
 
 
-def test_disabled_counts_the_whole_step_only(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("off", ["0", "false", " Off "])
+def test_disabled_counts_the_whole_step_only(monkeypatch: pytest.MonkeyPatch, off: str) -> None:
     made = fake_dumps(monkeypatch)
-    monkeypatch.setenv(phases.ENV_PHASES, "0")
+    monkeypatch.setenv(phases.ENV_PHASES, off)
     rec = PhaseRecorder()
     with PhaseCounts(rec, phases.enabled()).call("c"):
         with rec.phase("a"):
             pass
     assert made == [] and rec.take()["a"].calls == 1  # the recorder's own phase, untouched
+    monkeypatch.setenv(phases.ENV_PHASES, "1")
+    assert phases.enabled()
 
 
 def test_a_bad_phase_name_fails_in_the_warm_up_naming_it(monkeypatch: pytest.MonkeyPatch

@@ -28,8 +28,10 @@ ENV_PHASES = "PERFGATE_COUNTS_PHASES"  # "0" in the counting worker: whole-step 
 
 
 def enabled() -> bool:
-    """Phases are counted unless ``PERFGATE_COUNTS_PHASES=0`` (the cost comparison)."""
-    return os.environ.get(ENV_PHASES, "1").strip() != "0"
+    """Phases are counted unless ``PERFGATE_COUNTS_PHASES`` is 0/false/no/off (then the
+    counted call is bracketed as without phases: the cost comparison, or a small step whose
+    count should not carry the boundaries)."""
+    return os.environ.get(ENV_PHASES, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def segment_label(call_label: str, phase: str) -> str:
