@@ -114,6 +114,20 @@ def test_each_boundary_dumps_the_stretch_that_ends_innermost_wins(
     assert len(made) == 6 and rec.take() == {}
 
 
+def test_a_phase_left_out_of_order_ends_the_innermost_stretch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = fake_dumps(monkeypatch)
+    rec = PhaseRecorder()
+    with PhaseCounts(rec).call("c"):
+        a, b = rec.phase("a"), rec.phase("b")
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)  # "b" is still open: the stretch was b's
+        b.__exit__(None, None, None)
+        b.__exit__(None, None, None)  # never open any more: the stretch was (other)'s
+    assert [m.split("#phase:")[1] for m in made] == [OTHER, "a", "b", "b", OTHER]
+
+
 def test_phases_of_other_threads_are_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     made = fake_dumps(monkeypatch)
     rec = PhaseRecorder()

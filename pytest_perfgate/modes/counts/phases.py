@@ -68,8 +68,16 @@ class _CountedPhase:
         stack.append(self.name)
 
     def __exit__(self, *exc: object) -> None:
-        self.dump_self()
-        self.owner.stack.pop()
+        stack = self.owner.stack
+        if stack and stack[-1] == self.name:  # always so for ``with`` blocks
+            self.dump_self()
+            stack.pop()
+            return
+        # left out of order (entered/exited by hand, or across generators): the stretch
+        # still belongs to the innermost open phase; this phase just stops being open
+        self.owner.dumper(stack[-1] if stack else OTHER)()
+        if self.name in stack:
+            del stack[len(stack) - 1 - stack[::-1].index(self.name)]
 
 
 class _Uncounted:
