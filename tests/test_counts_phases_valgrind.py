@@ -55,6 +55,9 @@ def test_phases_split_the_step_in_proportion_and_add_up_to_it(
                           / "benchmarks.json").read_text())
     assert entries["two.counts.phase.a"]["unit"] == "instructions/env-step"
 
+    again = run_counts("test_two.py::test_two", pytester.path)["two"]  # a second worker
+    assert abs(again.per_step()[0] / counts["samples"][0] - 1) < 1e-3  # design §10: ~1e-4
+    assert again.phase_ir["b"][0] / again.phase_ir["a"][0] == pytest.approx(ratio, rel=1e-3)
     monkeypatch.setenv(ENV_PHASES, "0")  # the same step, counted whole only
     whole = run_counts("test_two.py::test_two", pytester.path)["two"]
     assert whole.phase_ir == {}
