@@ -14,7 +14,9 @@ strict JSON written atomically.
 Series per perfgate benchmark N (asv is lower-is-better throughout, docs/design.md §6):
 ``N.track_s_per_step`` seconds per env-step (the gated series; asv_runner discovers a
 benchmark only when the last part of its name starts with ``track_``, so asv's own runs of
-the suite land on the same name), ``N.phase.<phase>`` seconds per call of each phase.
+the suite land on the same name), ``N.phase.<phase>`` seconds per call of each phase. A
+counts result ``N.counts`` has ``N.counts`` and ``N.counts.phase.<phase>`` (instructions
+per env-step) and ``N.counts.est_cycles``.
 Throughput (env-steps/s) is higher-is-better and asv 0.6.6 has no way to mark a series
 display-only, so it is not exported; it stays in the sidecars and perfgate's reports.
 """
@@ -54,6 +56,19 @@ OLD_ENV_PREFIX = "perfgate-py"  # perfgate-1's own env name
 COUNTS_SOURCE = "perfgate-counts"
 COUNTS_UNIT = "instructions/env-step"
 CYCLES_UNIT = "est. cycles/env-step"
+# extra key of a counts result: instructions per env-step of each perfgate.phase() and of
+# "(other)" (outside any phase), adding up to the whole; series <name>.counts.phase.<phase>
+COUNTS_PHASES_KEY = "phase_instructions_per_step"
+
+
+def counts_phases(extra: Mapping[str, Any]) -> dict[str, float]:
+    """A counts result's per-phase instructions per env-step; a sidecar may hold anything,
+    so only finite numbers under string keys are kept."""
+    value = extra.get(COUNTS_PHASES_KEY)
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: float(v) for k, v in value.items() if isinstance(k, str) and k
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def asv_name(name: str) -> str:
@@ -124,6 +139,9 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
             out[base] = _bench_entry(base, "track", COUNTS_UNIT, name, extra)
             out[f"{base}.est_cycles"] = _bench_entry(f"{base}.est_cycles", "track",
                                                      CYCLES_UNIT, name, extra)
+            for phase in counts_phases(bench.extra):
+                pname = phase_series(name, phase)
+                out[pname] = _bench_entry(pname, "track", COUNTS_UNIT, name, extra)
             continue
         gated = gated_series(name)
         out[gated] = _bench_entry(gated, "track", "seconds", name, extra)
@@ -268,6 +286,8 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
             cycles = bench.extra.get("est_cycles_per_step")
             if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
                 put(f"{base}.est_cycles", float(f"{cycles:.6g}"))
+            for phase, ipe in counts_phases(bench.extra).items():
+                put(phase_series(name, phase), float(f"{ipe:.6g}"))
             continue
         per_step = [s / 1e6 for s in bench.samples]  # sidecars: s per million env-steps
         value, stats = _asv_stats(per_step)
@@ -277,7 +297,8 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
     return rows
 
 
-__all__ = ["COUNTS_SOURCE", "ASV_RESULT_COLUMNS", "ASV_PARAM_KEYS", "SERIES_VERSION",
+__all__ = ["COUNTS_SOURCE", "COUNTS_PHASES_KEY", "counts_phases", "ASV_RESULT_COLUMNS",
+           "ASV_PARAM_KEYS", "SERIES_VERSION",
            "SERIES_PREFIX", "GATED_SUFFIX", "ASV_ENV_TYPE", "OLD_ENV_PREFIX", "asv_name",
            "gated_series", "phase_series", "asv_env_name", "python_minor", "asv_written",
            "current_row", "current_entry", "asv_params_from_meta", "write_machine_json",

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.placement.spec import placement_line
+from pytest_perfgate.history.asv import COUNTS_SOURCE, counts_phases
 from pytest_perfgate.core.judged import Judged
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
@@ -27,10 +28,16 @@ def _num(x: float | None) -> str:
 
 
 def top_phase(j: Judged) -> str:
-    """The phase that grew most against the baseline, else the biggest phase."""
+    """The phase that grew most against the baseline, else the biggest phase (for a counts
+    result: the phase with the most instructions)."""
     phases = j.result.phases
     if not phases:
-        return "-"
+        counted = counts_phases(j.result.extra) if j.result.source == COUNTS_SOURCE else {}
+        total = sum(counted.values())
+        if total <= 0:
+            return "-"
+        n = max(counted, key=lambda k: counted[k])  # instructions: the biggest share
+        return f"{n} {counted[n] / total:.0%}"
     grown = {n: p.ms_per_call - j.baseline_phases[n] for n, p in phases.items()
              if n in j.baseline_phases}
     if grown and max(grown.values()) > 0:
@@ -76,11 +83,23 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         warns = r.extra.get("placement_warnings")
         for warn in warns if isinstance(warns, list) else []:
             out.append(f"{r.name}: placement warning: {warn}")
+        by_phase = counts_phases(r.extra) if r.source == COUNTS_SOURCE else {}
+        if by_phase:
+            out.append(f"{r.name}: {phase_line(by_phase)}")
         if r.remeasured or r.polluted_kept:
             out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
                        + (f", {r.polluted_kept} polluted window(s) kept (re-measure budget "
                           "spent)" if r.polluted_kept else ""))
     return out
+
+
+def phase_line(by_phase: Mapping[str, float]) -> str:
+    """Instructions per env-step by phase, largest first, with each one's share of the
+    sum (the phases and ``(other)`` add up to the whole step, docs/design.md §10)."""
+    total = sum(by_phase.values())
+    parts = [f"{n} {_num(v)} ({v / total:.0%})" if total > 0 else f"{n} {_num(v)}"
+             for n, v in sorted(by_phase.items(), key=lambda kv: -kv[1])]
+    return "instructions/env-step by phase: " + ", ".join(parts)
 
 
 def explain(j: Judged, run_id: str | None = None) -> str:

@@ -68,6 +68,12 @@ def _request_fn() -> Any:
     return _fn
 
 
+def request_fn() -> Any:
+    """The raw request function, ``fn(address of [code, arg1..arg5], default)``: for callers
+    that prepare their argument block once (a phase boundary inside a counted call)."""
+    return _request_fn()
+
+
 def request(code: int, *args: int, default: int = 0) -> int:
     """Issue client request ``code`` with up to five integer arguments."""
     block = (ctypes.c_uint64 * 6)(code, *args, *([0] * (5 - len(args))))
@@ -101,5 +107,6 @@ def dump_stats_at(label: str) -> None:
     request(DUMP_STATS_AT, ctypes.addressof(text))
 
 
-__all__ = ["unsupported", "request", "running_on_valgrind", "zero_stats", "toggle_collect",
+__all__ = ["unsupported", "request", "request_fn", "running_on_valgrind", "zero_stats",
+           "toggle_collect",
            "start_instrumentation", "stop_instrumentation", "dump_stats_at"]

@@ -4,9 +4,10 @@ Each ``measure()`` is first measured and judged in wall time exactly as the hist
 does; then, for a test that counts, its counting worker (:mod:`.runner`) runs once per test
 and each benchmark gets a second result ``<name>.counts``: samples are instructions per
 env-step of the counted calls (lower is better, like the wall-time samples), judged by the
-same gate against the same benchmark's earlier counts. Counts of a deterministic step do
-not vary, so the spread is ~0 and the threshold decides; when they do vary, the spread the
-gate sees says so (docs/design.md §10).
+same gate against the same benchmark's earlier counts. Instructions per env-step of each
+``perfgate.phase()`` (and ``(other)``) are recorded beside them for display, not gated.
+Counts of a deterministic step do not vary, so the spread is ~0 and the threshold decides;
+when they do vary, the spread the gate sees says so (docs/design.md §10).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.measure import LoopSource, WindowSource
 from pytest_perfgate.core.results import BenchResult
-from pytest_perfgate.history.asv import COUNTS_SOURCE  # the asv series of a counts result
+from pytest_perfgate.history.asv import COUNTS_PHASES_KEY, COUNTS_SOURCE  # asv series
 from pytest_perfgate.modes.base import BenchCall
+from pytest_perfgate.modes.counts import phases
 from pytest_perfgate.modes.counts.runner import L1_MISS_CYCLES, LL_MISS_CYCLES, Counts, CountsError
 from pytest_perfgate.modes.counts.side import NOT_A_LOOP
 from pytest_perfgate.modes.history import HistoryMode
@@ -44,7 +46,9 @@ def counts_result(c: Counts, name: str) -> BenchResult:
         extra={"instructions_per_step": statistics.median(ipe),
                "est_cycles_per_step": statistics.median(cyc),
                "est_cycles_samples": [float(x) for x in cyc], "est_cycles_formula": FORMULA,
-               "counted_calls": len(ipe), "events_last_call": dict(c.events)})
+               "counted_calls": len(ipe), "events_last_call": dict(c.events),
+               **({COUNTS_PHASES_KEY: phases.per_step(c.phase_ir, c.transitions)}
+                  if c.phase_ir else {})})
 
 
 def reword(j: Judged) -> Judged:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.modes.counts import client
+from pytest_perfgate.modes.counts import client, phases
 from pytest_perfgate.modes.counts.side import ENV_OUT
 from pytest_perfgate.sim.settled import CACHE_ENV, cache_dir
 
@@ -49,6 +49,7 @@ class Counts:
     est_cycles: tuple[int, ...]
     events: dict[str, int] = field(default_factory=dict)  # the last call's raw events
     phases_s: dict[str, float] = field(default_factory=dict)  # where the worker's time went
+    phase_ir: dict[str, tuple[int, ...]] = field(default_factory=dict)  # Ir per phase, per call
 
     def per_step(self) -> tuple[float, ...]:
         return tuple(i / self.transitions for i in self.instructions)
@@ -162,11 +163,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def collect(out: Path, nodeid: str, code: int) -> dict[str, Counts]:
     """The counts a finished worker left in ``out``."""
-    dumps = {}
-    for path in out.glob("cg.out*"):
-        trigger, events = read_dump(path)
-        if trigger:
-            dumps[trigger] = events
+    dumps = phases.read_dumps(sorted(out.glob("cg.out*")), read_dump)
     found: dict[str, Counts] = {}
     for path in sorted(out.glob("bench-*.json")):
         entry = json.loads(path.read_text())
@@ -176,11 +173,15 @@ def collect(out: Path, nodeid: str, code: int) -> dict[str, Counts]:
         if missing:
             raise CountsError(f"the counting worker for {nodeid} left no dump for "
                               f"{missing[0]}.{_tail(out)}")
-        ev = [dumps[lb] for lb in entry["labels"]]
+        calls = [phases.split_call(dumps, lb) for lb in entry["labels"]]  # (whole, phases)
+        ev = [whole for whole, _ in calls]
+        names = sorted({p for _, per in calls for p in per})
         found[entry["name"]] = Counts(entry["name"], int(entry["transitions"]),
                                       tuple(e.get("Ir", 0) for e in ev),
                                       tuple(est_cycles(e) for e in ev), ev[-1],
-                                      _phases(out, entry))
+                                      _phases(out, entry),
+                                      {p: tuple(per.get(p, 0) for _, per in calls)
+                                       for p in names})
     if not found:
         raise CountsError(f"the counting worker for {nodeid} (exit code {code}) reached no "
                           f"perfgate.measure() call.{_tail(out)}")

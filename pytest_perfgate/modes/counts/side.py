@@ -22,6 +22,7 @@ from pytest_perfgate.core.measure import LoopSource, WindowSource
 from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.modes.base import BenchCall
 from pytest_perfgate.modes.counts import client
+from pytest_perfgate.modes.counts.phases import PhaseCounts, enabled
 
 ENV_OUT = "PERFGATE_COUNTS_OUT"  # the folder a counting worker writes to
 WARMUP_CALLS = 2  # uninstrumented (fast): Python specialises, caches fill, buffers settle
@@ -89,19 +90,22 @@ def count_calls(source: LoopSource, name: str, phases: dict[str, float] | None =
     ``phases`` receives the seconds each part took."""
     step = source.step
     times = phases if phases is not None else {}
+    counter = PhaseCounts(source.recorder, enabled())  # per-phase dumps (phases.py)
     t0 = time.monotonic()
-    for _ in range(WARMUP_CALLS):
-        step()
+    with counter.learning():
+        for _ in range(WARMUP_CALLS):
+            step()
     t1 = time.monotonic()
     client.start_instrumentation()  # a no-op when instrumentation started at launch
-    labels = []
+    labels: list[str] = []
     for i in range(COUNTED_CALLS):
-        client.zero_stats()
-        client.toggle_collect()
-        step()
-        client.toggle_collect()
         labels.append(label(name, i))
-        client.dump_stats_at(labels[-1])
+        with counter.call(labels[-1]):
+            client.zero_stats()
+            client.toggle_collect()
+            step()
+            client.toggle_collect()
+            client.dump_stats_at(labels[-1])
     client.stop_instrumentation()  # the rest of the run at valgrind's uninstrumented speed
     times.update(warmup=t1 - t0, counted=time.monotonic() - t1)
     return labels
