@@ -157,15 +157,28 @@ PLOT_JS = r"""() => {
 }"""
 
 
+# asv 0.6.6's page can draw a plot while it has its graph display hidden between two of its
+# own URL updates; flot then throws this. It depends on timing (seen under load average ~4),
+# not on the data: such a load is repeated once, and a second occurrence fails the test.
+ASV_REDRAW_RACE = "Invalid dimensions for plot"
+
+
 def _open_graph(page: Any, log: PageLog, base: str, series: str) -> dict[str, Any]:
-    page.goto("about:blank")  # a new hash alone would keep the previous plot around
-    page.goto(f"{base}index.html#{series}", wait_until="networkidle")
-    page.wait_for_function("() => document.body.innerText.includes('origin of swallow') || "
-                           "(window.$ && $('#main-graph').data('plot') !== undefined)")
-    if "origin of swallow" in page.inner_text("body"):  # asv's page when a script is missing
-        pytest.fail(f"asv's scripts did not load: {log}")
-    drawn: dict[str, Any] = page.evaluate(PLOT_JS)
-    return drawn
+    for attempt in (1, 2):
+        before = len(log.errors)
+        page.goto("about:blank")  # a new hash alone would keep the previous plot around
+        page.goto(f"{base}index.html#{series}", wait_until="networkidle")
+        page.wait_for_function("() => document.body.innerText.includes('origin of swallow') || "
+                               "(window.$ && $('#main-graph').data('plot') !== undefined)")
+        if "origin of swallow" in page.inner_text("body"):  # asv's page when a script is missing
+            pytest.fail(f"asv's scripts did not load: {log}")
+        drawn: dict[str, Any] = page.evaluate(PLOT_JS)
+        raced = log.errors[before:]
+        if attempt == 1 and raced and all(ASV_REDRAW_RACE in e for e in raced):
+            del log.errors[before:]
+            continue
+        return drawn
+    raise AssertionError("unreachable")
 
 
 def _keep_screenshot(page: Any, tmp_path: Path, name: str) -> Path:
