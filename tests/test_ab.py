@@ -104,3 +104,25 @@ def test_unknown_base_revision_is_a_usage_error(pytester: pytest.Pytester) -> No
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--perfgate-ab 'nosuchbranch': not a commit of the "
                               "repository at*"])
+
+
+def test_a_test_new_in_head_is_measured_alone_and_has_no_baseline(
+        pytester: pytest.Pytester) -> None:
+    """A pull request that adds a perf test (a new file, or a new function in a file the
+    base has) gets NO BASELINE for it, never an infrastructure error or a regression."""
+    repo(pytester, "time.sleep(0.002 * SLOW)")
+    pytester.makepyfile(test_new=PERF.format(slow=1.0, body="time.sleep(0.002 * SLOW)"))
+    with open(pytester.path / "test_perf.py", "a") as f:
+        f.write("\n\ndef test_added(perfgate):\n"
+                "    perfgate.measure(lambda: time.sleep(0.002), transitions=8)\n")
+    git(pytester, "add", "-A")
+    git(pytester, "commit", "-qm", "new perf tests")
+    res = pytester.runpytest_subprocess(*ARGS, "test_new.py", "test_perf.py::test_added",
+                                        timeout=300)
+    res.assert_outcomes(passed=2)
+    out = res.stdout.str()
+    for test_id in ("test_new.py::test_walk", "test_perf.py::test_added"):
+        assert ("NO BASELINE: the base revision HEAD~1 (" in out
+                and f"has no test {test_id}: a benchmark new in this revision" in out), out
+    assert "REGRESSION" not in out and "SideError" not in out
+    no_leftovers(pytester)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from pytest_perfgate.core.gate import decide, paired_evidence, unstable
+from pytest_perfgate.core.gate import decide, no_baseline, paired_evidence, unstable
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
-from pytest_perfgate.modes.ab.remote import Pair, Side, SideError, SideSpec
+from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
 
 AB = "ab"  # the run's "mode" metadata: kept out of the history mode's baselines
@@ -116,7 +116,12 @@ class ABController:
             pair = Pair(Side(ab.base, call.test_id, ab.plugin_root),
                         Side(ab.head, call.test_id, ab.plugin_root))
             self._pairs[call.test_id] = pair
-        base_src, head_src = pair.next_bench(call.name)
+        try:
+            base_src, head_src = pair.next_bench(call.name)
+        except SideError:
+            if pair.base.proc.poll() is None or not pair.base.lacks_test():
+                raise
+            return self._new_in_head(pair, call)
         mb, mh = measure_pair(base_src, head_src, self.meter(), self.turns, self.turn_s)
         pair.done()
         info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
@@ -130,6 +135,25 @@ class ABController:
         base = summarize(call.name, mb, call.transitions)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
                    {n: p.ms_per_call for n, p in base.phases.items()})
+        self.sink(j)
+        return j
+
+    def _new_in_head(self, pair: Pair, call: BenchCall) -> Judged:
+        """A test the base revision does not have (a new file, function or parameter): the
+        head is measured alone and recorded, NO BASELINE, never a regression or an error."""
+        ab = self.setup
+        reach(pair.head, call.name)
+        m = self.meter().measure(RemoteSource(pair.head))
+        with contextlib.suppress(OSError):
+            pair.head.conn.send(("done",))
+        result = summarize(call.name, m, call.transitions,
+                           extra={**dict(call.extra), "ab_base": ab.base_label,
+                                  "ab_base_commit": ab.base_commit})
+        verdict = no_baseline(
+            f"the base revision {ab.base_label} ({ab.base_commit[:10]}) has no test "
+            f"{call.test_id}: a benchmark new in this revision has nothing to compare with; "
+            "measured and recorded, not gated")
+        j = Judged(result, verdict, call.rule, call.test_id, [], None, {})
         self.sink(j)
         return j
 

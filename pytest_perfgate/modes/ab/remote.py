@@ -131,6 +131,12 @@ class Side:
         return SideError(f"{self.spec.role} side ({self.command} in {self.spec.cwd}) {what} "
                          f"[{how}]. Its output ends with:\n{self.output_tail()}")
 
+    def lacks_test(self) -> bool:
+        """True when this side's pytest ended because its revision has no such test (exit 4
+        "not found": a new file or function; exit 5: nothing collected)."""
+        code = self.proc.poll()
+        return code == 5 or (code == 4 and "not found" in self.output_tail())
+
     def output_tail(self) -> str:
         with contextlib.suppress(OSError, ValueError):
             self.log.seek(0)
@@ -183,6 +189,15 @@ class RemoteSource:
         return _decode(msg)
 
 
+def reach(side: Side, name: str) -> None:
+    """Wait until ``side`` reaches the ``measure()`` call of benchmark ``name``."""
+    msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}",
+                    " (the bound for starting a side, importing and collecting its test)")
+    if msg[0] != "bench" or msg[1] != name:
+        raise SideError(f"{side.spec.role} side reached {msg[:2]!r}, expected "
+                        f"('bench', {name!r}): do base and head run the same test?")
+
+
 @dataclass
 class Pair:
     """Both sides of one test, started together and closed together."""
@@ -199,12 +214,7 @@ class Pair:
     def next_bench(self, name: str) -> tuple[RemoteSource, RemoteSource]:
         """Wait until both sides reach the ``measure()`` call of benchmark ``name``."""
         for side in (self.base, self.head):
-            msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}",
-                            " (the bound for starting a side, importing and collecting "
-                            "its test)")
-            if msg[0] != "bench" or msg[1] != name:
-                raise SideError(f"{side.spec.role} side reached {msg[:2]!r}, expected "
-                                f"('bench', {name!r}): do base and head run the same test?")
+            reach(side, name)
         return RemoteSource(self.base), RemoteSource(self.head)
 
     def done(self) -> None:
