@@ -82,12 +82,13 @@ class CountsMode:
         return self.history.tag
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
-        j = self.history.measure(source, call)
-        if not call.counts or self.history.smoke:
-            return j
-        if not isinstance(source, LoopSource):  # refused here, before a valgrind worker
+        counting = call.counts and not self.history.smoke
+        if counting and not isinstance(source, LoopSource):  # before anything is measured
             raise CountsError(f"{call.name}: {NOT_A_LOOP}; mark the test "
                               "@pytest.mark.perfgate(counts=False) to keep its wall-time verdict")
+        j = self.history.measure(source, call)
+        if not counting:
+            return j
         counts = self._counts.get(call.test_id)
         if counts is None:
             from pytest_perfgate.modes.counts.runner import run_counts
