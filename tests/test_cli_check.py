@@ -13,11 +13,11 @@ from pytest_perfgate.history.store import History
 
 
 def _record(results: Path, runs: list[tuple[str, float]], machine: str = "box",
-            mode: str = "history") -> None:
+            mode: str = "history", threshold: float | None = None) -> None:
     rng = random.Random(7)
     for i, (commit_digit, level) in enumerate(runs):
         samples = tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8))
-        b = BenchResult("walk", samples, 1e6 / level, verdict="OK")
+        b = BenchResult("walk", samples, 1e6 / level, verdict="OK", threshold=threshold)
         History(results, machine).record(RunRecord(
             f"20240101T0000{i:02d}-aaaa{i:02d}", float(i), commit_digit * 40, 0, "main", False,
             machine, "fp", {"mode": mode}, {"walk": b}))
@@ -41,6 +41,21 @@ def test_a_regressed_history_exits_1_and_a_clean_one_0(tmp_path: Path, capsys) -
     # An earlier run by id: the first run has nothing before it.
     assert main([*argv, "--results-dir", str(slow), "20240101T000000-aaaa00"]) == 0
     assert "NO BASELINE" in capsys.readouterr().out
+
+
+def test_a_run_is_judged_again_at_the_threshold_it_was_recorded_with(tmp_path: Path,
+                                                                     capsys) -> None:
+    """A project that sets perfgate_threshold = 1% gets the same verdict from check as from
+    its pytest run; --threshold still overrides, and old records fall back to 5%."""
+    strict, old = tmp_path / "strict", tmp_path / "old"
+    _record(strict, BASE + [("6", 10.3)], threshold=0.01)  # 3% slower
+    _record(old, BASE + [("6", 10.3)])
+    argv = ["check", "--repo", str(tmp_path), "--results-dir"]
+    assert main([*argv, str(strict)]) == 1
+    assert "(threshold 1%)" in capsys.readouterr().out
+    assert main([*argv, str(strict), "--threshold", "10%"]) == 0
+    assert main([*argv, str(old)]) == 0
+    assert " OK " in capsys.readouterr().out
 
 
 def test_missing_history_is_an_infrastructure_error_not_a_pass(tmp_path: Path, capsys) -> None:

@@ -43,10 +43,11 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
     add_history_arguments(ap)
     ap.add_argument("--repo", type=Path, default=Path.cwd(),
                     help="the git checkout whose history decides ancestry (default: here)")
-    ap.add_argument("--threshold", type=argparse_type(parse_fraction),
-                    default=d.default_threshold(),
-                    help=f"throughput drop that fails (default {d.default_threshold():.0%})"
-                    .replace("%", "%%"))
+    ap.add_argument("--threshold", type=argparse_type(parse_fraction), default=None,
+                    help="throughput drop that fails (default: the threshold each "
+                    "benchmark was judged at when it was recorded, i.e. its marker or the "
+                    f"project's perfgate_threshold; {d.default_threshold():.0%} for a run "
+                    "recorded without one)".replace("%", "%%"))
     ap.add_argument("--alpha", type=argparse_type(parse_alpha), default=d.alpha,
                     help=f"one-sided significance level (default {d.alpha})")
     ap.add_argument("--baseline-runs", type=argparse_type(parse_positive_int),
@@ -60,14 +61,14 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
 
 def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
     """(results dir, machine, its runs), or the infrastructure exit status (printed)."""
-    from pytest_perfgate.history.store import History
+    from pytest_perfgate.history.store import History, recorded_machines
 
     results, machine = history_location(args)
     if not results.is_dir():
         return _infra(args, f"no history at {results}: record runs with `pytest --perfgate` "
                       "first, or pass --results-dir")
     if machine is None:
-        machines = sorted(p.name for p in results.iterdir() if (p / "perfgate").is_dir())
+        machines = recorded_machines(results)
         if not machines:
             return _infra(args, f"no machine in {results} has recorded runs")
         if len(machines) > 1:
@@ -117,10 +118,12 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
     judged: list[Judged] = []
     mode = HistoryMode(False, _no_meter, judged.append, lambda: ctx, args.baseline_runs,
                        baseline, records=None)
-    rule = Rule(threshold=args.threshold, alpha=args.alpha, unstable=args.unstable,
-                inconclusive=args.inconclusive)
     for name in sorted(run.benchmarks):
-        mode.judge(run.benchmarks[name], name, rule)
+        b = run.benchmarks[name]
+        threshold = args.threshold if args.threshold is not None else (
+            b.threshold if b.threshold is not None else Options().default_threshold())
+        mode.judge(b, name, Rule(threshold=threshold, alpha=args.alpha,
+                                 unstable=args.unstable, inconclusive=args.inconclusive))
     return judged
 
 

@@ -43,6 +43,9 @@ class BenchResult:
     # The gate's outcome for this run ("OK", "REGRESSION"...; None: not judged). A run
     # whose benchmark failed the gate serves no baseline until accepted (docs/design.md §2).
     verdict: str | None = None
+    # The threshold that verdict was reached at (the test's marker, else the session's
+    # option): ``perfgate check``/``report`` judge the run again at it (None: older records).
+    threshold: float | None = None
     # Where the test that measured it is defined: file relative to the git checkout's top
     # level (posix), 1-based line; None in records written before they were kept. CI
     # annotations point at it (docs/design.md §12).
@@ -85,6 +88,10 @@ class BenchResult:
         line = kw.get("test_line")
         if line is not None and line < 1:
             raise ValueError(f"{where}field 'test_line' is {line!r}, expected a line number >= 1")
+        t = kw.get("threshold")
+        if t is not None and not (math.isfinite(t) and 0 < t < 1):
+            raise ValueError(f"{where}field 'threshold' is {t!r}, expected a fraction "
+                             "between 0 and 1")
         return cls(samples=tuple(float(x) for x in raw), phases=phases, **kw)
 
 
@@ -93,7 +100,7 @@ _BENCH_KINDS: dict[str, Any] = {
     "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
     "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
-    "test_line": (int, None)}
+    "test_line": (int, None), "threshold": (float, None)}
 
 
 @dataclass(frozen=True)

@@ -209,7 +209,8 @@ class GateSession:
         tag = self.mode.tag
         if tag is None or not self.options.record or not self.judged:
             return None  # smoke mode, an A/B side (its controller records), or nothing
-        benches = {j.result.name: replace(j.result, verdict=j.verdict.outcome.value)
+        benches = {j.result.name: replace(j.result, verdict=j.verdict.outcome.value,
+                                          threshold=j.rule.threshold)
                    if j.verdict is not None else j.result for j in self.judged}
         run, self.record_path = self.open_history().record(
             self.run_id, self.started_at, benches, tag)
