@@ -42,8 +42,11 @@ def plugin_run(run_id: str, commit: str, started: float, s_per_msteps: float = 1
 
 def asv_writes(h: History, commit: str, rows: dict[str, list[Any]], date: int = 1_700_000_000_000
                ) -> Path:
-    """What `asv run` leaves behind: its result file (merged with ours if present)."""
+    """What `asv run` leaves behind: its result file (merged with ours if present), and
+    the machine's machine.json."""
     h.machine_dir.mkdir(parents=True, exist_ok=True)
+    if not (h.machine_dir / "machine.json").exists():
+        (h.machine_dir / "machine.json").write_text(json.dumps({**PARAMS, "version": 1}))
     path = h.machine_dir / f"{commit[:8]}-{ENV}.json"
     old = json.loads(path.read_text()) if path.exists() else {"results": {}}
     data = {"commit_hash": commit, "env_name": ENV, "date": date, "params": PARAMS,
@@ -163,9 +166,9 @@ def test_perfgate_check_judges_an_asv_run_against_earlier_asv_runs(
 
     for i, (commit, value) in enumerate(((C1, 10.0e-6), (C2, 10.3e-6), (C3, 40e-6))):
         asv_writes(h, commit, {"walk.track_s_per_step": asv_row(value, (i + 1) * 100_000)})
-    h.machine_dir.joinpath("perfgate").mkdir()  # what `perfgate check` lists machines by
+    assert not h.machine_dir.joinpath("perfgate").exists()  # asv alone recorded this machine
     status = main(["check", f"asv-{C3[:12]}-{ENV}", "--results-dir", str(h.results_dir),
-                   "--machine", "box", "--repo", str(tmp_path)])
+                   "--repo", str(tmp_path)])  # the one machine folder: no --machine needed
     out = capsys.readouterr().out
     assert out.startswith(f"perfgate check: run asv-{C3[:12]}-{ENV} of machine 'box'"), out
     assert "walk: REGRESSION: throughput fell 74.6%" in out, out  # 4x slower than C1, C2

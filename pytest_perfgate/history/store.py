@@ -124,6 +124,13 @@ class History:
             yield run
 
 
+def recorded_machines(results_dir: Path) -> list[str]:
+    """The machine folders of ``results_dir`` with runs: perfgate's run records, or only an
+    asv ``machine.json`` (a machine that ``asv run`` alone has recorded)."""
+    return sorted(p.name for p in results_dir.iterdir()
+                  if (p / SIDECAR_DIR).is_dir() or (p / "machine.json").is_file())
+
+
 def check_asv_names(run: RunRecord) -> None:
     """Raise ValueError unless every benchmark and phase name of ``run`` can be an asv
     series (:func:`asv_name`): one such run would stop its whole commit's asv file."""
@@ -136,7 +143,8 @@ def check_asv_names(run: RunRecord) -> None:
                 raise ValueError(f"benchmark {name!r}: phase {phase!r}: {exc}") from None
 
 
-__all__ = ["History", "HistoryWarning", "SIDECAR_DIR", "SIDECAR_SUFFIX", "validate_path_name",
+__all__ = ["History", "HistoryWarning", "SIDECAR_DIR", "SIDECAR_SUFFIX", "recorded_machines",
+           "validate_path_name",
            # re-exported for session/, report/, modes/ and older callers:
            "atomic_write", "sweep_stale_temps", "TMP_SUFFIX", "STALE_TMP_S", "DEFAULT_RESULTS",
            "default_results_dir", "select_baseline", "describe_other_fingerprints",

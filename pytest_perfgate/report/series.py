@@ -7,7 +7,9 @@ one :class:`Series` per benchmark and series kind:
 * ``gated``: the run medians of the gated samples (seconds per million env-steps, i.e.
   microseconds per env-step), shown as env-steps/s;
 * ``counts``: the ``<name>.counts`` result of the counts mode (instructions per env-step);
-* ``phase.NAME``: one phase's milliseconds per call.
+* ``phase.NAME``: one phase's milliseconds per call;
+* ``counts.est_cycles``: the counts mode's estimated cycles per env-step (not gated);
+* ``counts.phase.NAME``: one phase's instructions per env-step (not gated).
 
 Callers pass only history-mode runs (``modes.history.is_history_run``, which this layer may
 not import): an A/B run's samples are short turns taken between turns of another process, a
@@ -28,6 +30,8 @@ from pytest_perfgate.core.results import BenchResult, RunRecord
 GATED = "gated"
 COUNTS = "counts"
 PHASE = "phase."
+CYCLES = "counts.est_cycles"
+COUNTS_PHASE = "counts.phase."
 COUNTS_SUFFIX = ".counts"  # modes/counts/mode.py names a counts result so
 STEPS_PER_SAMPLE_UNIT = 1e6  # BenchResult.samples are seconds per million env-steps
 
@@ -81,11 +85,14 @@ def cause(s: Series, index: int) -> str:
 
 
 def parse_kind(text: str) -> str:
-    """``gated``, ``counts`` or ``phase.NAME``; ValueError names the value and the fix."""
-    if text in (GATED, COUNTS) or (text.startswith(PHASE) and len(text) > len(PHASE)):
+    """``gated``, ``counts``, ``phase.NAME``, ``counts.est_cycles`` or ``counts.phase.NAME``;
+    ValueError names the value and the fix."""
+    if text in (GATED, COUNTS, CYCLES) or any(
+            text.startswith(pre) and len(text) > len(pre) for pre in (PHASE, COUNTS_PHASE)):
         return text
-    raise ValueError(f"series {text!r} is not one of gated, counts, phase.NAME: use e.g. "
-                     "--series gated or --series phase.physics")
+    raise ValueError(f"series {text!r} is not one of gated, counts, phase.NAME, "
+                     "counts.est_cycles, counts.phase.NAME: use e.g. --series gated or "
+                     "--series phase.physics")
 
 
 def benchmark_names(runs: Sequence[RunRecord]) -> list[str]:
@@ -135,12 +142,16 @@ def series(runs: Sequence[RunRecord], benchmark: str, kind: str = GATED) -> Seri
 
     ordered = sorted(runs, key=lambda r: r.started_at)
     points: list[Point] = []
-    unit = {GATED: "us/env-step", COUNTS: COUNTS_UNIT}.get(kind, "ms/call")
+    unit = {GATED: "us/env-step", COUNTS: COUNTS_UNIT, CYCLES: "est. cycles/env-step"}.get(
+        kind, COUNTS_UNIT if kind.startswith(COUNTS_PHASE) else "ms/call")
     for run in ordered:
-        if kind == COUNTS:
+        if kind.startswith(COUNTS):
             b = run.benchmarks.get(benchmark + COUNTS_SUFFIX)
             if b is not None:
-                points.append(Point(run, b.value, _spread(b.samples), b.verdict))
+                value = _counts_value(b, kind)
+                if value is not None:
+                    points.append(Point(run, value, _spread(b.samples) if kind == COUNTS
+                                        else None, b.verdict))
             continue
         b = run.benchmarks.get(benchmark)
         if b is None or _is_counts(b):
@@ -156,14 +167,30 @@ def series(runs: Sequence[RunRecord], benchmark: str, kind: str = GATED) -> Seri
     return Series(benchmark, kind, unit, tuple(points))
 
 
+def _counts_value(b: BenchResult, kind: str) -> float | None:
+    """The value of a counts series in the counts result ``b`` (None: not recorded there)."""
+    from pytest_perfgate.history.asv import counts_phases
+
+    if kind == COUNTS:
+        return b.value
+    v = (b.extra.get("est_cycles_per_step") if kind == CYCLES
+         else counts_phases(b.extra).get(kind[len(COUNTS_PHASE):]))
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+        return float(v)
+    return None
+
+
 def _no_such_series(runs: Sequence[RunRecord], benchmark: str, kind: str) -> str:
     phases = sorted({p for r in runs for p in getattr(r.benchmarks.get(benchmark), "phases",
                                                       {})})
-    has_counts = any(benchmark + COUNTS_SUFFIX in r.benchmarks for r in runs)
-    have = ([GATED] + ([COUNTS] if has_counts else [])
-            + [PHASE + p for p in phases])
-    fix = ("record counts with --perfgate-counts" if kind == COUNTS else
-           "name a recorded phase")
+    counted = [r.benchmarks[benchmark + COUNTS_SUFFIX] for r in runs
+               if benchmark + COUNTS_SUFFIX in r.benchmarks]
+    has_cycles = any(_counts_value(b, CYCLES) is not None for b in counted)
+    cphases = sorted({p for b in counted for p in _counts_phase_names(b)})
+    have = ([GATED] + ([COUNTS] if counted else []) + [PHASE + p for p in phases]
+            + ([CYCLES] if has_cycles else []) + [COUNTS_PHASE + p for p in cphases])
+    fix = ("record counts with --perfgate-counts" if kind in (COUNTS, CYCLES) or (
+        kind.startswith(COUNTS_PHASE) and not cphases) else "name a recorded phase")
     return (f"benchmark {benchmark!r} has no {kind!r} series in this history ({fix}); its "
             f"series: {', '.join(have)}")
 
@@ -184,7 +211,7 @@ class MachineHistory:
         """Read the sidecars (a bad one is skipped with a HistoryWarning naming it) and keep
         the runs ``keep`` accepts. OSError / SeriesError say why there is no history to read,
         and the fix."""
-        from pytest_perfgate.history.store import SIDECAR_DIR, History
+        from pytest_perfgate.history.store import History, recorded_machines
 
         if results_dir.exists() and not results_dir.is_dir():
             raise OSError(f"the history folder {results_dir} is a file: pass the results "
@@ -192,8 +219,7 @@ class MachineHistory:
         if not results_dir.is_dir():
             raise OSError(f"no history at {results_dir}: record runs with `pytest --perfgate` "
                           "first, or pass --results-dir")
-        machines = sorted(p.name for p in results_dir.iterdir()
-                          if (p / SIDECAR_DIR).is_dir())
+        machines = recorded_machines(results_dir)
         if machine is None:
             if not machines:
                 raise OSError(f"no machine in {results_dir} has recorded runs: record runs "
@@ -211,5 +237,12 @@ class MachineHistory:
         return cls(results_dir, machine, kept, len(runs) - len(kept))
 
 
-__all__ = ["COUNTS", "GATED", "cause", "MachineHistory", "PHASE", "Point", "Series", "SeriesError",
+def _counts_phase_names(b: BenchResult) -> list[str]:
+    from pytest_perfgate.history.asv import counts_phases
+
+    return list(counts_phases(b.extra))
+
+
+__all__ = ["COUNTS", "COUNTS_PHASE", "CYCLES", "GATED", "cause", "MachineHistory", "PHASE",
+           "Point", "Series", "SeriesError",
            "benchmark_names", "parse_kind", "resolve_benchmark", "series"]
