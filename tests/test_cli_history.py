@@ -33,8 +33,11 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
                                         verdict="OK")
             if counts is not None:
                 c = (counts[i],) * 3
+                extra = {"est_cycles_per_step": counts[i] * 1.25,
+                         "phase_instructions_per_step": {"physics": counts[i] * 0.95,
+                                                         "reset": counts[i] * 0.05}}
                 benches[name + ".counts"] = BenchResult(name + ".counts", c, 0.0,
-                                                        source=COUNTS_SOURCE)
+                                                        source=COUNTS_SOURCE, extra=extra)
         digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
         run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
                         "main", dirty, machine, fingerprints[i] if fingerprints else "fp",
@@ -130,6 +133,24 @@ def test_counts_and_phase_series(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("perfgate history: walk, phase.physics series, 12 run(s)")
     assert out[2].split()[-3:] == ["64", "-", "OK"]  # ms per call, no spread of one value
+    assert history("walk", "--results-dir", str(tmp_path), "--series",
+                   "counts.phase.physics") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("perfgate history: walk, counts.phase.physics series, 12 run(s)")
+    assert out[1].split()[-3:] == ["instructions/env-step", "spread", "verdict"]
+    assert out[2].split()[-3] == "5.51M"
+    assert any(line.startswith(">> change point: +1.0% instructions/env-step (5.51M -> "
+                               "5.565M), began at commit 7777777777") for line in out), out
+    assert history("walk", "--results-dir", str(tmp_path), "--series", "counts.est_cycles") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[-3:] == ["cycles/env-step", "spread", "verdict"]
+    assert out[2].split()[-3] == "7.25M"
+    with pytest.raises(SystemExit):
+        history("walk", "--results-dir", str(tmp_path), "--series", "counts.phase.nope")
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "perfgate history: error: benchmark 'walk' has no 'counts.phase.nope' series in this "
+        "history (name a recorded phase); its series: gated, counts, phase.physics, "
+        "counts.est_cycles, counts.phase.physics, counts.phase.reset")
 
 
 def test_unknown_and_ambiguous_names_and_series_are_usage_errors(tmp_path: Path,
@@ -157,7 +178,8 @@ def test_unknown_and_ambiguous_names_and_series_are_usage_errors(tmp_path: Path,
         "history (name a recorded phase); its series: gated, phase.physics")
     assert usage_error(capsys, "test_run", *r, "--series", "wall") == (
         "perfgate history: error: --series: series 'wall' is not one of gated, counts, "
-        "phase.NAME: use e.g. --series gated or --series phase.physics")
+        "phase.NAME, counts.est_cycles, counts.phase.NAME: use e.g. --series gated or "
+        "--series phase.physics")
 
 
 def test_machines_unknown_or_ambiguous(tmp_path: Path, capsys) -> None:

@@ -113,8 +113,10 @@ class HistoryCommand(Command):
         add_history_arguments(ap)
         ap.add_argument("--series", default=GATED, metavar="SERIES",
                         help="gated (run medians of the gated wall-time samples, default), "
-                        "counts (instructions per env-step, --perfgate-counts) or "
-                        "phase.NAME (one phase's ms per call)")
+                        "counts (instructions per env-step, --perfgate-counts), "
+                        "phase.NAME (one phase's ms per call), counts.est_cycles (estimated "
+                        "cycles per env-step) or counts.phase.NAME (one phase's "
+                        "instructions per env-step)")
         return ap
 
     @classmethod
