@@ -16,6 +16,16 @@
         the third on is judged against the newest 5 earlier unchanged runs (spread: up to 20),
         each slowed run against the newest 5 unchanged runs, by the history gate
         (core/gate.evaluate, as HistoryMode does) at threshold 0.5%.
+    python tools/study_counts.py sessions --unchanged 22 --slowed 10 [--dir DIR]
+        the whole thing as a user runs it: a scratch git repository holding a copy of the
+        shipped humanoid benchmark (256 envs, settled state held), one new commit per run
+        (a line appended to CHANGES.txt), each run a full ``pytest --perfgate
+        --perfgate-counts`` session recording into the repository's history at threshold
+        0.5% (ini). After the unchanged commits, one commit makes the step do ~1% more
+        work (np.sin over a buffer sized from the first run's count: not a sleep) and the
+        slowed runs go on committing on top of it; every slowed run is judged against the
+        history, where the failed runs wait to be accepted and so never become the
+        baseline. Prints each session's counts and wall-time verdicts from its JSON report.
 """
 
 from __future__ import annotations
@@ -171,6 +181,148 @@ def gate(args: argparse.Namespace) -> None:
               f"+{statistics.median(slows):.3%} instructions; caught {caught} of {args.slowed}")
 
 
+SESSION_TEST = '''
+import numpy as np
+
+from pytest_perfgate.sim.sweep import settled_state
+
+EXTRA = 0  # extra np.sin elements per step: the committed slowdown sets this
+
+
+def test_humanoid_batch_256(perfgate, mujoco_pool, humanoid_xml):
+    pool = mujoco_pool(humanoid_xml, 256, frame_skip=5)
+    pool.hold(settled_state(pool.model, pool.num_envs, 300 if perfgate.runs_step else 5,
+                            seed=0, keyframe=pool.keyframe_id))
+    lo, hi = pool.model.actuator_ctrlrange.T
+    actions = np.random.default_rng(1).uniform(lo, hi, (pool.num_envs, pool.model.nu))
+    buf = np.ones(max(EXTRA, 1))
+
+    def step():
+        pool.step(actions)
+        if EXTRA:
+            np.sin(buf, out=buf)
+    perfgate.measure(step, transitions=pool.num_envs, name="humanoid_batch_256")
+'''
+
+SESSION_INI = """[pytest]
+perfgate_threshold = {threshold}
+perfgate_machine = counts-study
+perfgate_results_dir = .perfgate/results
+"""
+
+
+def _git(repo: Path, *argv: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *argv], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _commit(repo: Path, message: str) -> str:
+    with open(repo / "CHANGES.txt", "a") as f:
+        f.write(message + "\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "--short=10", "HEAD")
+
+
+def _session(repo: Path, n: int) -> dict[str, Any]:
+    """One ``pytest --perfgate --perfgate-counts`` session; its two rows from the JSON report."""
+    import subprocess
+
+    out = repo / f".perfgate/session-{n:02d}.json"
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--perfgate", "--perfgate-counts", f"--perfgate-json={out}", "perf"],
+                       cwd=repo, capture_output=True, text=True)
+    row: dict[str, Any] = {"exit": p.returncode, "s": time.monotonic() - t0,
+                           "load": os.getloadavg()[0]}
+    try:
+        report = json.loads(out.read_text())
+    except (OSError, ValueError):
+        raise SystemExit(f"session {n} wrote no report (exit {p.returncode}):\n"
+                         f"{p.stdout[-3000:]}\n{p.stderr[-2000:]}") from None
+    for b in report["benchmarks"]:
+        key = "counts" if b["benchmark"].endswith(".counts") else "wall"
+        row[key] = {"verdict": b["verdict"], "ratio": b["ratio"], "p": b["p_value"],
+                    "value": statistics.median(b["result"]["samples"]),
+                    "steps_per_s": b["steps_per_s"], "message": b["message"]}
+    if "counts" not in row:
+        raise SystemExit(f"session {n} has no counts row (exit {p.returncode}):\n"
+                         f"{p.stdout[-3000:]}")
+    return row
+
+
+def _print_session(label: str, commit: str, r: dict[str, Any]) -> None:
+    c, w = r["counts"], r.get("wall", {})
+    ratio = "-" if c["ratio"] is None else f"{c['ratio']:.5f}"
+    wr = "-" if w.get("ratio") is None else f"{w['ratio']:.3f}"
+    print(f"{label:<12} {commit}  {c['value']:>14,.1f}  {ratio:>8}  {c['verdict'] or '-':<12}"
+          f"  {w.get('steps_per_s', 0):>8.0f}  {wr:>6}  {w.get('verdict') or '-':<12}"
+          f"  {r['exit']:>4}  {r['s']:>5.1f}  {r['load']:>4.1f}", flush=True)
+
+
+def sessions(args: argparse.Namespace) -> None:
+    tmp = None
+    if args.dir:
+        repo = Path(args.dir)
+        if repo.exists():
+            raise SystemExit(f"--dir {repo} exists: give a new folder (the study makes a "
+                             "fresh git repository there)")
+        repo.mkdir(parents=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="perfgate-study-sessions-")
+        repo = Path(tmp.name)
+    (repo / "perf").mkdir()
+    (repo / "perf/test_perf_mujoco.py").write_text(SESSION_TEST)
+    (repo / "pytest.ini").write_text(SESSION_INI.format(threshold=args.threshold))
+    (repo / ".gitignore").write_text(".perfgate/\n__pycache__/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "study@example.invalid")
+    _git(repo, "config", "user.name", "study")
+    print(f"scratch repository: {repo}; threshold {args.threshold}")
+    print(f"{'run':<12} {'commit':<10}  {'instr/env-step':>14}  {'ratio':>8}  "
+          f"{'counts':<12}  {'steps/s':>8}  {'ratio':>6}  {'wall':<12}  exit      s  load")
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for i in range(args.unchanged):
+        commit = _commit(repo, f"unchanged {i}")
+        r = _session(repo, len(rows))
+        rows.append(("unchanged", r))
+        _print_session(f"unchanged {i}", commit, r)
+    base = statistics.median(r["counts"]["value"] for k, r in rows if k == "unchanged")
+    extra = int(args.slowdown * base * 256 / SIN_INSTR_PER_ELEMENT)
+    test = repo / "perf/test_perf_mujoco.py"
+    test.write_text(test.read_text().replace("EXTRA = 0 ", f"EXTRA = {extra} "))
+    for i in range(args.slowed):
+        commit = _commit(repo, f"slowed {i}" + (f": np.sin over {extra} more elements per "
+                                                 "step" if i == 0 else ""))
+        r = _session(repo, len(rows))
+        rows.append(("slowed", r))
+        _print_session(f"slowed {i}", commit, r)
+    un = [r for k, r in rows if k == "unchanged" and r["counts"]["verdict"] != "NO BASELINE"]
+    sl = [r for k, r in rows if k == "slowed"]
+    counts_v = [r["counts"]["verdict"] for r in un]
+    wall_v = [r.get("wall", {}).get("verdict") for r in un]
+    print(f"unchanged runs judged: {len(un)}; counts verdicts "
+          f"{ {v: counts_v.count(v) for v in sorted(set(counts_v))} }; wall-time verdicts "
+          f"{ {v: wall_v.count(v) for v in sorted(set(map(str, wall_v)))} }")
+    print(f"counts false alarms: {counts_v.count('REGRESSION')} of {len(un)}")
+    vals = [r["counts"]["value"] / base - 1 for r in sl]
+    caught = sum(r["counts"]["verdict"] == "REGRESSION" for r in sl)
+    wall_caught = sum(r.get("wall", {}).get("verdict") == "REGRESSION" for r in sl)
+    if sl:
+        print(f"slowdown (np.sin over {extra} extra float64 per step of 256 envs): "
+              f"+{statistics.median(vals):.3%} instructions/env-step (median over the "
+              f"unchanged runs); counts caught {caught} of {len(sl)}; wall time caught "
+              f"{wall_caught} of {len(sl)}")
+    secs = [r["s"] for _, r in rows]
+    print(f"session wall time: median {statistics.median(secs):.1f} s, range "
+          f"{min(secs):.1f}-{max(secs):.1f} s; load average {min(r['load'] for _, r in rows):.1f}"
+          f"-{max(r['load'] for _, r in rows):.1f}")
+    if tmp is not None:
+        tmp.cleanup()
+
+
 def _judge(current: tuple[float, ...], earlier: list[tuple[float, ...]], rule: Rule):  # noqa: ANN202
     """The history mode's decision: newest 5 earlier runs the level, newest 20 the spread."""
     if len(earlier) < 2:
@@ -196,8 +348,14 @@ def main() -> None:
     g.add_argument("--threshold", type=float, default=0.005)
     g.add_argument("--extra", type=int, default=0, help="extra np.sin elements per step "
                    "(default: sized for --slowdown)")
+    e = sub.add_parser("sessions")
+    e.add_argument("--unchanged", type=int, default=22)
+    e.add_argument("--slowed", type=int, default=10)
+    e.add_argument("--slowdown", type=float, default=0.01)
+    e.add_argument("--threshold", default="0.5%")
+    e.add_argument("--dir", help="make the scratch repository here and keep it")
     args = ap.parse_args()
-    spread(args) if args.cmd == "spread" else gate(args)
+    {"spread": spread, "gate": gate, "sessions": sessions}[args.cmd](args)
 
 
 if __name__ == "__main__":
