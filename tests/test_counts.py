@@ -97,9 +97,9 @@ def test_collect_says_what_is_missing(tmp_path: Path) -> None:
         collect(tmp_path, "t::walk", 1)
 
 
-def _session(tmp_path: Path, ipe: float) -> GateSession:
+def _session(tmp_path: Path, ipe: float, threshold: float = 0.01) -> GateSession:
     opts = Options(enabled=True, machine="box", results_dir=str(tmp_path / "results"),
-                   windows=3, window_time=0.05, counts=True, threshold=0.01)
+                   windows=3, window_time=0.05, counts=True, threshold=threshold)
     s = GateSession(opts, tmp_path, FakeClock())
     s.load_probe = NullProbe()
 
@@ -111,8 +111,8 @@ def _session(tmp_path: Path, ipe: float) -> GateSession:
     return s
 
 
-def _run(tmp_path: Path, ipe: float) -> tuple[PerfGate, GateSession]:
-    s = _session(tmp_path, ipe)
+def _run(tmp_path: Path, ipe: float, threshold: float = 0.01) -> tuple[PerfGate, GateSession]:
+    s = _session(tmp_path, ipe, threshold)
     gate = PerfGate(s, "t::walk", "walk")
     clock = s.clock
     assert isinstance(clock, FakeClock)
@@ -139,6 +139,24 @@ def test_counts_are_a_second_result_judged_by_the_same_gate(tmp_path: Path) -> N
     assert v is not None and v.outcome is Outcome.REGRESSION, v
     assert "instruction counts: instructions per env-step grew" in v.message
     assert gate.results[0].verdict is not None  # the wall-time verdict stands beside it
+
+
+def test_counts_messages_name_a_fine_threshold_and_what_one_run_cannot_show(
+        tmp_path: Path) -> None:
+    _run(tmp_path, 1000.0, 0.005)
+    gate, _ = _run(tmp_path, 1000.0, 0.005)
+    v = gate.results[1].verdict
+    assert v is not None and v.outcome is Outcome.INCONCLUSIVE, v  # one earlier run
+    assert "one run cannot show whether this workload's instruction counts vary between " \
+           "runs" in v.message
+    gate, _ = _run(tmp_path, 1000.0, 0.005)
+    v = gate.results[1].verdict
+    assert v is not None and v.outcome is Outcome.OK, v
+    assert "within the 0.5% threshold (resolves drops >= 0%)" in v.message  # not "0%"
+    gate, _ = _run(tmp_path, 1010.0, 0.005)
+    v = gate.results[1].verdict
+    assert v is not None and v.outcome is Outcome.REGRESSION, v
+    assert "throughput drop of 1.0% (threshold 0.5%)" in v.message
 
 
 def test_counts_that_vary_between_runs_are_inconclusive_and_say_why(tmp_path: Path) -> None:

@@ -120,3 +120,12 @@ def test_longer_history_sets_the_spread() -> None:
     assert narrow.outcome is Outcome.REGRESSION
     assert wide.outcome is Outcome.INCONCLUSIVE
     assert wide.ratio == pytest.approx(narrow.ratio)
+
+
+@pytest.mark.parametrize(("fraction", "text"), [
+    (0.05, "5%"), (0.005, "0.5%"), (0.0025, "0.25%"), (0.1, "10%"), (0.167, "16.7%"),
+    (1.0, "100%"), (2.1e-6, "0.00021%"), (0.0, "0%")])
+def test_percent_keeps_the_digits_a_threshold_needs(fraction: float, text: str) -> None:
+    from pytest_perfgate.core.gate import percent
+
+    assert percent(fraction) == text

@@ -257,7 +257,7 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
 
     if p_slow < rule.alpha and -math.expm1(-lo) > rule.threshold:
         return verdict(Outcome.REGRESSION,
-                       f"throughput fell {drop:.1%} (threshold {rule.threshold:.0%}), "
+                       f"throughput fell {drop:.1%} (threshold {percent(rule.threshold)}), "
                        f"p={p_slow:.2g} {where}")
     if p_fast < rule.alpha and math.expm1(-hi) > rule.threshold:
         return verdict(Outcome.IMPROVEMENT,
@@ -266,10 +266,29 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
     if resolvable > rule.threshold:
         return verdict(Outcome.INCONCLUSIVE,
                        f"measured {_signed(drop)}, but the noise {where} can only resolve "
-                       f"drops of {resolvable:.1%} or more, above the {rule.threshold:.0%} "
+                       f"drops of {_drop(resolvable)} or more, above the "
+                       f"{percent(rule.threshold)} "
                        f"threshold. {_advice(ev)}")
     return verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
-                   f"{rule.threshold:.0%} threshold (resolves drops >= {resolvable:.1%})")
+                   f"{percent(rule.threshold)} threshold (resolves drops >= "
+                   f"{_drop(resolvable)})")
+
+
+def percent(fraction: float) -> str:
+    """A fraction as a percentage with the digits it needs (3 significant): 0.05 -> '5%',
+    0.005 -> '0.5%', 0.0025 -> '0.25%', 2.1e-6 -> '0.00021%'. ``:.0%`` printed a 0.5%
+    threshold as '0%'."""
+    v = fraction * 100
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}%"
+    decimals = min(8, max(0, 2 - math.floor(math.log10(abs(v)))))
+    text = f"{v:.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"
+
+
+def _drop(fraction: float) -> str:
+    """A resolvable drop: one decimal, or the digits a tiny one needs (counts)."""
+    return f"{fraction:.1%}" if abs(fraction) >= 0.001 else percent(fraction)
 
 
 def _signed(drop: float) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from pytest_perfgate.core.gate import (PAIRED_TRIM, Evidence, Outcome, Rule, decide,
-                                       history_evidence, paired_evidence)
+                                       history_evidence, paired_evidence, percent)
 from pytest_perfgate.modes.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
 
 BOOTSTRAP_RESAMPLES = 4000
@@ -263,7 +263,7 @@ def render(reports: Iterable[Report]) -> list[str]:
     """A markdown table: one line per mode, false alarms, then detection per slowdown."""
     reports = list(reports)
     slows = sorted({r.slowdown for rep in reports for r in rep.rows if r.slowdown > 0})
-    head = ["mode", "A/A false alarms"] + [f"+{s:.0%} caught" for s in slows] + \
+    head = ["mode", "A/A false alarms"] + [f"+{percent(s)} caught" for s in slows] + \
            ["INCONCLUSIVE (all trials)", "UNSTABLE", "s per side per verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rep in reports:
@@ -293,7 +293,7 @@ def render_measured(rep: Report) -> list[str]:
             continue
         m, lo, hi = r.measured
         ci = f" [{lo:+.1%} .. {hi:+.1%}]" if not math.isnan(lo) else ""
-        what = "A/A" if r.slowdown == 0 else f"injected +{r.slowdown:.0%}"
+        what = "A/A" if r.slowdown == 0 else f"injected +{percent(r.slowdown)}"
         out.append(f"  {what:>14}: measured {m:+.2%}{ci} over {r.called.n} trials")
     return out
 
@@ -315,7 +315,7 @@ def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str
                 f"{setting}: try larger slowdowns, more --turns, or a lower --threshold.")
     row = rep.row(s)
     assert row is not None
-    return (f"This runner catches a {s:.0%} slowdown {row.called.value:.0%} of the time "
+    return (f"This runner catches a {percent(s)} slowdown {row.called.value:.0%} of the time "
             f"(95% CI {row.called.ci[0]:.0%}-{row.called.ci[1]:.0%}) with "
             f"{fa.value:.0%} false alarms (95% CI up to {ci[1]:.1%}) {setting}.")
 

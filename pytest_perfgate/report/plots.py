@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_perfgate.core.gate import percent
 from pytest_perfgate.report.changepoints import ChangePoint
 from pytest_perfgate.report.series import GATED, Series
 
@@ -56,7 +57,7 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
             lo, hi = band.level * (1 - band.threshold), band.level * (1 + band.threshold)
             x0, x1 = band.first - 0.4, (current if current is not None else band.last) + 0.4
             ax.fill_between([x0, x1], lo, hi, color="tab:blue", alpha=0.13, lw=0,
-                            label=f"baseline ±{band.threshold:.0%} (gate)")
+                            label=f"baseline ±{percent(band.threshold)} (gate)")
             ax.hlines(band.level, x0, x1, colors="tab:blue", linestyles="--", lw=1)
         for p, x in zip(s.points, xs, strict=True):  # the run's own windows, min to max
             if p.spread is not None and s.kind == GATED:

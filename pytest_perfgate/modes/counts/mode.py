@@ -58,7 +58,9 @@ def reword(j: Judged) -> Judged:
         return j
     text = v.message.replace("throughput fell", "instructions per env-step grew by the "
                              "equivalent of a throughput drop of").replace(
-        "throughput rose", "instructions per env-step fell: a throughput rise of")
+        "throughput rose", "instructions per env-step fell: a throughput rise of").replace(
+        "how much this machine's speed drifts between runs",
+        "whether this workload's instruction counts vary between runs")
     if v.outcome is Outcome.INCONCLUSIVE and v.evidence is not None and not v.evidence.thin:
         text += (" For instruction counts this means the counts themselves vary between "
                  "runs: make the step deterministic (one thread, a held state, no "
