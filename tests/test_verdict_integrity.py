@@ -200,6 +200,27 @@ def test_polluted_windows_widen_the_interval() -> None:
     assert median_slack(current, 2) == pytest.approx(math.log(114 / 101) / 2)
 
 
+def test_a_run_mostly_spoiled_by_outside_load_is_inconclusive_not_a_regression() -> None:
+    """Another job took one of two cores for 6 of 8 windows (re-measuring ran out): every
+    spoiled window runs at half speed alike, so their spread cannot show the load. Seen on
+    this project's runner: 'throughput fell 49.9% ... widened by +-43.6% for 6 window(s)
+    spoiled by outside load and kept' was a REGRESSION of unchanged code."""
+    base = [[100 * (1 + 0.002 * i) * (1 + 0.003 * r) for i in range(8)] for r in range(5)]
+    current = [200 * (1 + 0.002 * i) for i in range(6)] + [100.5, 101]
+    v = evaluate(current, base, Rule(), polluted=6)
+    assert v.outcome is Outcome.INCONCLUSIVE, v.message
+    assert "outside load spoiled 6 of this run's 8 windows" in v.message
+    assert "not the code" in v.message
+    assert evaluate(current, base, Rule(), polluted=3).outcome is Outcome.REGRESSION
+    # a mostly spoiled baseline run is left out of the level; all of them: no level at all
+    slow = [[200 * (1 + 0.002 * i) for i in range(8)]]
+    ok = evaluate(base[0], [*slow, *base[1:]], Rule(), baseline_polluted=[8, 0, 0, 0, 0])
+    assert ok.outcome is Outcome.OK and ok.evidence is not None and ok.evidence.n_base == 4
+    none = evaluate(base[0], slow * 3, Rule(), baseline_polluted=[5, 4, 8])
+    assert none.outcome is Outcome.INCONCLUSIVE
+    assert "outside load spoiled most windows of every baseline run" in none.message
+
+
 # ---- 6. measure() arguments are checked before anything runs ---------------------------------
 
 def _session(tmp_path: Path) -> GateSession:

@@ -152,6 +152,12 @@ def median_slack(samples: Sequence[float], polluted: int) -> float:
     return (math.log(hi) - math.log(lo)) / 2
 
 
+def spoiled(samples: Sequence[float], polluted: int) -> bool:
+    """Outside load spoiled at least half of the run's kept windows: its median is one of
+    them, and how far the load moved it is unknowable (docs/design.md §2)."""
+    return polluted > 0 and 2 * polluted >= len(samples)
+
+
 def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float]],
                      spread: Sequence[Sequence[float]] | None = None, *, polluted: int = 0,
                      baseline_polluted: Sequence[int] = ()) -> Evidence:
@@ -164,13 +170,21 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
     interval into INCONCLUSIVE. Fewer than 2 spread runs leave the run-to-run spread unseen:
     the evidence is marked ``thin`` and the verdict is INCONCLUSIVE.
     ``polluted`` (current run) and ``baseline_polluted`` (per baseline run) count windows
-    kept although outside load spoiled them: they widen the interval by ``slack``.
+    kept although outside load spoiled them: they widen the interval by ``slack``. A
+    :func:`spoiled` current run is ``thin`` (INCONCLUSIVE); spoiled baseline runs are left
+    out of the level (all of them spoiled: ``thin``).
     """
     if not current:
         raise ValueError("the current run has no samples")
-    base = [r for r in baseline if r]
-    if not base:
+    counts = [*baseline_polluted][:len(baseline)]
+    counts += [0] * (len(baseline) - len(counts))
+    runs = [(r, int(p)) for r, p in zip(baseline, counts, strict=True) if r]
+    if not runs:
         raise ValueError("history_evidence needs at least one baseline run")
+    # A run whose kept windows were mostly spoiled has a spoiled median: no slack bounds it
+    # (the load shifts every window alike, so their spread does not show it).
+    kept = [(r, p) for r, p in runs if not spoiled(r, p)] or runs
+    base, bp = [r for r, _ in kept], [p for _, p in kept]
     y = [math.log(statistics.median(r)) for r in base]
     x = math.log(statistics.median(current))
     n = len(y)
@@ -187,12 +201,18 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
     # drifting machine's spread: 6% false alarms in a seeded A/A simulation, 1% without).
     s = max(between or 0.0, within or 0.0)
     df = k - 1
-    bp = [int(p) for p in baseline_polluted][:len(base)]
     # the level is the mean of n run medians: each moves by at most its own slack
     slack = median_slack(current, polluted) + sum(
-        median_slack(r, p) for r, p in zip(base, bp, strict=False)) / n
+        median_slack(r, p) for r, p in zip(base, bp, strict=True)) / n
     thin = None
-    if k < MIN_SPREAD_RUNS:
+    if spoiled(current, polluted):
+        thin = (f"outside load spoiled {polluted} of this run's {len(current)} windows and "
+                "re-measuring them ran out, so its median measures the other work on this "
+                "machine, not the code: run again when the machine is quiet")
+    elif all(spoiled(r, p) for r, p in runs):
+        thin = ("outside load spoiled most windows of every baseline run, so the baseline "
+                "level is unknown: record runs when the machine is quiet")
+    elif k < MIN_SPREAD_RUNS:
         thin = (f"only {k} earlier run to learn the run-to-run spread from, and one run "
                 "cannot show how much this machine's speed drifts between runs: record "
                 f"at least {MIN_SPREAD_RUNS} runs of an earlier commit before gating")
