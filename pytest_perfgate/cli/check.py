@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._ci import add_ci_arguments
@@ -28,11 +28,12 @@ if TYPE_CHECKING:
     from pytest_perfgate.report.github import GateResult
 
 INFRA = 3
+T = TypeVar("T")
 
 
 def _infra(args: argparse.Namespace, message: str) -> int:
     """Print an infrastructure error (kept on ``args`` for the CI outputs); its status."""
-    print(f"perfgate check: infrastructure error: {message}")
+    print(f"{args.parser.prog}: infrastructure error: {message}")
     args.infra_problem = message
     return INFRA
 
@@ -60,7 +61,8 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
-    """(results dir, machine, its runs), or the infrastructure exit status (printed)."""
+    """(results dir, machine, its runs), or the infrastructure exit status (printed). The
+    run files skipped with a warning are kept in ``args.unreadable`` for :func:`pick_run`."""
     from pytest_perfgate.history.store import History, recorded_machines
 
     results, machine = history_location(args)
@@ -76,9 +78,21 @@ def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] 
                               f"({', '.join(machines)}): name one with --machine")
         machine = machines[0]
     try:
-        return results, machine, History(results, machine).load_runs()
+        store = History(results, machine)
+        runs = warned(args, store.load_runs)
+        args.unreadable = store.unreadable
+        return results, machine, runs
     except (OSError, ValueError) as e:
         return _infra(args, f"cannot read the history of machine {machine!r} in {results}: {e}")
+
+
+def warned(args: argparse.Namespace, call: Callable[[], T]) -> T:
+    """``call()`` with each skipped history file named once, as one line on stderr."""
+    from pytest_perfgate.cli.history import with_history_warnings
+
+    if not hasattr(args, "warned"):
+        args.warned = set()
+    return with_history_warnings(args.parser.prog, call, args.warned)
 
 
 def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
@@ -87,11 +101,17 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     run of the commit that ``wanted`` prefixes; the infra exit status when there is none."""
     from pytest_perfgate.modes.history import is_history_run
 
+    from pytest_perfgate.report.series import hidden_message, hidden_newest
+
     mine = [r for r in runs if is_history_run(r)]
     if wanted is None:
         if not mine:
             return _infra(args, f"machine {machine!r} has no recorded history-mode run")
-        return max(mine, key=lambda r: r.started_at)
+        newest = max(mine, key=lambda r: r.started_at)
+        hidden = hidden_newest(getattr(args, "unreadable", ()), newest)
+        if hidden is not None:
+            return _infra(args, hidden_message(hidden, newest))
+        return newest
     found = [r for r in runs if r.run_id == wanted] or \
         [r for r in mine if r.commit.startswith(wanted.lower())]
     if not found:
@@ -186,7 +206,7 @@ class Check(Command):
         run = pick_run(args, runs, machine, args.run_id, "RUN_ID")
         if isinstance(run, int):
             return GateResult(run, problems=[args.infra_problem])
-        judged = judge_run(args, results, run, args.baseline)
+        judged = warned(args, lambda: judge_run(args, results, run, args.baseline))
         print(f"perfgate check: {describe(run)}")
         for line in render.table(judged) + render.notes(judged):
             print(line)

@@ -22,7 +22,8 @@ from pytest_perfgate.cli.check import add_rule_arguments, judge_run
 from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series
+from pytest_perfgate.report.series import (COUNTS_SUFFIX, MachineHistory, Series,
+                                           hidden_message)
 
 REPORT = "report.md"
 SUMMARY = "summary.md"
@@ -168,11 +169,16 @@ class Report(Command):
                   file=sys.stderr)
             return INFRA
         run = pick(args, h)
+        hidden = h.hidden_newest(run) if args.run_id is None else None
+        if hidden is not None:
+            print(f"{PROG}: infrastructure error: {hidden_message(hidden, run)}",
+                  file=sys.stderr)
+            return INFRA
         judged = with_history_warnings(
             PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            made = entries(h, run, judged, out)
+            made = with_history_warnings(PROG, lambda: entries(h, run, judged, out), seen)
             atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
             atomic_write(out / REPORT, markdown.report(run, made, where).encode())
             for f in (out / SUMMARY, out / REPORT):

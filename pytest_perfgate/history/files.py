@@ -6,10 +6,13 @@ are about to rewrite never fail the run (a warning names the file instead).
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -94,6 +97,36 @@ def describe(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+RUN_ID_STAMP = re.compile(r"\d{8}T\d{6}")  # a run id starts with its UTC start, to the second
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A run file skipped with a warning, and when its run started as far as that can be
+    told (None: not at all): a command that judges "the newest run" must not judge an
+    older one in its place, which would be a pass in disguise."""
+
+    path: Path
+    run_id: str | None = None  # a sidecar named like perfgate's run ids
+    started_at: float | None = None  # an asv row whose start time was readable
+
+    def may_be_newer_than(self, run_id: str, started_at: float) -> bool:
+        if self.run_id is not None:
+            if RUN_ID_STAMP.match(run_id):  # compared as written: one clock, one format
+                return self.run_id[:15] >= run_id[:15]
+            try:
+                stamp = calendar.timegm(time.strptime(self.run_id[:15], "%Y%m%dT%H%M%S"))
+            except ValueError:
+                return True  # "20241399T..." names no time: it could be any run
+            return stamp >= int(started_at)
+        return self.started_at is not None and self.started_at >= started_at
+
+
+def unreadable_sidecar(path: Path) -> Unreadable:
+    """What a skipped sidecar's name tells about its run (perfgate names it by run id)."""
+    return Unreadable(path, run_id=path.stem if RUN_ID_STAMP.match(path.stem) else None)
+
+
 def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
     """asv.conf.json's ``results_dir`` (relative to that file) when present, else a local one.
 
@@ -130,7 +163,8 @@ def strip_comments(text: str) -> str:
     return re.sub(pattern, lambda m: m.group(1) or "", text, flags=re.S)
 
 
-__all__ = ["HistoryWarning", "DEFAULT_RESULTS", "default_results_dir", "dump_json",
+__all__ = ["HistoryWarning", "Unreadable", "unreadable_sidecar", "DEFAULT_RESULTS",
+           "default_results_dir", "dump_json",
            "read_json", "read_object", "keep_valid", "warn_history", "describe", "load_jsonc",
            "strip_comments", "atomic_write", "sweep_stale_temps",
            "TMP_SUFFIX"]

@@ -35,8 +35,9 @@ from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SER
 from pytest_perfgate.history.asv_rebuild import mark_view, needs_rebuild, rebuild_asv_view
 from pytest_perfgate.history.asv_runs import asv_recorded_runs
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
-from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, default_results_dir,
-                                           describe, dump_json, warn_history)
+from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, Unreadable,
+                                           default_results_dir, describe, dump_json,
+                                           unreadable_sidecar, warn_history)
 
 SIDECAR_DIR = "perfgate"
 SIDECAR_SUFFIX = ".pgrun"
@@ -59,6 +60,7 @@ class History:
         self.machine = validate_path_name(machine)
         self.machine_dir = self.results_dir / self.machine
         self.sidecar_dir = self.machine_dir / SIDECAR_DIR
+        self.unreadable: list[Unreadable] = []  # run files the last load_runs skipped
 
     def record(self, run: RunRecord, benchmark_info: Mapping[str, Mapping[str, Any]]
                | None = None) -> Path:
@@ -102,10 +104,13 @@ class History:
         """All runs recorded for this machine, oldest first: the sidecars, plus (unless
         ``asv_runs`` is False) the reduced records of runs `asv run` wrote into the asv
         files (:mod:`pytest_perfgate.history.asv_runs`). Unreadable files are skipped with
-        one HistoryWarning each, naming the file; everything else is kept."""
+        one HistoryWarning each, naming the file, and listed in ``self.unreadable``;
+        everything else is kept."""
+        self.unreadable = []
         runs = list(self._iter_runs(warn=True))
         if asv_runs and self.machine_dir.is_dir():
-            runs += asv_recorded_runs(self.machine_dir, self.machine)
+            runs += asv_recorded_runs(self.machine_dir, self.machine,
+                                      unreadable=self.unreadable)
         return sorted(runs, key=lambda r: r.started_at)
 
     def _iter_runs(self, warn: bool) -> Iterator[RunRecord]:
@@ -120,6 +125,7 @@ class History:
                 if warn:
                     warn_history(path, str(exc), "skipping",
                                  "delete or move it to silence this warning")
+                    self.unreadable.append(unreadable_sidecar(path))
                 continue
             yield run
 

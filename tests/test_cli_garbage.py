@@ -1,0 +1,169 @@
+"""A results dir holding garbage: every command names the file, goes on, and never passes a
+regression it could not read (README: "3 infrastructure error (no or unreadable history,
+never a pass in disguise)")."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from test_asv_interop import C1, C2, C3, ENV, asv_row, asv_writes  # noqa: I001 (tests/ on sys.path)
+from test_cli_check import BASE, _record
+from test_cli_history import record
+
+from pytest_perfgate.cli import main
+from pytest_perfgate.history.store import History
+
+NEWEST = "20240101T000005-aaaa05"  # _record's run ids: the head (index 5) is 2x slower
+
+
+def sidecar(results: Path, run_id: str, machine: str = "box") -> Path:
+    return results / machine / "perfgate" / f"{run_id}.pgrun"
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))  # NaN and Infinity as Python writes them
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """The exit status and everything printed (a traceback fails the test)."""
+    status = main(list(argv))
+    got = capsys.readouterr()
+    return status, got.out + got.err
+
+
+@pytest.fixture
+def slow(tmp_path: Path) -> Path:
+    """Five baseline runs, then a run 2x slower: REGRESSION."""
+    results = tmp_path / "results"
+    _record(results, BASE + [("6", 20.0)])
+    return results
+
+
+def test_an_unreadable_newest_run_is_never_passed_over(slow: Path, tmp_path: Path,
+                                                        capsys) -> None:
+    """The regressed run's file is truncated: judging the newest *readable* run instead
+    passed (exit 0) in its place; now check, compare and report stop with exit 3."""
+    bad = sidecar(slow, NEWEST)
+    bad.write_text(bad.read_text()[:100])
+    r = ["--results-dir", str(slow), "--repo", str(tmp_path)]
+    for argv in (["check", *r], ["compare", "111", *r],
+                 ["report", "--out", str(tmp_path / "rep"), *r[:2]]):
+        status, out = run(capsys, *argv)
+        assert status == 3, (argv, out)
+        assert f"warning: skipping history file {bad}: " in out
+        assert (f"infrastructure error: {bad} cannot be read (see the warning) and may hold a "
+                "run newer than 20240101T000004-aaaa04, the newest readable one") in out
+        assert f"perfgate {argv[0]}: infrastructure error" in out
+    # a run named explicitly is judged: the unreadable one cannot be it
+    assert run(capsys, "check", "20240101T000004-aaaa04", *r)[0] == 0
+
+
+def test_an_unreadable_older_run_is_named_and_the_verdict_stands(slow: Path, tmp_path: Path,
+                                                                  capsys) -> None:
+    bad = sidecar(slow, "20240101T000002-aaaa02")
+    bad.write_text("[]")
+    notes = slow / "box" / "perfgate" / "notes.pgrun"  # not named like a run: not a run id
+    notes.write_text("{")
+    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    assert status == 1 and "REGRESSION" in out and "against 4 baseline run(s)" in out
+    assert out.count(f"perfgate check: warning: skipping history file {bad}: expected a "
+                     "JSON object, found a list") == 1
+    assert f"skipping history file {notes}" in out
+
+
+def _samples(v: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda d: d["benchmarks"]["walk"].update(samples=[v] * 8)
+
+
+def _started(v: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda d: d.update(started_at=v)
+
+
+SAMPLES = "benchmark 'walk': samples must be a non-empty list of numbers between 1e-09 and 1e+15"
+
+
+@pytest.mark.parametrize("change, problem", [
+    (_samples(1e308), SAMPLES), (_samples(5e-324), SAMPLES), (_samples(-1.0), SAMPLES),
+    (_started(1e300), "field 'started_at' is 1e+300, expected a time in epoch seconds"),
+    (_started(-1e18), "field 'started_at' is -1e+18, expected a time in epoch seconds"),
+    (_started(math.nan), "field 'started_at' is nan, expected a time in epoch seconds"),
+], ids=["huge-samples", "tiny-samples", "negative-samples", "far-future", "far-past", "nan"])
+def test_numbers_out_of_any_range_are_a_skipped_file_not_a_traceback(
+        slow: Path, tmp_path: Path, capsys, change: Callable[[dict[str, Any]], None],
+        problem: str) -> None:
+    """Finite but absurd numbers in a baseline run overflowed the gate's arithmetic
+    (OverflowError, AttributeError from statistics.stdev) or time.gmtime in the table."""
+    bad = sidecar(slow, "20240101T000002-aaaa02")
+    edit(bad, change)
+    r = ["--results-dir", str(slow)]
+    status, out = run(capsys, "check", *r, "--repo", str(tmp_path))
+    assert status == 1 and "REGRESSION" in out, out
+    assert f"skipping history file {bad}: {problem}" in out
+    status, out = run(capsys, "history", "walk", *r)
+    assert status == 0 and f"skipping history file {bad}: {problem}" in out
+    assert "5 run(s) of machine 'box'" in out
+    status, out = run(capsys, "report", "--out", str(tmp_path / "rep"), *r)
+    assert status == 0 and f"skipping history file {bad}" in out
+
+
+@pytest.mark.parametrize("series, change", [
+    ("counts.est_cycles", lambda c: c["extra"].update(est_cycles_per_step=0)),
+    ("counts.phase.physics",
+     lambda c: c["extra"]["phase_instructions_per_step"].update(physics=-3)),
+    ("phase.physics", None),
+])
+def test_a_series_value_that_is_no_measurement_is_named_and_left_out(
+        tmp_path: Path, capsys, series: str, change: Any) -> None:
+    """A 0 in a counts series reached the change points' logarithm: a ValueError traceback."""
+    record(tmp_path, [250.0] * 6, counts=[5.8e6] * 6)
+    bad = tmp_path / "box" / "perfgate" / "20240101T000005-aa0005.pgrun"
+
+    def spoil(d: dict[str, Any]) -> None:
+        if change is None:
+            d["benchmarks"]["walk"]["phases"]["physics"]["ms_per_call"] = 0.0
+        else:
+            change(d["benchmarks"]["walk.counts"])
+
+    edit(bad, spoil)
+    status, out = run(capsys, "history", "walk", "--results-dir", str(tmp_path),
+                      "--series", series)
+    assert status == 0, out
+    assert (f"perfgate history: warning: not showing run 20240101T000005-aa0005 in the "
+            f"{series} series: its value ") in out
+    assert "(run file box/perfgate/20240101T000005-aa0005.pgrun)" in out
+    assert f"{series} series, 5 run(s)" in out
+
+
+def test_garbage_rows_in_an_asv_file_are_named_and_never_judged_in_place_of_the_newest(
+        tmp_path: Path, capsys) -> None:
+    """asv's own rows with a time per env-step of 5e-324 or a start time of NaN: an
+    OverflowError traceback (check) or a ValueError from time.gmtime (history); a row that
+    was not a list was dropped without a word, and an older asv run judged instead."""
+    h = History(tmp_path / "results", "box")
+    r = ["--results-dir", str(h.results_dir), "--repo", str(tmp_path)]
+    for i, (commit, value) in enumerate(((C1, 10.0e-6), (C2, 10.3e-6), ("4" * 40, 10.1e-6))):
+        asv_writes(h, commit, {"walk.track_s_per_step": asv_row(value, (i + 1) * 100_000)})
+    bad = asv_writes(h, C3, {"walk.track_s_per_step": asv_row(5e-324, 400_000)})
+    status, out = run(capsys, "check", *r)
+    assert status == 3, out
+    assert (f"skipping rows of history file {bad}: row 'walk.track_s_per_step': result "
+            "5e-324 is not seconds per env-step") in out
+    assert f"infrastructure error: {bad} cannot be read" in out
+    for row, problem in ((asv_row(40e-6, math.nan), "started_at nan is not a time"),
+                         (asv_row(40e-6, True), "started_at True is not a time"),
+                         (5, "is an int, not an asv result row")):
+        asv_writes(h, C3, {"walk.track_s_per_step": row})
+        for argv in (["check", *r], ["history", "walk", *r[:2]]):
+            status, out = run(capsys, *argv)
+            assert "Traceback" not in out and status in (0, 1, 3), out
+            assert f"skipping rows of history file {bad}: row 'walk.track_s_per_step'" in out
+            assert problem in out
+    status, out = run(capsys, "check", f"asv-{'4' * 12}-{ENV}", *r)  # named: judged
+    assert status == 0 and "INCONCLUSIVE" in out
