@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._ci import add_ci_arguments
 from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
-                                             history_location)
+                                             history_location, parse_repo)
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
@@ -42,7 +42,7 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
     """The gate's rule, with the plugin's defaults (the same converters as its options)."""
     d = Options()
     add_history_arguments(ap)
-    ap.add_argument("--repo", type=Path, default=Path.cwd(),
+    ap.add_argument("--repo", type=argparse_type(parse_repo), default=Path.cwd(),
                     help="the git checkout whose history decides ancestry (default: here)")
     ap.add_argument("--threshold", type=argparse_type(parse_fraction), default=None,
                     help="throughput drop that fails (default: the threshold each "
@@ -63,20 +63,30 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
 def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
     """(results dir, machine, its runs), or the infrastructure exit status (printed). The
     run files skipped with a warning are kept in ``args.unreadable`` for :func:`pick_run`."""
-    from pytest_perfgate.history.store import History, recorded_machines
+    from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
 
     results, machine = history_location(args)
+    if results.exists() and not results.is_dir():
+        return _infra(args, f"the history folder {results} is a file: pass the results "
+                      "folder (with one folder per machine) to --results-dir")
     if not results.is_dir():
         return _infra(args, f"no history at {results}: record runs with `pytest --perfgate` "
                       "first, or pass --results-dir")
+    try:
+        machines = warned(args, lambda: recorded_machines(results))
+    except OSError as e:
+        return _infra(args, f"cannot list the machines in {results}: {e}")
     if machine is None:
-        machines = recorded_machines(results)
         if not machines:
-            return _infra(args, f"no machine in {results} has recorded runs")
+            return _infra(args, no_machine_problem(results))
         if len(machines) > 1:
             args.parser.error(f"{results} holds runs of several machines "
                               f"({', '.join(machines)}): name one with --machine")
         machine = machines[0]
+    elif machine not in machines:
+        return _infra(args, f"no history of machine {machine!r} in {results} (machines with "
+                      f"runs: {', '.join(machines) or 'none'}): record runs under that name "
+                      "first, or pass one of them to --machine")
     try:
         store = History(results, machine)
         runs = warned(args, store.load_runs)
@@ -112,6 +122,9 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
         if hidden is not None:
             return _infra(args, hidden_message(hidden, newest))
         return newest
+    if not wanted.strip():
+        args.parser.error(f"{what} is empty: give an id printed as 'recorded run RUN_ID' or a "
+                          "commit hash (prefix) of a recorded run")
     found = [r for r in runs if r.run_id == wanted] or \
         [r for r in mine if r.commit.startswith(wanted.lower())]
     if not found:
@@ -200,6 +213,9 @@ class Check(Command):
         if isinstance(found, int):
             return GateResult(found, problems=[args.infra_problem])
         results, machine, runs = found
+        if args.run_id is not None and not args.run_id.strip():
+            args.parser.error("RUN_ID is empty: give an id printed as 'recorded run RUN_ID' "
+                              "(or no RUN_ID: the machine's newest run)")
         if args.run_id is not None and not any(r.run_id == args.run_id for r in runs):
             args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}: "
                               "give an id printed as 'recorded run RUN_ID'")

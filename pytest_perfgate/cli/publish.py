@@ -126,7 +126,13 @@ def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
 
 def _html_dir_problem(config: Path, conf: dict[str, Any], html_dir: Path) -> str | None:
     """asv publish deletes its html dir before writing it: refuse one that holds the
-    project, the history, or files that are not an earlier asv site."""
+    project, the history, or files that are not an earlier asv site, and one it cannot
+    make (a file, below a file, not writable: asv would stop with a traceback)."""
+    from pytest_perfgate.cli.common_args import folder_problem
+
+    why = folder_problem(html_dir, f"html dir {str(html_dir)!r}", ".perfgate/html")
+    if why is not None:
+        return why
     results = conf.get("results_dir", "results")
     history = (config.parent / results).resolve() if isinstance(results, str) and results \
         else None

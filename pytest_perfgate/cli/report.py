@@ -12,13 +12,13 @@ a file that could not be written).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
+from pytest_perfgate.cli.common_args import folder_problem
 from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
@@ -32,16 +32,7 @@ PROG = "perfgate report"
 
 def out_dir_problem(path: Path, shown: str) -> str | None:
     """Why ``path`` cannot be the report folder (None: it can; missing folders are made)."""
-    if path.exists() and not path.is_dir():
-        return f"--out {shown} is a file, not a folder: give a folder, e.g. perfgate-report"
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"--out {shown}: {parent} is a file, not a folder: give a path in a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"--out {shown}: cannot write in {parent}: give a writable folder"
-    return None
+    return folder_problem(path, f"--out {shown}", "perfgate-report")
 
 
 def png_name(bench: str, taken: set[str]) -> str:

@@ -110,6 +110,9 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
     except ValueError as e:
         raise AcceptError(str(e)) from None
     root = Path(results_dir)
+    if root.exists() and not root.is_dir():
+        raise AcceptError(f"results dir {root} is a file, not a folder: pass the folder your "
+                          "perf runs record into (with one folder per machine)")
     if not root.is_dir():
         raise AcceptError(f"results dir {root} does not exist: pass the folder your perf "
                           "runs record into (--perfgate-results-dir in pytest, --results-dir "

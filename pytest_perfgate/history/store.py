@@ -132,9 +132,34 @@ class History:
 
 def recorded_machines(results_dir: Path) -> list[str]:
     """The machine folders of ``results_dir`` with runs: perfgate's run records, or only an
-    asv ``machine.json`` (a machine that ``asv run`` alone has recorded)."""
-    return sorted(p.name for p in results_dir.iterdir()
-                  if (p / SIDECAR_DIR).is_dir() or (p / "machine.json").is_file())
+    asv ``machine.json`` (a machine that ``asv run`` alone has recorded). A folder whose
+    name perfgate could never have recorded under (a space, a control character...) is
+    named in a HistoryWarning and left out, so it cannot make the machine ambiguous."""
+    from pytest_perfgate.core.names import is_safe_name
+
+    found = []
+    for p in sorted(results_dir.iterdir()):
+        if not ((p / SIDECAR_DIR).is_dir() or (p / "machine.json").is_file()):
+            continue
+        if is_safe_name(p.name):
+            found.append(p.name)
+        else:
+            warn_history(p, "its name is not a machine name perfgate records under "
+                         "(letters, digits, '.', '_', '+', '@', '-')", "not reading",
+                         "rename it or move it out of the results dir")
+    return found
+
+
+def no_machine_problem(results_dir: Path) -> str:
+    """Why ``results_dir`` names no machine, and the fix: a careless user passes one
+    machine's folder (or its perfgate/ folder) for the results dir."""
+    for folder in (results_dir, results_dir.parent):
+        if (folder / SIDECAR_DIR).is_dir() or (folder / "machine.json").is_file():
+            return (f"no machine in {results_dir} has recorded runs: {folder} is one "
+                    f"machine's folder; pass the folder above it, {folder.parent}, to "
+                    "--results-dir")
+    return (f"no machine in {results_dir} has recorded runs: record runs with `pytest "
+            "--perfgate` first")
 
 
 def check_asv_names(run: RunRecord) -> None:
@@ -150,6 +175,7 @@ def check_asv_names(run: RunRecord) -> None:
 
 
 __all__ = ["History", "HistoryWarning", "SIDECAR_DIR", "SIDECAR_SUFFIX", "recorded_machines",
+           "no_machine_problem",
            "validate_path_name",
            # re-exported for session/, report/, modes/ and older callers:
            "atomic_write", "sweep_stale_temps", "TMP_SUFFIX", "STALE_TMP_S", "DEFAULT_RESULTS",

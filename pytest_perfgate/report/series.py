@@ -222,7 +222,7 @@ class MachineHistory:
         """Read the sidecars (a bad one is skipped with a HistoryWarning naming it) and keep
         the runs ``keep`` accepts. OSError / SeriesError say why there is no history to read,
         and the fix."""
-        from pytest_perfgate.history.store import History, recorded_machines
+        from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
 
         if results_dir.exists() and not results_dir.is_dir():
             raise OSError(f"the history folder {results_dir} is a file: pass the results "
@@ -233,8 +233,7 @@ class MachineHistory:
         machines = recorded_machines(results_dir)
         if machine is None:
             if not machines:
-                raise OSError(f"no machine in {results_dir} has recorded runs: record runs "
-                              "with `pytest --perfgate` first")
+                raise OSError(no_machine_problem(results_dir))
             if len(machines) > 1:
                 raise SeriesError(f"{results_dir} holds runs of several machines "
                                   f"({', '.join(machines)}): name one with --machine")

@@ -1,0 +1,131 @@
+"""Path arguments a careless user gets wrong: each is refused before anything is judged or
+written, with a message naming the value and the fix (README: exit 2 usage error, 3
+infrastructure error, never a pass)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli_check import BASE, _record  # noqa: I001 (tests/ is on sys.path)
+
+from pytest_perfgate.cli import main
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    assert exc.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.fixture
+def slow(tmp_path: Path) -> Path:
+    results = tmp_path / "results"
+    _record(results, BASE + [("6", 20.0)])
+    return results
+
+
+def test_a_repo_that_is_missing_a_file_or_empty_is_a_usage_error(slow: Path, tmp_path: Path,
+                                                                  capsys) -> None:
+    """A --repo that is not a folder made git unavailable, so the runs were judged as if
+    recorded outside git, where every earlier run of any branch is a baseline."""
+    (tmp_path / "file").write_text("x")
+    r = ["--results-dir", str(slow)]
+    for cmd in (["check"], ["compare", "111"], ["report", "--out", str(tmp_path / "o")]):
+        prog = f"perfgate {cmd[0]}: error: argument --repo: "
+        assert usage_error(capsys, *cmd, *r, "--repo", str(tmp_path / "nope")) == (
+            f"{prog}'{tmp_path / 'nope'}' does not exist: give the git checkout the runs were "
+            "recorded from, e.g. --repo .")
+        assert usage_error(capsys, *cmd, *r, "--repo", str(tmp_path / "file")) == (
+            f"{prog}'{tmp_path / 'file'}' is a file, not a folder: give the git checkout the "
+            "runs were recorded from, e.g. --repo .")
+        assert usage_error(capsys, *cmd, *r, "--repo", "") == (
+            f"{prog}an empty path: give a file or folder path")
+    (tmp_path / "my rëpo").mkdir()  # spaces and unicode are a folder like any other
+    assert main(["check", *r, "--repo", str(tmp_path / "my rëpo")]) == 1
+
+
+def test_a_results_dir_that_is_a_file_or_one_machines_folder_says_so(
+        slow: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["check", "--results-dir", str(tmp_path / "file")]) == 3
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"perfgate check: infrastructure error: the history folder {tmp_path / 'file'} is a "
+        "file: pass the results folder (with one folder per machine) to --results-dir")
+    for given in (slow / "box", slow / "box" / "perfgate"):
+        assert main(["check", "--results-dir", str(given)]) == 3
+        assert capsys.readouterr().out.splitlines()[0] == (
+            f"perfgate check: infrastructure error: no machine in {given} has recorded runs: "
+            f"{slow / 'box'} is one machine's folder; pass the folder above it, {slow}, to "
+            "--results-dir")
+        assert main(["history", "walk", "--results-dir", str(given)]) == 3
+        assert f"pass the folder above it, {slow}, to --results-dir" in capsys.readouterr().err
+    assert usage_error(capsys, "accept", "20240101T000005-aaaa05", "--results-dir",
+                       str(tmp_path / "file")) == (
+        f"perfgate accept: error: results dir {tmp_path / 'file'} is a file, not a folder: "
+        "pass the folder your perf runs record into (with one folder per machine)")
+
+
+def test_a_folder_no_machine_can_be_named_is_named_and_left_out(slow: Path, tmp_path: Path,
+                                                                 capsys) -> None:
+    """'we ird/perfgate' made the one machine ambiguous: 'holds runs of several machines
+    (box, we ird): name one with --machine', though no --machine could name it."""
+    (slow / "we ird" / "perfgate").mkdir(parents=True)
+    assert main(["check", "--results-dir", str(slow), "--repo", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert (f"perfgate check: warning: not reading history file {slow / 'we ird'}: its name is "
+            "not a machine name perfgate records under") in err
+    assert main(["history", "walk", "--results-dir", str(slow)]) == 0
+
+
+def test_check_names_a_machine_without_history_and_the_machines_with(slow: Path,
+                                                                     capsys) -> None:
+    assert main(["check", "--results-dir", str(slow), "--machine", "nosuch"]) == 3
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"perfgate check: infrastructure error: no history of machine 'nosuch' in {slow} "
+        "(machines with runs: box): record runs under that name first, or pass one of them "
+        "to --machine")
+
+
+def test_empty_run_ids_and_commit_prefixes_are_named_as_empty(slow: Path, tmp_path: Path,
+                                                              capsys) -> None:
+    """An empty prefix matched every commit: 'BASE '' matches several recorded commits'."""
+    r = ["--results-dir", str(slow), "--repo", str(tmp_path)]
+    assert usage_error(capsys, "compare", "", *r) == (
+        "perfgate compare: error: BASE is empty: give an id printed as 'recorded run RUN_ID' "
+        "or a commit hash (prefix) of a recorded run")
+    assert usage_error(capsys, "compare", "111", " ", *r).startswith(
+        "perfgate compare: error: HEAD is empty: ")
+    assert usage_error(capsys, "check", "", *r) == (
+        "perfgate check: error: RUN_ID is empty: give an id printed as 'recorded run RUN_ID' "
+        "(or no RUN_ID: the machine's newest run)")
+
+
+def test_compare_names_itself_in_its_infrastructure_errors(tmp_path: Path, capsys) -> None:
+    assert main(["compare", "111", "--results-dir", str(tmp_path / "none")]) == 3
+    assert capsys.readouterr().out.startswith(
+        f"perfgate compare: infrastructure error: no history at {tmp_path / 'none'}")
+
+
+def test_machine_refuses_an_empty_asv_machine_file(capsys) -> None:
+    """'' became '.', and the error spoke of an unreadable file '.'."""
+    assert usage_error(capsys, "machine", "--asv-machine-file", "") == (
+        "perfgate machine: error: argument --asv-machine-file: an empty path: give a file or "
+        "folder path")
+
+
+@pytest.mark.parametrize("html, why", [
+    ("file", "html dir '{tmp}/file' is a file, not a folder: give a folder, e.g. .perfgate/html"),
+    ("file/sub", "html dir '{tmp}/file/sub': {tmp}/file is a file, not a folder: give a path "
+     "in a folder"),
+])
+def test_publish_refuses_an_html_dir_it_cannot_make(tmp_path: Path, html: str, why: str,
+                                                    capsys) -> None:
+    """asv ran, then stopped with a NotADirectoryError traceback (exit 3)."""
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "repo": ".", "branches": [null], '
+                                            '"results_dir": "hist"}')
+    (tmp_path / "file").write_text("x")
+    assert usage_error(capsys, "publish", "--config", str(tmp_path / "asv.conf.json"),
+                       "--html-dir", str(tmp_path / html)) == (
+        "perfgate publish: error: " + why.format(tmp=tmp_path))
