@@ -167,3 +167,37 @@ def test_garbage_rows_in_an_asv_file_are_named_and_never_judged_in_place_of_the_
             assert problem in out
     status, out = run(capsys, "check", f"asv-{'4' * 12}-{ENV}", *r)  # named: judged
     assert status == 0 and "INCONCLUSIVE" in out
+
+
+def test_a_copied_or_moved_run_file_is_named_and_not_counted_twice(slow: Path, tmp_path: Path,
+                                                                    capsys) -> None:
+    """A copy of a baseline run under another name counted twice (a narrower spread than
+    the machine's), and accept/forget, which find a run by its file name, missed it; a run
+    file moved into another machine's folder judged runs of a fingerprint not its own."""
+    base = sidecar(slow, "20240101T000003-aaaa03")
+    copy = sidecar(slow, "20240101T000003-aaaa99")
+    copy.write_text(base.read_text())
+    _record(tmp_path / "other", BASE[:1], machine="m2")
+    moved = sidecar(slow, "20240101T000000-aaaa77")
+    edit(sidecar(tmp_path / "other", "20240101T000000-aaaa00", "m2"),
+         lambda d: d.update(run_id="20240101T000000-aaaa77"))
+    moved.write_text(sidecar(tmp_path / "other", "20240101T000000-aaaa00", "m2").read_text())
+    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    assert status == 1 and "against 5 baseline run(s)" in out, out
+    assert (f"skipping history file {copy}: it holds run '20240101T000003-aaaa03', not the run "
+            "its name says ('20240101T000003-aaaa99')") in out
+    assert (f"skipping history file {moved}: it holds a run of machine 'm2', not 'box': move "
+            "it to that machine's folder") in out
+
+
+def test_a_run_id_of_another_machine_names_that_machine(tmp_path: Path, capsys) -> None:
+    _record(tmp_path, BASE, machine="m1")
+    _record(tmp_path, BASE[:2] + [("7", 10.0)], machine="m2")
+    sidecar(tmp_path, "20240101T000002-aaaa02", "m1").unlink()  # m2 alone has this id
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "20240101T000002-aaaa02", "--results-dir", str(tmp_path),
+              "--machine", "m1"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"perfgate check: error: no run '20240101T000002-aaaa02' of machine 'm1' in {tmp_path}: "
+        "it is a run of machine 'm2': pass --machine m2")

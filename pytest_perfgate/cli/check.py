@@ -12,6 +12,7 @@ GitHub annotations and a step summary (:mod:`pytest_perfgate.cli._ci`).
 from __future__ import annotations
 
 import argparse
+import glob
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -20,6 +21,7 @@ from pytest_perfgate.cli._ci import add_ci_arguments
 from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
                                              history_location, parse_repo)
 from pytest_perfgate.core.judged import Judged, failing
+from pytest_perfgate.core.names import is_safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
                                              parse_policy, parse_positive_int)
@@ -217,8 +219,13 @@ class Check(Command):
             args.parser.error("RUN_ID is empty: give an id printed as 'recorded run RUN_ID' "
                               "(or no RUN_ID: the machine's newest run)")
         if args.run_id is not None and not any(r.run_id == args.run_id for r in runs):
+            others = sorted(p.parent.parent.name for p in results.glob(
+                f"*/perfgate/{glob.escape(args.run_id)}.pgrun") if p.parent.parent.name !=
+                machine) if is_safe_name(args.run_id) else []
             args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}: "
-                              "give an id printed as 'recorded run RUN_ID'")
+                              + (f"it is a run of machine {others[0]!r}: pass --machine "
+                                 f"{others[0]}" if others else
+                                 "give an id printed as 'recorded run RUN_ID'"))
         run = pick_run(args, runs, machine, args.run_id, "RUN_ID")
         if isinstance(run, int):
             return GateResult(run, problems=[args.infra_problem])

@@ -121,6 +121,15 @@ class History:
                     raise ValueError(f"expected a JSON object, found {describe(data)}")
                 run = RunRecord.from_json(data)  # checks every field against the schema
                 check_asv_names(run)
+                # a copied or moved file: accept/forget find a run by its file name, and a
+                # run counted twice (or on another machine's fingerprint) skews the spread
+                if run.run_id != path.stem:
+                    raise ValueError(f"it holds run {run.run_id!r}, not the run its name says "
+                                     f"({path.stem!r}): a copy? perfgate names each run file "
+                                     "by its run id")
+                if run.machine != self.machine:
+                    raise ValueError(f"it holds a run of machine {run.machine!r}, not "
+                                     f"{self.machine!r}: move it to that machine's folder")
             except (OSError, ValueError, TypeError) as exc:
                 if warn:
                     warn_history(path, str(exc), "skipping",
