@@ -129,3 +129,39 @@ def test_publish_refuses_an_html_dir_it_cannot_make(tmp_path: Path, html: str, w
     assert usage_error(capsys, "publish", "--config", str(tmp_path / "asv.conf.json"),
                        "--html-dir", str(tmp_path / html)) == (
         "perfgate publish: error: " + why.format(tmp=tmp_path))
+
+
+def test_a_baseline_commit_nothing_was_recorded_at_is_a_usage_error_not_a_pass(
+        slow: Path, tmp_path: Path, capsys) -> None:
+    """--baseline 9999 (a typo) left the regressed run NO BASELINE, and check exited 0."""
+    r = ["--results-dir", str(slow), "--repo", str(tmp_path)]
+    assert usage_error(capsys, "check", *r, "--baseline", "9999") == (
+        "perfgate check: error: --baseline 9999: no history-mode run of machine 'box' is of "
+        "that commit, so nothing would judge the run: give a commit hash (prefix) of a "
+        "recorded run")
+    assert usage_error(capsys, "check", *r, "--baseline", "6666") == (
+        "perfgate check: error: --baseline 6666 is the commit of the run judged (run "
+        "20240101T000005-aaaa05 of machine 'box', commit 6666666666): a run is never judged "
+        "by its own commit; give an earlier commit")
+    assert main(["check", *r, "--baseline", "1111"]) == 0  # one run: INCONCLUSIVE, warned
+    assert "INCONCLUSIVE" in capsys.readouterr().out
+
+
+def test_a_commit_prefix_of_several_commits_is_ambiguous_everywhere(tmp_path: Path,
+                                                                   capsys) -> None:
+    """report --run took the newest run of any commit the prefix matched."""
+    _record(tmp_path, BASE + [("6", 20.0)])
+    for i, commit in enumerate(("abcd1" + "1" * 35, "abcd2" + "2" * 35)):
+        p = tmp_path / "box" / "perfgate" / f"20240101T00000{i}-aaaa0{i}.pgrun"
+        p.write_text(p.read_text().replace(str(i + 1) * 40, commit))
+    r = ["--results-dir", str(tmp_path), "--repo", str(tmp_path)]
+    assert usage_error(capsys, "report", "--out", str(tmp_path / "o"), *r, "--run",
+                       "abcd") == (
+        "perfgate report: error: --run 'abcd' matches several recorded commits (abcd11111111, "
+        "abcd22222222): give more digits")
+    assert usage_error(capsys, "compare", "abcd", *r) == (
+        "perfgate compare: error: BASE 'abcd' matches several recorded commits: give more "
+        "digits")
+    assert usage_error(capsys, "check", *r, "--baseline", "abcd") == (
+        "perfgate check: error: --baseline abcd matches several recorded commits "
+        "(abcd11111111, abcd22222222): give more digits")

@@ -143,6 +143,27 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     return run
 
 
+def check_baseline(args: argparse.Namespace, runs: list[RunRecord], machine: str,
+                   run: RunRecord) -> None:
+    """--baseline must name one recorded commit other than the judged run's: a typo would
+    leave every benchmark NO BASELINE, which exits 0 and is not a pass."""
+    from pytest_perfgate.modes.history import is_history_run
+
+    commits = {r.commit for r in runs if is_history_run(r) and r.commit.lower().startswith(
+        args.baseline)}
+    if not commits:
+        args.parser.error(f"--baseline {args.baseline}: no history-mode run of machine "
+                          f"{machine!r} is of that commit, so nothing would judge the run: "
+                          "give a commit hash (prefix) of a recorded run")
+    if len(commits) > 1:
+        args.parser.error(f"--baseline {args.baseline} matches several recorded commits ("
+                          f"{', '.join(sorted(c[:12] for c in commits))}): give more digits")
+    if run.commit in commits:
+        args.parser.error(f"--baseline {args.baseline} is the commit of the run judged "
+                          f"({describe(run)}): a run is never judged by its own commit; "
+                          "give an earlier commit")
+
+
 def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
               baseline: str | None, before: bool = True) -> list[Judged]:
     """Every benchmark of ``run`` judged by the plugin's history rules."""
@@ -229,6 +250,8 @@ class Check(Command):
         run = pick_run(args, runs, machine, args.run_id, "RUN_ID")
         if isinstance(run, int):
             return GateResult(run, problems=[args.infra_problem])
+        if args.baseline is not None:
+            check_baseline(args, runs, machine, run)
         judged = warned(args, lambda: judge_run(args, results, run, args.baseline))
         print(f"perfgate check: {describe(run)}")
         for line in render.table(judged) + render.notes(judged):

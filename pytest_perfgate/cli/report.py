@@ -60,6 +60,10 @@ def pick(args: argparse.Namespace, h: MachineHistory) -> RunRecord:
         newest = ", ".join(r.run_id for r in sorted(h.runs, key=lambda r: -r.started_at)[:5])
         args.parser.error(f"--run {args.run_id!r}: no history-mode run of machine {h.machine!r} "
                           f"has that id or commit; newest runs: {newest}")
+    commits = sorted({r.commit for r in found})
+    if len(commits) > 1:
+        args.parser.error(f"--run {args.run_id!r} matches several recorded commits ("
+                          f"{', '.join(c[:12] for c in commits[:5])}): give more digits")
     return max(found, key=lambda r: r.started_at)
 
 
