@@ -165,3 +165,19 @@ def test_a_commit_prefix_of_several_commits_is_ambiguous_everywhere(tmp_path: Pa
     assert usage_error(capsys, "check", *r, "--baseline", "abcd") == (
         "perfgate check: error: --baseline abcd matches several recorded commits "
         "(abcd11111111, abcd22222222): give more digits")
+
+
+@pytest.mark.parametrize("text, why", [
+    (b"[1]", "{conf} holds a list, not asv's JSON object"),
+    (b"\xff\xfe{}", "{conf} is not UTF-8 text (asv would refuse it too): "),
+])
+def test_an_asv_config_that_is_no_config_is_named(tmp_path: Path, capsys, monkeypatch,
+                                                  text: bytes, why: str) -> None:
+    """A list said 'results_dir None is not a folder name'; bytes that are not UTF-8 gave
+    the decoder's message without the file's name."""
+    (tmp_path / "asv.conf.json").write_bytes(text)
+    monkeypatch.chdir(tmp_path)
+    err = usage_error(capsys, "check")
+    assert err.startswith("perfgate check: error: cannot find the history folder: "
+                          + why.format(conf=tmp_path / "asv.conf.json")), err
+    assert err.endswith("; pass --results-dir")

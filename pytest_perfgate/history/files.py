@@ -137,7 +137,9 @@ def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
     for conf in (root / "asv.conf.json", root / "asv.conf.jsonc"):
         if conf.is_file():
             data = load_jsonc(conf)
-            value = data.get("results_dir", "results") if isinstance(data, dict) else None
+            if not isinstance(data, dict):
+                raise ValueError(f"{conf} holds {describe(data)}, not asv's JSON object")
+            value = data.get("results_dir", "results")
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{conf}: results_dir {value!r} is not a folder name; set "
                                  "\"results_dir\": \"results\" or remove the key")
@@ -147,7 +149,10 @@ def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
 
 def load_jsonc(path: Path) -> Any:
     """A JSON file that may hold comments and trailing commas, read as asv reads it."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (asv would refuse it too): {exc}") from None
     try:
         import json5  # asv's own dependency for its config loader
         return json5.loads(text)
