@@ -201,3 +201,25 @@ def test_a_run_id_of_another_machine_names_that_machine(tmp_path: Path, capsys) 
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"perfgate check: error: no run '20240101T000002-aaaa02' of machine 'm1' in {tmp_path}: "
         "it is a run of machine 'm2': pass --machine m2")
+
+
+def test_a_decisions_file_with_garbage_keeps_its_good_decisions_and_is_never_overwritten(
+        slow: Path, tmp_path: Path, capsys) -> None:
+    """One bad entry made the whole file count as empty (a forgotten run served as a
+    baseline again), and the next accept overwrote it, dropping every decision in it."""
+    path = slow / "box" / "perfgate" / "decisions.pgaccept"
+    text = json.dumps({"perfgate_decisions": 1, "accepted": [5],
+                       "forgotten": ["20240101T000004-aaaa04"]})
+    path.write_text(text)
+    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    assert status == 1 and "against 4 baseline run(s)" in out, out  # still forgotten
+    assert (f"perfgate check: warning: reading {path} without 'accepted': 1 value(s) that are "
+            "no run id (5)") in out
+    for cmd in ("accept", "forget"):
+        status, out = run(capsys, cmd, NEWEST, "--results-dir", str(slow))
+        assert status == 3
+        assert out == (f"perfgate {cmd}: infrastructure error: cannot read the decisions file "
+                       f"{path} ('accepted': 1 value(s) that are no run id (5)): fix it, or "
+                       "delete it (which drops every accept and forget recorded there), then "
+                       "run this again\n")
+        assert path.read_text() == text
