@@ -181,3 +181,21 @@ def test_an_asv_config_that_is_no_config_is_named(tmp_path: Path, capsys, monkey
     assert err.startswith("perfgate check: error: cannot find the history folder: "
                           + why.format(conf=tmp_path / "asv.conf.json")), err
     assert err.endswith("; pass --results-dir")
+
+
+@pytest.mark.parametrize("given, series", [
+    ("walk.track_s_per_step", "gated"), ("walk.counts", "counts"),
+    ("walk.phase.physics", "phase.physics"), ("walk.counts.est_cycles", "counts.est_cycles"),
+    ("walk.counts.phase.reset", "counts.phase.reset")])
+def test_an_asv_series_name_given_as_bench_names_the_series_to_ask_for(
+        tmp_path: Path, capsys, given: str, series: str) -> None:
+    """README's History section names the asv series (walk.track_s_per_step, walk.counts,
+    ...); given as BENCH they said only 'no benchmark ...; near names: walk'."""
+    from test_cli_history import record
+
+    record(tmp_path, [250.0] * 3, counts=[5.8e6] * 3)
+    assert usage_error(capsys, "history", given, "--results-dir", str(tmp_path)) == (
+        f"perfgate history: error: no benchmark {given!r}: that is the asv series name of "
+        f"benchmark 'walk': give perfgate history walk --series {series} (machine 'box' in "
+        f"{tmp_path})")
+    assert main(["history", "walk", "--series", series, "--results-dir", str(tmp_path)]) == 0

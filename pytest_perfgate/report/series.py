@@ -116,6 +116,10 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     if hits:
         raise SeriesError(f"benchmark {wanted!r} matches {len(hits)} benchmarks: "
                           f"{', '.join(hits[:10])}: give more of the name")
+    hint = _series_name(wanted, names)
+    if hint is not None:
+        raise SeriesError(f"no benchmark {wanted!r}: that is the asv series name of benchmark "
+                          f"{hint[0]!r}: give perfgate history {hint[0]} --series {hint[1]}")
     near = difflib.get_close_matches(wanted, names, n=5, cutoff=0.4)
     shown = near or list(names)[:10]
     if not names:
@@ -123,6 +127,22 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     label = "near names" if near else "recorded benchmarks"
     raise SeriesError(f"no benchmark {wanted!r} in this history; {label}: {', '.join(shown)}"
                       + (" ..." if not near and len(names) > 10 else ""))
+
+
+def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
+    """(benchmark, series kind) when ``wanted`` is one of the asv series names README's
+    History section lists (``walk.track_s_per_step``, ``walk.phase.physics``,
+    ``walk.counts``...) of a recorded benchmark."""
+    from pytest_perfgate.history.asv import GATED_SUFFIX
+
+    # (what follows the benchmark's name, the series kind; a kind ending in "." takes a name)
+    for marker, kind in ((f".{GATED_SUFFIX}", GATED), (f"{COUNTS_SUFFIX}.est_cycles", CYCLES),
+                         (f"{COUNTS_SUFFIX}.phase.", COUNTS_PHASE), (COUNTS_SUFFIX, COUNTS),
+                         (".phase.", PHASE)):
+        stem, sep, rest = wanted.rpartition(marker)
+        if sep and stem in names and bool(rest) == kind.endswith("."):
+            return stem, kind + rest
+    return None
 
 
 def _is_counts(b: BenchResult) -> bool:
