@@ -223,3 +223,15 @@ def test_a_decisions_file_with_garbage_keeps_its_good_decisions_and_is_never_ove
                        "delete it (which drops every accept and forget recorded there), then "
                        "run this again\n")
         assert path.read_text() == text
+
+
+def test_a_run_with_no_benchmark_is_nothing_gated_not_a_pass(slow: Path, tmp_path: Path,
+                                                             capsys) -> None:
+    """The plugin never records a run without benchmarks; one found (hand-made, or a
+    truncated list) passed check as 'passed: 0 of 0 benchmark(s)', exit 0."""
+    edit(sidecar(slow, NEWEST), lambda d: d.update(benchmarks={}))
+    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    assert status == 3
+    assert out.splitlines()[0] == (
+        f"perfgate check: infrastructure error: run {NEWEST} of machine 'box', commit "
+        "6666666666 holds no benchmark: nothing to judge; give the run to judge as RUN_ID")

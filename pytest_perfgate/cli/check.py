@@ -253,6 +253,10 @@ class Check(Command):
         if args.baseline is not None:
             check_baseline(args, runs, machine, run)
         judged = warned(args, lambda: judge_run(args, results, run, args.baseline))
+        if not judged:  # the plugin never records such a run: nothing was gated
+            return GateResult(_infra(args, f"{describe(run)} holds no benchmark: nothing to "
+                                     "judge; give the run to judge as RUN_ID"),
+                              problems=[args.infra_problem])
         print(f"perfgate check: {describe(run)}")
         for line in render.table(judged) + render.notes(judged):
             print(line)
