@@ -235,3 +235,40 @@ def test_a_run_with_no_benchmark_is_nothing_gated_not_a_pass(slow: Path, tmp_pat
     assert out.splitlines()[0] == (
         f"perfgate check: infrastructure error: run {NEWEST} of machine 'box', commit "
         "6666666666 holds no benchmark: nothing to judge; give the run to judge as RUN_ID")
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON nesting, deeper than json's recursion limit
+
+
+@pytest.mark.parametrize("where", ["box/perfgate/20240101T000002-aaaa02.pgrun",
+                                   "box/11111111-virtualenv-pyunknown.json",
+                                   "box/perfgate/decisions.pgaccept", "box/machine.json"])
+def test_json_nested_past_the_parsers_limit_is_garbage_like_any_other(
+        slow: Path, tmp_path: Path, capsys, where: str) -> None:
+    """json raises RecursionError, which no reader's `except ValueError` caught: a
+    traceback from check, history and report alike."""
+    (slow / where).write_text(DEEP)
+    for argv in (["check", "--repo", str(tmp_path)], ["history", "walk"],
+                 ["report", "--out", str(tmp_path / "rep")]):
+        status, out = run(capsys, *argv, "--results-dir", str(slow))
+        assert status == (1 if argv[0] == "check" else 0), out
+        # history reads no decisions; machine.json is read only for asv-run rows
+        readers = {"decisions.pgaccept": ("check", "report"), "machine.json": ()}.get(
+            Path(where).name, ("check", "history", "report"))
+        if argv[0] in readers:
+            assert str(slow / where) in out and "nested too deep" in out, out
+
+
+def test_a_deeply_nested_config_or_report_is_named_too(tmp_path: Path, capsys,
+                                                       monkeypatch) -> None:
+    (tmp_path / "asv.conf.json").write_text(DEEP)
+    (tmp_path / "report.json").write_text(DEEP)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["check"])
+    assert exc.value.code == 2
+    assert (f"perfgate check: error: cannot find the history folder: {tmp_path}/asv.conf.json "
+            "is nested too deep to be asv's config") in capsys.readouterr().err
+    status, out = run(capsys, "check", "--report", "report.json")
+    assert status == 3 and ("perfgate check: infrastructure error: cannot read the report "
+                            "report.json: nested too deep") in out

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import atomic_write, locked
+from pytest_perfgate.core.files import atomic_write, load_json, locked
 from pytest_perfgate.core.names import is_safe_name, safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.files import HistoryWarning
@@ -73,7 +73,7 @@ def load_decisions(results_dir: str | os.PathLike[str], machine: str, strict: bo
     path = decisions_path(results_dir, machine)
     fix = "fix or delete the file, then accept again"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path)
         got, problems = _parse(data)
     except FileNotFoundError:
         return Decisions()
@@ -159,7 +159,7 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
 
 def _read(path: Path) -> RunRecord:
     try:
-        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return RunRecord.from_json(load_json(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise AcceptError(f"cannot read run file {path}: {e}") from None
 
@@ -179,7 +179,7 @@ def _failed_siblings(folder: Path, run: RunRecord) -> list[str]:
         if p.stem == run.run_id:
             continue
         try:
-            other = RunRecord.from_json(json.loads(p.read_text(encoding="utf-8")))
+            other = RunRecord.from_json(load_json(p))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # the store warns about unreadable records when it loads them
         if (other.commit, other.dirty, other.fingerprint) == (run.commit, run.dirty,

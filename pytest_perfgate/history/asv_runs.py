@@ -30,6 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from pytest_perfgate.core.files import load_json
 from pytest_perfgate.core.results import (SAMPLE_RANGE, BenchResult, RunRecord, is_sample,
                                           is_time)
 from pytest_perfgate.history.asv import (GATED_SUFFIX, SERIES_VERSION, asv_written,
@@ -78,7 +79,10 @@ def asv_recorded_runs(machine_dir: Path, machine: str, warn: bool = True,
 
 def _read_run(path: Path, machine: str, mj: Mapping[str, Any],
               bad: list[tuple[str, float | None]]) -> RunRecord | None:
-    data = read_json(path)
+    try:
+        data = load_json(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"not readable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, found {describe(data)}")
     rows = data.get("results")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pytest_perfgate.core.files import TMP_SUFFIX, atomic_write, sweep_stale_temps
+from pytest_perfgate.core.files import (TMP_SUFFIX, atomic_write, load_json, loads_json,
+                                        sweep_stale_temps)
 
 DEFAULT_RESULTS = Path(".perfgate") / "results"
 
@@ -36,7 +37,7 @@ def dump_json(obj: Any, compact: bool = False, strict: bool = True) -> bytes:
 def read_json(path: Path, warn: bool = False) -> Any:
     """A JSON file we are about to rewrite; None when missing or unreadable."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return load_json(path)
     except (OSError, ValueError) as exc:
         if warn and not isinstance(exc, FileNotFoundError):
             warn_history(path, f"not valid JSON ({exc})", "rebuilding")
@@ -58,7 +59,7 @@ def read_object(path: Path, then: str, check: Callable[[dict[str, Any]], str | N
     says what the rewrite will hold.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -157,7 +158,9 @@ def load_jsonc(path: Path) -> Any:
         import json5  # asv's own dependency for its config loader
         return json5.loads(text)
     except ImportError:
-        return json.loads(strip_comments(text))
+        return loads_json(strip_comments(text))
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deep to be asv's config") from None
     except ValueError as exc:
         raise ValueError(f"{path} is not valid JSON (asv would refuse it too): {exc}") from exc
 

@@ -19,13 +19,12 @@ helpers) stay importable from this module.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from pytest_perfgate.core.files import (STALE_TMP_S, TMP_SUFFIX, atomic_write, locked,
-                                        sweep_stale_temps)
+from pytest_perfgate.core.files import (STALE_TMP_S, TMP_SUFFIX, atomic_write, load_json,
+                                        locked, sweep_stale_temps)
 from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SERIES_VERSION,
@@ -116,7 +115,7 @@ class History:
     def _iter_runs(self, warn: bool) -> Iterator[RunRecord]:
         for path in sorted(self.sidecar_dir.glob(f"*{SIDECAR_SUFFIX}")):  # [] when missing
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = load_json(path)
                 if not isinstance(data, dict):
                     raise ValueError(f"expected a JSON object, found {describe(data)}")
                 run = RunRecord.from_json(data)  # checks every field against the schema
