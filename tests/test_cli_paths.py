@@ -199,3 +199,11 @@ def test_an_asv_series_name_given_as_bench_names_the_series_to_ask_for(
         f"benchmark 'walk': give perfgate history walk --series {series} (machine 'box' in "
         f"{tmp_path})")
     assert main(["history", "walk", "--series", series, "--results-dir", str(tmp_path)]) == 0
+
+
+def test_publish_refuses_an_empty_commit_range(tmp_path: Path, capsys) -> None:
+    """`perfgate publish "$RANGE"` with RANGE unset ran asv, which failed (exit 3)."""
+    (tmp_path / "asv.conf.json").write_text('{"version": 1, "repo": ".", "branches": [null]}')
+    assert usage_error(capsys, "publish", "--config", str(tmp_path / "asv.conf.json"), " ") == (
+        "perfgate publish: error: argument range: ' ' is an empty commit range: give one such "
+        "as HEAD~200..HEAD, or none for the whole history")
