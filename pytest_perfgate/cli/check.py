@@ -112,7 +112,6 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     """The newest history-mode run (``wanted`` None), the run with that id, or the newest
     run of the commit that ``wanted`` prefixes; the infra exit status when there is none."""
     from pytest_perfgate.modes.history import is_history_run
-
     from pytest_perfgate.report.series import hidden_message, hidden_newest
 
     mine = [r for r in runs if is_history_run(r)]
