@@ -117,11 +117,15 @@ def test_a_plugin_run_keeps_the_row_asv_wrote_at_its_commit(h: History) -> None:
 def test_rows_asv_could_not_measure_or_of_another_version_are_not_runs(h: History) -> None:
     asv_writes(h, C1, {"walk.track_s_per_step": asv_row(None, 1000),  # failed
                        "jump.track_s_per_step": asv_row(math.nan, 1000),  # skipped
-                       "old.track_s_per_step": asv_row(1e-5, 1000, "perfgate-1"),
-                       "neg.track_s_per_step": asv_row(-1.0, 1000)})
+                       "old.track_s_per_step": asv_row(1e-5, 1000, "perfgate-1")})
     asv_writes(h, C2, {"walk.track_s_per_step": [[1e-5], [], SERIES_VERSION, 2000]})  # ours
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        assert h.load_runs() == []
+    # a negative time per env-step is no result asv marks as failed: garbage, named
+    bad = asv_writes(h, C3, {"neg.track_s_per_step": asv_row(-1.0, 3000)})
+    with pytest.warns(HistoryWarning, match=f"skipping rows of history file {bad}: row "
+                      "'neg.track_s_per_step': result -1.0 is not seconds per env-step"):
         assert h.load_runs() == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from pathlib import Path
@@ -10,7 +11,6 @@ import pytest
 from test_cli_history import STEP, record  # noqa: I001 (tests/ is on sys.path)
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.cli import report as report_cli
 
 
 def report(tmp_path: Path, *argv: str) -> int:
@@ -117,7 +117,7 @@ def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
         "a file, not a folder: give a path in a folder")
     assert usage_error(capsys, *r, "--out", " ") == (
         "perfgate report: error: --out is empty: give a folder, e.g. perfgate-report")
-    monkeypatch.setattr(report_cli.os, "access", lambda *a: False)  # root may write anywhere
+    monkeypatch.setattr(os, "access", lambda *a: False)  # root may write anywhere
     assert usage_error(capsys, *r, "--out", str(tmp_path / "ro" / "x")) == (
         f"perfgate report: error: --out '{tmp_path / 'ro' / 'x'}': cannot write in "
         f"{tmp_path}: give a writable folder")

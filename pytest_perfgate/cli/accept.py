@@ -23,6 +23,9 @@ def decide(args: argparse.Namespace, what: str) -> int:
         print(getattr(decisions, what)(results, machine, args.run_id))
     except decisions.AcceptError as e:
         args.parser.error(str(e))
+    except decisions.DecisionsUnreadable as e:
+        print(f"perfgate {what}: infrastructure error: {e}")
+        return 3
     except OSError as e:
         print(f"perfgate {what}: cannot write the decision into {results}: {e}")
         return 3

@@ -12,14 +12,16 @@ GitHub annotations and a step summary (:mod:`pytest_perfgate.cli._ci`).
 from __future__ import annotations
 
 import argparse
+import glob
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._ci import add_ci_arguments
 from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
-                                             history_location)
+                                             history_location, parse_repo)
 from pytest_perfgate.core.judged import Judged, failing
+from pytest_perfgate.core.names import is_safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
                                              parse_policy, parse_positive_int)
@@ -28,11 +30,12 @@ if TYPE_CHECKING:
     from pytest_perfgate.report.github import GateResult
 
 INFRA = 3
+T = TypeVar("T")
 
 
 def _infra(args: argparse.Namespace, message: str) -> int:
     """Print an infrastructure error (kept on ``args`` for the CI outputs); its status."""
-    print(f"perfgate check: infrastructure error: {message}")
+    print(f"{args.parser.prog}: infrastructure error: {message}")
     args.infra_problem = message
     return INFRA
 
@@ -41,7 +44,7 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
     """The gate's rule, with the plugin's defaults (the same converters as its options)."""
     d = Options()
     add_history_arguments(ap)
-    ap.add_argument("--repo", type=Path, default=Path.cwd(),
+    ap.add_argument("--repo", type=argparse_type(parse_repo), default=Path.cwd(),
                     help="the git checkout whose history decides ancestry (default: here)")
     ap.add_argument("--threshold", type=argparse_type(parse_fraction), default=None,
                     help="throughput drop that fails (default: the threshold each "
@@ -60,25 +63,48 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
-    """(results dir, machine, its runs), or the infrastructure exit status (printed)."""
-    from pytest_perfgate.history.store import History, recorded_machines
+    """(results dir, machine, its runs), or the infrastructure exit status (printed). The
+    run files skipped with a warning are kept in ``args.unreadable`` for :func:`pick_run`."""
+    from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
 
     results, machine = history_location(args)
+    if results.exists() and not results.is_dir():
+        return _infra(args, f"the history folder {results} is a file: pass the results "
+                      "folder (with one folder per machine) to --results-dir")
     if not results.is_dir():
         return _infra(args, f"no history at {results}: record runs with `pytest --perfgate` "
                       "first, or pass --results-dir")
+    try:
+        machines = warned(args, lambda: recorded_machines(results))
+    except OSError as e:
+        return _infra(args, f"cannot list the machines in {results}: {e}")
     if machine is None:
-        machines = recorded_machines(results)
         if not machines:
-            return _infra(args, f"no machine in {results} has recorded runs")
+            return _infra(args, no_machine_problem(results))
         if len(machines) > 1:
             args.parser.error(f"{results} holds runs of several machines "
                               f"({', '.join(machines)}): name one with --machine")
         machine = machines[0]
+    elif machine not in machines:
+        return _infra(args, f"no history of machine {machine!r} in {results} (machines with "
+                      f"runs: {', '.join(machines) or 'none'}): record runs under that name "
+                      "first, or pass one of them to --machine")
     try:
-        return results, machine, History(results, machine).load_runs()
+        store = History(results, machine)
+        runs = warned(args, store.load_runs)
+        args.unreadable = store.unreadable
+        return results, machine, runs
     except (OSError, ValueError) as e:
         return _infra(args, f"cannot read the history of machine {machine!r} in {results}: {e}")
+
+
+def warned(args: argparse.Namespace, call: Callable[[], T]) -> T:
+    """``call()`` with each skipped history file named once, as one line on stderr."""
+    from pytest_perfgate.cli.history import with_history_warnings
+
+    if not hasattr(args, "warned"):
+        args.warned = set()
+    return with_history_warnings(args.parser.prog, call, args.warned)
 
 
 def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
@@ -86,12 +112,20 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     """The newest history-mode run (``wanted`` None), the run with that id, or the newest
     run of the commit that ``wanted`` prefixes; the infra exit status when there is none."""
     from pytest_perfgate.modes.history import is_history_run
+    from pytest_perfgate.report.series import hidden_message, hidden_newest
 
     mine = [r for r in runs if is_history_run(r)]
     if wanted is None:
         if not mine:
             return _infra(args, f"machine {machine!r} has no recorded history-mode run")
-        return max(mine, key=lambda r: r.started_at)
+        newest = max(mine, key=lambda r: r.started_at)
+        hidden = hidden_newest(getattr(args, "unreadable", ()), newest)
+        if hidden is not None:
+            return _infra(args, hidden_message(hidden, newest))
+        return newest
+    if not wanted.strip():
+        args.parser.error(f"{what} is empty: give an id printed as 'recorded run RUN_ID' or a "
+                          "commit hash (prefix) of a recorded run")
     found = [r for r in runs if r.run_id == wanted] or \
         [r for r in mine if r.commit.startswith(wanted.lower())]
     if not found:
@@ -106,6 +140,27 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
         args.parser.error(f"run {run.run_id} was measured in the A/B mode: its verdict was a "
                           "paired comparison; only history-mode runs can be judged again")
     return run
+
+
+def check_baseline(args: argparse.Namespace, runs: list[RunRecord], machine: str,
+                   run: RunRecord) -> None:
+    """--baseline must name one recorded commit other than the judged run's: a typo would
+    leave every benchmark NO BASELINE, which exits 0 and is not a pass."""
+    from pytest_perfgate.modes.history import is_history_run
+
+    commits = {r.commit for r in runs if is_history_run(r) and r.commit.lower().startswith(
+        args.baseline)}
+    if not commits:
+        args.parser.error(f"--baseline {args.baseline}: no history-mode run of machine "
+                          f"{machine!r} is of that commit, so nothing would judge the run: "
+                          "give a commit hash (prefix) of a recorded run")
+    if len(commits) > 1:
+        args.parser.error(f"--baseline {args.baseline} matches several recorded commits ("
+                          f"{', '.join(sorted(c[:12] for c in commits))}): give more digits")
+    if run.commit in commits:
+        args.parser.error(f"--baseline {args.baseline} is the commit of the run judged "
+                          f"({describe(run)}): a run is never judged by its own commit; "
+                          "give an earlier commit")
 
 
 def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
@@ -180,13 +235,27 @@ class Check(Command):
         if isinstance(found, int):
             return GateResult(found, problems=[args.infra_problem])
         results, machine, runs = found
+        if args.run_id is not None and not args.run_id.strip():
+            args.parser.error("RUN_ID is empty: give an id printed as 'recorded run RUN_ID' "
+                              "(or no RUN_ID: the machine's newest run)")
         if args.run_id is not None and not any(r.run_id == args.run_id for r in runs):
+            others = sorted(p.parent.parent.name for p in results.glob(
+                f"*/perfgate/{glob.escape(args.run_id)}.pgrun") if p.parent.parent.name !=
+                machine) if is_safe_name(args.run_id) else []
             args.parser.error(f"no run {args.run_id!r} of machine {machine!r} in {results}: "
-                              "give an id printed as 'recorded run RUN_ID'")
+                              + (f"it is a run of machine {others[0]!r}: pass --machine "
+                                 f"{others[0]}" if others else
+                                 "give an id printed as 'recorded run RUN_ID'"))
         run = pick_run(args, runs, machine, args.run_id, "RUN_ID")
         if isinstance(run, int):
             return GateResult(run, problems=[args.infra_problem])
-        judged = judge_run(args, results, run, args.baseline)
+        if args.baseline is not None:
+            check_baseline(args, runs, machine, run)
+        judged = warned(args, lambda: judge_run(args, results, run, args.baseline))
+        if not judged:  # the plugin never records such a run: nothing was gated
+            return GateResult(_infra(args, f"{describe(run)} holds no benchmark: nothing to "
+                                     "judge; give the run to judge as RUN_ID"),
+                              problems=[args.infra_problem])
         print(f"perfgate check: {describe(run)}")
         for line in render.table(judged) + render.notes(judged):
             print(line)

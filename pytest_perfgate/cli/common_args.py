@@ -101,6 +101,37 @@ def history_location(args: argparse.Namespace) -> tuple[Path, str | None]:
     return Path(results), machine
 
 
+def parse_repo(text: str) -> Path:
+    """--repo: an existing folder. A path that is missing or a file would make the history
+    look like it was recorded outside git, where every earlier run counts as a baseline."""
+    path = Path(parse_path(text)).expanduser()
+    if not path.exists():
+        raise OptionError(f"{text!r} does not exist: give the git checkout the runs were "
+                          "recorded from, e.g. --repo .")
+    if not path.is_dir():
+        raise OptionError(f"{text!r} is a file, not a folder: give the git checkout the runs "
+                          "were recorded from, e.g. --repo .")
+    return path
+
+
+def folder_problem(path: Path, shown: str, example: str) -> str | None:
+    """Why ``path`` cannot become a folder this command writes (None: it can; missing
+    folders are made): it is a file, it lies below a file, or its nearest existing folder
+    is not writable."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        return f"{shown} is a file, not a folder: give a folder, e.g. {example}"
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{shown}: {parent} is a file, not a folder: give a path in a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{shown}: cannot write in {parent}: give a writable folder"
+    return None
+
+
 def parse_output_file(text: str) -> Path:
     """A file the command writes when it is done: refused now if it never could be (a
     folder, a path under a file, no permission), so a long run never ends in a traceback."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.check import (add_rule_arguments, describe, judge_run, machine_runs,
-                                       pick_run)
+                                       pick_run, warned)
 
 
 class Compare(Command):
@@ -52,7 +52,8 @@ class Compare(Command):
         if head.commit == base.commit:
             args.parser.error(f"BASE and HEAD are the same commit ({base.commit[:10]}): "
                               "compare two different commits")
-        judged = judge_run(args, results, head, base.commit, before=False)
+        judged = warned(args, lambda: judge_run(args, results, head, base.commit,
+                                                before=False))
         print(f"perfgate compare: {describe(head)} against the runs of commit "
               f"{base.commit[:10]}")
         for line in render.table(judged) + render.notes(judged):

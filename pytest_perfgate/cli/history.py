@@ -142,7 +142,7 @@ class HistoryCommand(Command):
             return INFRA
         try:
             bench = resolve_benchmark(args.benchmark, names)
-            s = series(found.runs, bench, kind)
+            s = with_history_warnings(prog, lambda: series(found.runs, bench, kind))
         except SeriesError as e:
             args.parser.error(f"{e} ({where})")
         try:

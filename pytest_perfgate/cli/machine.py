@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.common_args import argparse_type, from_env
-from pytest_perfgate.session.options import parse_machine
+from pytest_perfgate.session.options import parse_machine, parse_path
 
 
 class Machine(Command):
@@ -31,6 +31,7 @@ class Machine(Command):
                         "else the hostname)")
         ap.add_argument("--json", action="store_true", help="print one JSON object")
         ap.add_argument("--asv-machine-file", nargs="?", const="~/.asv-machine.json",
+                        type=argparse_type(parse_path),
                         default=None, metavar="PATH",
                         help="also write this machine, under its perfgate name, into asv's "
                         "machine file (default ~/.asv-machine.json), so `asv run --machine "

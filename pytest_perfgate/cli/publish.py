@@ -37,6 +37,16 @@ def parse_scripts_dir(text: str) -> Path:
     return path
 
 
+def parse_range(text: str) -> str:
+    """A commit range for asv publish (``HEAD~200..HEAD``); an empty one (an unset shell
+    variable) would reach asv as a revision it cannot parse."""
+    s = str(text).strip()
+    if not s:
+        raise OptionError(f"{text!r} is an empty commit range: give one such as "
+                          "HEAD~200..HEAD, or none for the whole history")
+    return s
+
+
 class Publish(Command):
     name = "publish"
     help = "asv publish over the history, with asv's scripts served from the site itself"
@@ -61,7 +71,7 @@ class Publish(Command):
                         "serve these from the site instead of CDNs")
         ap.add_argument("--no-pull", action="store_true",
                         help="passed to asv publish: do not pull the repository")
-        ap.add_argument("range", nargs="?", default=None,
+        ap.add_argument("range", nargs="?", default=None, type=argparse_type(parse_range),
                         help="passed to asv publish: the commit range to show")
         return ap
 
@@ -126,7 +136,13 @@ def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
 
 def _html_dir_problem(config: Path, conf: dict[str, Any], html_dir: Path) -> str | None:
     """asv publish deletes its html dir before writing it: refuse one that holds the
-    project, the history, or files that are not an earlier asv site."""
+    project, the history, or files that are not an earlier asv site, and one it cannot
+    make (a file, below a file, not writable: asv would stop with a traceback)."""
+    from pytest_perfgate.cli.common_args import folder_problem
+
+    why = folder_problem(html_dir, f"html dir {str(html_dir)!r}", ".perfgate/html")
+    if why is not None:
+        return why
     results = conf.get("results_dir", "results")
     history = (config.parent / results).resolve() if isinstance(results, str) and results \
         else None

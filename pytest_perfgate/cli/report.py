@@ -12,17 +12,18 @@ a file that could not be written).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
+from pytest_perfgate.cli.common_args import folder_problem
 from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series
+from pytest_perfgate.report.series import (COUNTS_SUFFIX, MachineHistory, Series,
+                                           hidden_message)
 
 REPORT = "report.md"
 SUMMARY = "summary.md"
@@ -31,16 +32,7 @@ PROG = "perfgate report"
 
 def out_dir_problem(path: Path, shown: str) -> str | None:
     """Why ``path`` cannot be the report folder (None: it can; missing folders are made)."""
-    if path.exists() and not path.is_dir():
-        return f"--out {shown} is a file, not a folder: give a folder, e.g. perfgate-report"
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"--out {shown}: {parent} is a file, not a folder: give a path in a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"--out {shown}: cannot write in {parent}: give a writable folder"
-    return None
+    return folder_problem(path, f"--out {shown}", "perfgate-report")
 
 
 def png_name(bench: str, taken: set[str]) -> str:
@@ -68,6 +60,10 @@ def pick(args: argparse.Namespace, h: MachineHistory) -> RunRecord:
         newest = ", ".join(r.run_id for r in sorted(h.runs, key=lambda r: -r.started_at)[:5])
         args.parser.error(f"--run {args.run_id!r}: no history-mode run of machine {h.machine!r} "
                           f"has that id or commit; newest runs: {newest}")
+    commits = sorted({r.commit for r in found})
+    if len(commits) > 1:
+        args.parser.error(f"--run {args.run_id!r} matches several recorded commits ("
+                          f"{', '.join(c[:12] for c in commits[:5])}): give more digits")
     return max(found, key=lambda r: r.started_at)
 
 
@@ -168,11 +164,16 @@ class Report(Command):
                   file=sys.stderr)
             return INFRA
         run = pick(args, h)
+        hidden = h.hidden_newest(run) if args.run_id is None else None
+        if hidden is not None:
+            print(f"{PROG}: infrastructure error: {hidden_message(hidden, run)}",
+                  file=sys.stderr)
+            return INFRA
         judged = with_history_warnings(
             PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            made = entries(h, run, judged, out)
+            made = with_history_warnings(PROG, lambda: entries(h, run, judged, out), seen)
             atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
             atomic_write(out / REPORT, markdown.report(run, made, where).encode())
             for f in (out / SUMMARY, out / REPORT):

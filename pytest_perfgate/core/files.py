@@ -14,11 +14,12 @@ serialises them (docs/design.md §6).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 TMP_SUFFIX = ".perfgate-tmp"
 STALE_TMP_S = 3600.0  # a temp file this old belongs to a writer that was killed
@@ -96,7 +97,23 @@ def sweep_stale_temps(folder: Path, now: float | None = None,
     return removed
 
 
-__all__ = ["output_problem", "atomic_write", "sweep_stale_temps", "locked", "LockTimeout",
+def load_json(path: Path) -> Any:
+    """The JSON in the file at ``path``. Whatever the file holds, the errors are OSError and
+    ValueError (not JSON, not UTF-8, and nested deeper than the parser's recursion limit,
+    which json raises as RecursionError), so every reader's skip-with-a-warning catches it."""
+    return loads_json(path.read_text(encoding="utf-8"))
+
+
+def loads_json(text: str) -> Any:
+    """:func:`json.loads`, with nesting too deep to parse a ValueError like other garbage."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep to be JSON perfgate or asv wrote") from None
+
+
+__all__ = ["load_json", "loads_json", "output_problem", "atomic_write", "sweep_stale_temps",
+           "locked", "LockTimeout",
            "TMP_SUFFIX", "STALE_TMP_S", "LOCK_TIMEOUT_S"]
 
 

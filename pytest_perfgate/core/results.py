@@ -14,6 +14,22 @@ from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, Mapping
 
 FORMAT_VERSION = 1
+# What a recorded number can be, however fast or slow the workload: a sample (seconds per
+# million env-steps, or instructions per env-step) between 1e-9 (1e15 env-steps/s) and 1e15,
+# a start time between 1970 and the year 9999. Wider values are garbage in a history file,
+# and the gate's logs, squares and exps of them would overflow (a traceback, not a verdict).
+SAMPLE_RANGE = (1e-9, 1e15)
+TIME_RANGE = (0.0, 253402300799.0)  # epoch seconds: 1970-01-01 .. 9999-12-31 23:59:59
+
+
+def is_sample(v: object) -> bool:
+    """A number a sidecar or an asv row may hold as one measured sample."""
+    return _is_num(v) and SAMPLE_RANGE[0] <= v <= SAMPLE_RANGE[1]  # type: ignore[operator]
+
+
+def is_time(v: object) -> bool:
+    """An epoch time a run may have started at (NaN, inf and bools are not)."""
+    return _is_num(v) and TIME_RANGE[0] <= v <= TIME_RANGE[1]  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
@@ -70,9 +86,10 @@ class BenchResult:
         where = f"benchmark {d.get('name')!r}: " if isinstance(d, Mapping) else ""
         d = _obj(d, "benchmark", "")
         raw = _get(d, "samples", list, where)
-        if not raw or not all(_is_num(x) and math.isfinite(x) and x > 0 for x in raw):
-            raise ValueError(f"{where}samples must be a non-empty list of positive finite "
-                             f"numbers, found {_shorten(raw)}")
+        if not raw or not all(is_sample(x) for x in raw):
+            raise ValueError(f"{where}samples must be a non-empty list of numbers between "
+                             f"{SAMPLE_RANGE[0]:g} and {SAMPLE_RANGE[1]:g}, found "
+                             f"{_shorten(raw)}")
         phases: dict[str, PhaseSummary] = {}
         for pname, ph in _get(d, "phases", dict, where, {}).items():
             ph, at = _obj(ph, f"phase {pname!r}", where), f"{where}phase {pname!r}: "
@@ -143,8 +160,9 @@ class RunRecord:
                              f"(this version reads {FORMAT_VERSION})")
         run_id = _get(d, "run_id", str, "")
         started = _get(d, "started_at", float, "")
-        if not math.isfinite(started):
-            raise ValueError(f"field 'started_at' is {started!r}, expected a finite time")
+        if not is_time(started):
+            raise ValueError(f"field 'started_at' is {started!r}, expected a time in epoch "
+                             "seconds between 1970 and the year 9999")
         commit = _get(d, "commit", str, "")
         if not re.fullmatch(r"[0-9a-fA-F]{4,64}", commit):
             raise ValueError(f"field 'commit' is {_shorten(commit)}, expected a hex commit hash")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import atomic_write, locked
+from pytest_perfgate.core.files import atomic_write, load_json, locked
 from pytest_perfgate.core.names import is_safe_name, safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.files import HistoryWarning
@@ -59,37 +59,61 @@ def decisions_path(results_dir: str | os.PathLike[str], machine: str) -> Path:
     return Path(results_dir) / machine / _SIDECARS / DECISIONS_FILE
 
 
-def load_decisions(results_dir: str | os.PathLike[str], machine: str) -> Decisions:
+class DecisionsUnreadable(OSError):
+    """accept/forget found a decisions file it cannot read: rewriting it would drop every
+    decision it holds (a forgotten run would serve as a baseline again)."""
+
+
+def load_decisions(results_dir: str | os.PathLike[str], machine: str, strict: bool = False
+                   ) -> Decisions:
     """The machine's decisions; none when the file is missing. A malformed file is skipped
-    with a HistoryWarning naming it (failed runs then stay out of baselines: fail closed)."""
+    with a HistoryWarning naming it (failed runs then stay out of baselines: fail closed);
+    entries that are no run id are dropped with one. ``strict`` (before a rewrite) raises
+    DecisionsUnreadable for either instead."""
     path = decisions_path(results_dir, machine)
+    fix = "fix or delete the file, then accept again"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path)
+        got, problems = _parse(data)
     except FileNotFoundError:
         return Decisions()
     except (OSError, ValueError) as e:
+        if strict:
+            raise DecisionsUnreadable(_unreadable(path, str(e))) from None
         warnings.warn(HistoryWarning(f"skipping {path}: {e} (accepted runs count as not "
-                                     "accepted; fix or delete the file, then accept again)"),
+                                     f"accepted, forgotten ones as not forgotten; {fix})"),
                       stacklevel=2)
         return Decisions()
-    try:
-        return _parse(data)
-    except ValueError as e:
-        warnings.warn(HistoryWarning(f"skipping {path}: {e} (fix or delete the file, then "
-                                     "accept again)"), stacklevel=2)
-        return Decisions()
+    if problems:
+        if strict:
+            raise DecisionsUnreadable(_unreadable(path, "; ".join(problems)))
+        warnings.warn(HistoryWarning(f"reading {path} without {'; '.join(problems)} ({fix})"),
+                      stacklevel=2)
+    return got
 
 
-def _parse(data: Any) -> Decisions:
+def _unreadable(path: Path, problem: str) -> str:
+    return (f"cannot read the decisions file {path} ({problem}): fix it, or delete it (which "
+            "drops every accept and forget recorded there), then run this again")
+
+
+def _parse(data: Any) -> tuple[Decisions, list[str]]:
+    """The decisions in ``data``, and what was dropped from it (entries that are no run
+    id); ValueError when it is no decisions file at all."""
     if not isinstance(data, dict) or data.get("perfgate_decisions") != DECISIONS_FORMAT:
         raise ValueError(f"not a perfgate decisions file (format {DECISIONS_FORMAT})")
-    sets = []
+    sets, problems = [], []
     for key in ("accepted", "forgotten"):
         ids = data.get(key, [])
-        if not isinstance(ids, list) or not all(is_safe_name(i) for i in ids):
-            raise ValueError(f"{key!r} must be a list of run ids")
-        sets.append(frozenset(ids))
-    return Decisions(sets[0], sets[1])
+        if not isinstance(ids, list):
+            problems.append(f"{key!r}: not a list of run ids")
+            ids = []
+        bad = [i for i in ids if not is_safe_name(i)]
+        if bad:
+            problems.append(f"{key!r}: {len(bad)} value(s) that are no run id "
+                            f"({', '.join(repr(b) for b in bad[:3])})")
+        sets.append(frozenset(i for i in ids if is_safe_name(i)))
+    return Decisions(sets[0], sets[1]), problems
 
 
 def _save(results_dir: str | os.PathLike[str], machine: str, d: Decisions) -> None:
@@ -110,6 +134,9 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
     except ValueError as e:
         raise AcceptError(str(e)) from None
     root = Path(results_dir)
+    if root.exists() and not root.is_dir():
+        raise AcceptError(f"results dir {root} is a file, not a folder: pass the folder your "
+                          "perf runs record into (with one folder per machine)")
     if not root.is_dir():
         raise AcceptError(f"results dir {root} does not exist: pass the folder your perf "
                           "runs record into (--perfgate-results-dir in pytest, --results-dir "
@@ -132,7 +159,7 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
 
 def _read(path: Path) -> RunRecord:
     try:
-        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return RunRecord.from_json(load_json(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise AcceptError(f"cannot read run file {path}: {e}") from None
 
@@ -152,7 +179,7 @@ def _failed_siblings(folder: Path, run: RunRecord) -> list[str]:
         if p.stem == run.run_id:
             continue
         try:
-            other = RunRecord.from_json(json.loads(p.read_text(encoding="utf-8")))
+            other = RunRecord.from_json(load_json(p))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # the store warns about unreadable records when it loads them
         if (other.commit, other.dirty, other.fingerprint) == (run.commit, run.dirty,
@@ -172,7 +199,7 @@ def accept(results_dir: str | os.PathLike[str], machine: str | None, run_id: str
     siblings = _failed_siblings(path.parent, run) if failed else []
     ids = {run_id, *siblings}
     with locked(path.parent / ".decisions.lock"):
-        d = load_decisions(results_dir, m)
+        d = load_decisions(results_dir, m, strict=True)
         _save(results_dir, m, Decisions(d.accepted | ids, d.forgotten - ids))
     if failed:
         also = (f" together with {len(siblings)} other failed run(s) of commit "
@@ -189,11 +216,12 @@ def forget(results_dir: str | os.PathLike[str], machine: str | None, run_id: str
     Returns the message to print; raises AcceptError naming the problem and the fix."""
     m, path = find_run(results_dir, machine, run_id)
     with locked(path.parent / ".decisions.lock"):
-        d = load_decisions(results_dir, m)
+        d = load_decisions(results_dir, m, strict=True)
         _save(results_dir, m, Decisions(d.accepted - {run_id}, d.forgotten | {run_id}))
     return (f"forgot run {run_id} on machine {m}: it no longer serves as a baseline or in "
             f"the run-to-run spread; its files stay (undo: perfgate accept {run_id})")
 
 
-__all__ = ["AcceptError", "Decisions", "FAILED_VERDICTS", "accept", "decisions_path",
+__all__ = ["AcceptError", "Decisions", "DecisionsUnreadable", "FAILED_VERDICTS", "accept",
+           "decisions_path",
            "find_run", "forget", "load_decisions"]

@@ -10,11 +10,10 @@ perfgate name (docs/design.md §6).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.files import atomic_write, load_json
 from pytest_perfgate.history.files import describe, dump_json
 from pytest_perfgate.history.machine import asv_machine_json
 
@@ -29,7 +28,7 @@ def write_asv_machine_file(meta: Mapping[str, Any], path: Path | None = None) ->
     other machine in it. A file that is not asv's format is left alone: ValueError names it."""
     path = path or default_asv_machine_file()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path)
     except FileNotFoundError:
         data = {"version": 1}
     except (OSError, ValueError) as exc:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.files import atomic_write, load_json
 
 VENDOR = "vendor"  # folder under html_dir that holds the copies
 BUNDLED = Path(__file__).parent / "asv_www"  # what npm does not serve (stupidtable 1.0.1)
@@ -101,7 +100,7 @@ def check_scripts(scripts: Path) -> None:
     for package, version in sorted({(a.package, a.version) for a in ASSETS if not a.bundled}):
         meta = scripts / package / "package.json"
         try:
-            found = json.loads(meta.read_text(encoding="utf-8")).get("version")
+            found = load_json(meta).get("version")
         except FileNotFoundError:
             problems.append(f"{package} is not installed there")
             continue

@@ -6,14 +6,18 @@ are about to rewrite never fail the run (a warning names the file instead).
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pytest_perfgate.core.files import TMP_SUFFIX, atomic_write, sweep_stale_temps
+from pytest_perfgate.core.files import (TMP_SUFFIX, atomic_write, load_json, loads_json,
+                                        sweep_stale_temps)
 
 DEFAULT_RESULTS = Path(".perfgate") / "results"
 
@@ -33,7 +37,7 @@ def dump_json(obj: Any, compact: bool = False, strict: bool = True) -> bytes:
 def read_json(path: Path, warn: bool = False) -> Any:
     """A JSON file we are about to rewrite; None when missing or unreadable."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return load_json(path)
     except (OSError, ValueError) as exc:
         if warn and not isinstance(exc, FileNotFoundError):
             warn_history(path, f"not valid JSON ({exc})", "rebuilding")
@@ -55,7 +59,7 @@ def read_object(path: Path, then: str, check: Callable[[dict[str, Any]], str | N
     says what the rewrite will hold.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -94,6 +98,36 @@ def describe(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+RUN_ID_STAMP = re.compile(r"\d{8}T\d{6}")  # a run id starts with its UTC start, to the second
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A run file skipped with a warning, and when its run started as far as that can be
+    told (None: not at all): a command that judges "the newest run" must not judge an
+    older one in its place, which would be a pass in disguise."""
+
+    path: Path
+    run_id: str | None = None  # a sidecar named like perfgate's run ids
+    started_at: float | None = None  # an asv row whose start time was readable
+
+    def may_be_newer_than(self, run_id: str, started_at: float) -> bool:
+        if self.run_id is not None:
+            if RUN_ID_STAMP.match(run_id):  # compared as written: one clock, one format
+                return self.run_id[:15] >= run_id[:15]
+            try:
+                stamp = calendar.timegm(time.strptime(self.run_id[:15], "%Y%m%dT%H%M%S"))
+            except ValueError:
+                return True  # "20241399T..." names no time: it could be any run
+            return stamp >= int(started_at)
+        return self.started_at is not None and self.started_at >= started_at
+
+
+def unreadable_sidecar(path: Path) -> Unreadable:
+    """What a skipped sidecar's name tells about its run (perfgate names it by run id)."""
+    return Unreadable(path, run_id=path.stem if RUN_ID_STAMP.match(path.stem) else None)
+
+
 def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
     """asv.conf.json's ``results_dir`` (relative to that file) when present, else a local one.
 
@@ -104,7 +138,9 @@ def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
     for conf in (root / "asv.conf.json", root / "asv.conf.jsonc"):
         if conf.is_file():
             data = load_jsonc(conf)
-            value = data.get("results_dir", "results") if isinstance(data, dict) else None
+            if not isinstance(data, dict):
+                raise ValueError(f"{conf} holds {describe(data)}, not asv's JSON object")
+            value = data.get("results_dir", "results")
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{conf}: results_dir {value!r} is not a folder name; set "
                                  "\"results_dir\": \"results\" or remove the key")
@@ -114,12 +150,17 @@ def default_results_dir(rootdir: str | os.PathLike[str]) -> Path:
 
 def load_jsonc(path: Path) -> Any:
     """A JSON file that may hold comments and trailing commas, read as asv reads it."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (asv would refuse it too): {exc}") from None
     try:
         import json5  # asv's own dependency for its config loader
         return json5.loads(text)
     except ImportError:
-        return json.loads(strip_comments(text))
+        return loads_json(strip_comments(text))
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deep to be asv's config") from None
     except ValueError as exc:
         raise ValueError(f"{path} is not valid JSON (asv would refuse it too): {exc}") from exc
 
@@ -130,7 +171,8 @@ def strip_comments(text: str) -> str:
     return re.sub(pattern, lambda m: m.group(1) or "", text, flags=re.S)
 
 
-__all__ = ["HistoryWarning", "DEFAULT_RESULTS", "default_results_dir", "dump_json",
+__all__ = ["HistoryWarning", "Unreadable", "unreadable_sidecar", "DEFAULT_RESULTS",
+           "default_results_dir", "dump_json",
            "read_json", "read_object", "keep_valid", "warn_history", "describe", "load_jsonc",
            "strip_comments", "atomic_write", "sweep_stale_temps",
            "TMP_SUFFIX"]

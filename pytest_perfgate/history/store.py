@@ -19,13 +19,12 @@ helpers) stay importable from this module.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from pytest_perfgate.core.files import (STALE_TMP_S, TMP_SUFFIX, atomic_write, locked,
-                                        sweep_stale_temps)
+from pytest_perfgate.core.files import (STALE_TMP_S, TMP_SUFFIX, atomic_write, load_json,
+                                        locked, sweep_stale_temps)
 from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SERIES_VERSION,
@@ -35,8 +34,9 @@ from pytest_perfgate.history.asv import (ASV_PARAM_KEYS, ASV_RESULT_COLUMNS, SER
 from pytest_perfgate.history.asv_rebuild import mark_view, needs_rebuild, rebuild_asv_view
 from pytest_perfgate.history.asv_runs import asv_recorded_runs
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
-from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, default_results_dir,
-                                           describe, dump_json, warn_history)
+from pytest_perfgate.history.files import (DEFAULT_RESULTS, HistoryWarning, Unreadable,
+                                           default_results_dir, describe, dump_json,
+                                           unreadable_sidecar, warn_history)
 
 SIDECAR_DIR = "perfgate"
 SIDECAR_SUFFIX = ".pgrun"
@@ -59,6 +59,7 @@ class History:
         self.machine = validate_path_name(machine)
         self.machine_dir = self.results_dir / self.machine
         self.sidecar_dir = self.machine_dir / SIDECAR_DIR
+        self.unreadable: list[Unreadable] = []  # run files the last load_runs skipped
 
     def record(self, run: RunRecord, benchmark_info: Mapping[str, Mapping[str, Any]]
                | None = None) -> Path:
@@ -102,33 +103,71 @@ class History:
         """All runs recorded for this machine, oldest first: the sidecars, plus (unless
         ``asv_runs`` is False) the reduced records of runs `asv run` wrote into the asv
         files (:mod:`pytest_perfgate.history.asv_runs`). Unreadable files are skipped with
-        one HistoryWarning each, naming the file; everything else is kept."""
+        one HistoryWarning each, naming the file, and listed in ``self.unreadable``;
+        everything else is kept."""
+        self.unreadable = []
         runs = list(self._iter_runs(warn=True))
         if asv_runs and self.machine_dir.is_dir():
-            runs += asv_recorded_runs(self.machine_dir, self.machine)
+            runs += asv_recorded_runs(self.machine_dir, self.machine,
+                                      unreadable=self.unreadable)
         return sorted(runs, key=lambda r: r.started_at)
 
     def _iter_runs(self, warn: bool) -> Iterator[RunRecord]:
         for path in sorted(self.sidecar_dir.glob(f"*{SIDECAR_SUFFIX}")):  # [] when missing
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = load_json(path)
                 if not isinstance(data, dict):
                     raise ValueError(f"expected a JSON object, found {describe(data)}")
                 run = RunRecord.from_json(data)  # checks every field against the schema
                 check_asv_names(run)
+                # a copied or moved file: accept/forget find a run by its file name, and a
+                # run counted twice (or on another machine's fingerprint) skews the spread
+                if run.run_id != path.stem:
+                    raise ValueError(f"it holds run {run.run_id!r}, not the run its name says "
+                                     f"({path.stem!r}): a copy? perfgate names each run file "
+                                     "by its run id")
+                if run.machine != self.machine:
+                    raise ValueError(f"it holds a run of machine {run.machine!r}, not "
+                                     f"{self.machine!r}: move it to that machine's folder")
             except (OSError, ValueError, TypeError) as exc:
                 if warn:
                     warn_history(path, str(exc), "skipping",
                                  "delete or move it to silence this warning")
+                    self.unreadable.append(unreadable_sidecar(path))
                 continue
             yield run
 
 
 def recorded_machines(results_dir: Path) -> list[str]:
     """The machine folders of ``results_dir`` with runs: perfgate's run records, or only an
-    asv ``machine.json`` (a machine that ``asv run`` alone has recorded)."""
-    return sorted(p.name for p in results_dir.iterdir()
-                  if (p / SIDECAR_DIR).is_dir() or (p / "machine.json").is_file())
+    asv ``machine.json`` (a machine that ``asv run`` alone has recorded). A folder whose
+    name perfgate could never have recorded under (a space, a control character...) is
+    named in a HistoryWarning and left out, so it cannot make the machine ambiguous."""
+    from pytest_perfgate.core.names import is_safe_name
+
+    found = []
+    for p in sorted(results_dir.iterdir()):
+        if not ((p / SIDECAR_DIR).is_dir() or (p / "machine.json").is_file()):
+            continue
+        if is_safe_name(p.name):
+            found.append(p.name)
+        else:
+            warn_history(p, "its name is not a machine name perfgate records under "
+                         "(letters, digits, '.', '_', '+', '@', '-')", "not reading",
+                         "rename it or move it out of the results dir")
+    return found
+
+
+def no_machine_problem(results_dir: Path) -> str:
+    """Why ``results_dir`` names no machine, and the fix: a careless user passes one
+    machine's folder (or its perfgate/ folder) for the results dir."""
+    for folder in (results_dir, results_dir.parent):
+        if (folder / SIDECAR_DIR).is_dir() or (folder / "machine.json").is_file():
+            return (f"no machine in {results_dir} has recorded runs: {folder} is one "
+                    f"machine's folder; pass the folder above it, {folder.parent}, to "
+                    "--results-dir")
+    return (f"no machine in {results_dir} has recorded runs: record runs with `pytest "
+            "--perfgate` first")
 
 
 def check_asv_names(run: RunRecord) -> None:
@@ -144,6 +183,7 @@ def check_asv_names(run: RunRecord) -> None:
 
 
 __all__ = ["History", "HistoryWarning", "SIDECAR_DIR", "SIDECAR_SUFFIX", "recorded_machines",
+           "no_machine_problem",
            "validate_path_name",
            # re-exported for session/, report/, modes/ and older callers:
            "atomic_write", "sweep_stale_temps", "TMP_SUFFIX", "STALE_TMP_S", "DEFAULT_RESULTS",

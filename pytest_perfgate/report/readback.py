@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_perfgate.core.files import load_json
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import BenchResult
@@ -22,7 +23,7 @@ def read_report(path: Path) -> list[Judged]:
     """Every benchmark of the report at ``path``; OSError when unreadable, ValueError when
     it is not a perfgate JSON report (naming what is wrong)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json(Path(path))
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("perfgate_report") != 1:

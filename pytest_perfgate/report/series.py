@@ -19,13 +19,14 @@ protocol whose level is not comparable (docs/design.md §3).
 from __future__ import annotations
 
 import difflib
-import math
 import statistics
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchResult, RunRecord, is_sample
+from pytest_perfgate.history.files import Unreadable
 
 GATED = "gated"
 COUNTS = "counts"
@@ -115,6 +116,10 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     if hits:
         raise SeriesError(f"benchmark {wanted!r} matches {len(hits)} benchmarks: "
                           f"{', '.join(hits[:10])}: give more of the name")
+    hint = _series_name(wanted, names)
+    if hint is not None:
+        raise SeriesError(f"no benchmark {wanted!r}: that is the asv series name of benchmark "
+                          f"{hint[0]!r}: give perfgate history {hint[0]} --series {hint[1]}")
     near = difflib.get_close_matches(wanted, names, n=5, cutoff=0.4)
     shown = near or list(names)[:10]
     if not names:
@@ -122,6 +127,22 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     label = "near names" if near else "recorded benchmarks"
     raise SeriesError(f"no benchmark {wanted!r} in this history; {label}: {', '.join(shown)}"
                       + (" ..." if not near and len(names) > 10 else ""))
+
+
+def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
+    """(benchmark, series kind) when ``wanted`` is one of the asv series names README's
+    History section lists (``walk.track_s_per_step``, ``walk.phase.physics``,
+    ``walk.counts``...) of a recorded benchmark."""
+    from pytest_perfgate.history.asv import GATED_SUFFIX
+
+    # (what follows the benchmark's name, the series kind; a kind ending in "." takes a name)
+    for marker, kind in ((f".{GATED_SUFFIX}", GATED), (f"{COUNTS_SUFFIX}.est_cycles", CYCLES),
+                         (f"{COUNTS_SUFFIX}.phase.", COUNTS_PHASE), (COUNTS_SUFFIX, COUNTS),
+                         (".phase.", PHASE)):
+        stem, sep, rest = wanted.rpartition(marker)
+        if sep and stem in names and bool(rest) == kind.endswith("."):
+            return stem, kind + rest
+    return None
 
 
 def _is_counts(b: BenchResult) -> bool:
@@ -147,37 +168,46 @@ def series(runs: Sequence[RunRecord], benchmark: str, kind: str = GATED) -> Seri
     for run in ordered:
         if kind.startswith(COUNTS):
             b = run.benchmarks.get(benchmark + COUNTS_SUFFIX)
-            if b is not None:
-                value = _counts_value(b, kind)
-                if value is not None:
-                    points.append(Point(run, value, _spread(b.samples) if kind == COUNTS
-                                        else None, b.verdict))
-            continue
-        b = run.benchmarks.get(benchmark)
-        if b is None or _is_counts(b):
-            continue
-        if kind == GATED:
-            points.append(Point(run, b.value, _spread(b.samples), b.verdict))
+            raw = None if b is None else _counts_value(b, kind)
         else:
-            ph = b.phases.get(kind[len(PHASE):])
-            if ph is not None and math.isfinite(ph.ms_per_call) and ph.ms_per_call > 0:
-                points.append(Point(run, ph.ms_per_call, None, b.verdict))
+            b = run.benchmarks.get(benchmark)
+            if b is None or _is_counts(b):
+                continue
+            ph = b.phases.get(kind[len(PHASE):]) if kind != GATED else None
+            raw = b.value if kind == GATED else None if ph is None else ph.ms_per_call
+        if b is None or raw is None:
+            continue  # not recorded in this run
+        if not is_sample(raw):  # a sidecar may hold anything: 0, -5, 1e308
+            _skip_point(run, kind, raw)
+            continue
+        spread = _spread(b.samples) if kind in (GATED, COUNTS) else None
+        points.append(Point(run, float(raw), spread, b.verdict))
     if not points and kind != GATED:
         raise SeriesError(_no_such_series(ordered, benchmark, kind))
     return Series(benchmark, kind, unit, tuple(points))
 
 
-def _counts_value(b: BenchResult, kind: str) -> float | None:
-    """The value of a counts series in the counts result ``b`` (None: not recorded there)."""
-    from pytest_perfgate.history.asv import counts_phases
+def _skip_point(run: RunRecord, kind: str, raw: object) -> None:
+    from pytest_perfgate.history.files import HistoryWarning
+    from pytest_perfgate.history.store import SIDECAR_DIR, SIDECAR_SUFFIX
+
+    warnings.warn(HistoryWarning(
+        f"not showing run {run.run_id} in the {kind} series: its value {raw!r} is not a "
+        f"positive measurement (run file {run.machine}/{SIDECAR_DIR}/{run.run_id}"
+        f"{SIDECAR_SUFFIX})"), stacklevel=3)
+
+
+def _counts_value(b: BenchResult, kind: str) -> Any:
+    """The value of a counts series in the counts result ``b``, as recorded (None: not
+    recorded there)."""
+    from pytest_perfgate.history.asv import COUNTS_PHASES_KEY
 
     if kind == COUNTS:
         return b.value
-    v = (b.extra.get("est_cycles_per_step") if kind == CYCLES
-         else counts_phases(b.extra).get(kind[len(COUNTS_PHASE):]))
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
-        return float(v)
-    return None
+    if kind == CYCLES:
+        return b.extra.get("est_cycles_per_step")
+    phases = b.extra.get(COUNTS_PHASES_KEY)
+    return phases.get(kind[len(COUNTS_PHASE):]) if isinstance(phases, Mapping) else None
 
 
 def _no_such_series(runs: Sequence[RunRecord], benchmark: str, kind: str) -> str:
@@ -185,7 +215,7 @@ def _no_such_series(runs: Sequence[RunRecord], benchmark: str, kind: str) -> str
                                                       {})})
     counted = [r.benchmarks[benchmark + COUNTS_SUFFIX] for r in runs
                if benchmark + COUNTS_SUFFIX in r.benchmarks]
-    has_cycles = any(_counts_value(b, CYCLES) is not None for b in counted)
+    has_cycles = any(is_sample(_counts_value(b, CYCLES)) for b in counted)
     cphases = sorted({p for b in counted for p in _counts_phase_names(b)})
     have = ([GATED] + ([COUNTS] if counted else []) + [PHASE + p for p in phases]
             + ([CYCLES] if has_cycles else []) + [COUNTS_PHASE + p for p in cphases])
@@ -204,6 +234,7 @@ class MachineHistory:
     runs: tuple[RunRecord, ...]
 
     skipped: int = 0  # runs ``keep`` refused (A/B runs)
+    unreadable: tuple[Unreadable, ...] = ()  # run files skipped with a warning
 
     @classmethod
     def load(cls, results_dir: Path, machine: str | None,
@@ -211,7 +242,7 @@ class MachineHistory:
         """Read the sidecars (a bad one is skipped with a HistoryWarning naming it) and keep
         the runs ``keep`` accepts. OSError / SeriesError say why there is no history to read,
         and the fix."""
-        from pytest_perfgate.history.store import History, recorded_machines
+        from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
 
         if results_dir.exists() and not results_dir.is_dir():
             raise OSError(f"the history folder {results_dir} is a file: pass the results "
@@ -222,8 +253,7 @@ class MachineHistory:
         machines = recorded_machines(results_dir)
         if machine is None:
             if not machines:
-                raise OSError(f"no machine in {results_dir} has recorded runs: record runs "
-                              "with `pytest --perfgate` first")
+                raise OSError(no_machine_problem(results_dir))
             if len(machines) > 1:
                 raise SeriesError(f"{results_dir} holds runs of several machines "
                                   f"({', '.join(machines)}): name one with --machine")
@@ -232,9 +262,27 @@ class MachineHistory:
             known = ", ".join(machines) or "none"
             raise SeriesError(f"no machine {machine!r} in {results_dir} (machines with runs: "
                               f"{known}): pass one of them to --machine")
-        runs = History(results_dir, machine).load_runs()
+        store = History(results_dir, machine)
+        runs = store.load_runs()
         kept = tuple(r for r in runs if keep(r))
-        return cls(results_dir, machine, kept, len(runs) - len(kept))
+        return cls(results_dir, machine, kept, len(runs) - len(kept), tuple(store.unreadable))
+
+    def hidden_newest(self, run: RunRecord) -> Unreadable | None:
+        """A skipped run file that may be newer than ``run`` (see :class:`Unreadable`)."""
+        return hidden_newest(self.unreadable, run)
+
+
+def hidden_newest(unreadable: Sequence[Unreadable], run: RunRecord) -> Unreadable | None:
+    """The first of ``unreadable`` that may hold a run newer than ``run``, else None."""
+    return next((u for u in unreadable if u.may_be_newer_than(run.run_id, run.started_at)),
+                None)
+
+
+def hidden_message(u: Unreadable, run: RunRecord) -> str:
+    """Why the newest readable run is not judged in place of an unreadable newer one."""
+    return (f"{u.path} cannot be read (see the warning) and may hold a run newer than "
+            f"{run.run_id}, the newest readable one: judging that one instead could pass a "
+            "regression; fix or move the file, or name the run to judge")
 
 
 def _counts_phase_names(b: BenchResult) -> list[str]:
@@ -244,5 +292,6 @@ def _counts_phase_names(b: BenchResult) -> list[str]:
 
 
 __all__ = ["COUNTS", "COUNTS_PHASE", "CYCLES", "GATED", "cause", "MachineHistory", "PHASE",
+           "hidden_message", "hidden_newest",
            "Point", "Series", "SeriesError",
            "benchmark_names", "parse_kind", "resolve_benchmark", "series"]
