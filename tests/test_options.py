@@ -106,3 +106,14 @@ def test_argparse_type_reports_the_converters_message() -> None:
     with pytest.raises(argparse.ArgumentError, match="'0' is too small: use a whole number "
                                                      ">= 1, e.g. 5"):
         parser.parse_args(["--windows", "0"])
+
+
+def test_paths_expand_a_leading_tilde_and_commands_do_not(monkeypatch) -> None:
+    from pytest_perfgate.session.options import parse_command, parse_path
+
+    monkeypatch.setenv("HOME", "/home/ci")
+    assert parse_path(" ~/hist ") == "/home/ci/hist"
+    assert parse_path("a/~b") == "a/~b"
+    assert parse_command("cd ~/x && make") == "cd ~/x && make"
+    with pytest.raises(OptionError, match="^an empty command: give a shell command"):
+        parse_command("  ")

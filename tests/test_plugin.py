@@ -275,3 +275,17 @@ def test_perfgate_only_and_skip_select_the_perf_tests(pytester: pytest.Pytester)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["ERROR: perfgate: --perfgate-only and --perfgate-skip contradict "
                               "each other: give one of them"])
+
+
+def test_a_tilde_in_path_options_is_the_home_folder(sandbox: pytest.Pytester,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash leaves '~' alone in `--perfgate-json=~/x` (and ini values are never expanded):
+    perfgate expands it, so no folder named '~' appears in the project."""
+    home = sandbox.path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    run(sandbox, monkeypatch, 1.0, "--perfgate-json=~/report.json",
+        "--perfgate-results-dir=~/hist").assert_outcomes(passed=1)
+    assert (home / "report.json").is_file()
+    assert any((home / "hist").iterdir())
+    assert not (sandbox.path / "~").exists()

@@ -135,9 +135,18 @@ def parse_rev(text: str) -> str:
 
 
 def parse_path(text: str) -> str:
+    """A file or folder path; a leading ``~`` is the home folder, as in a shell: the shell
+    leaves ``--perfgate-json=~/out.json`` (and ini values, and YAML ``env:``) alone."""
     s = str(text).strip()
     if not s:
         raise OptionError("an empty path: give a file or folder path")
+    return os.path.expanduser(s)
+
+
+def parse_command(text: str) -> str:
+    s = str(text).strip()
+    if not s:
+        raise OptionError("an empty command: give a shell command, e.g. 'pip install -e .'")
     return s
 
 
@@ -231,7 +240,7 @@ SPECS: tuple[Spec, ...] = (
          "tree in alternating turns, gate on the paired ratio", "PERFGATE_AB"),
     Spec("ab_turns", parse_turns, "A/B turns per side"),
     Spec("ab_turn_time", parse_seconds, "seconds per A/B turn"),
-    Spec("ab_setup", parse_path, "shell command run in the base worktree before measuring "
+    Spec("ab_setup", parse_command, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
     Spec("jsonl", parse_path, "append one JSON line per measured benchmark to this file "
          "(verdict, ratio, steps/s, phases, run id, commit, machine: for your own tooling)"),
