@@ -102,3 +102,20 @@ def test_compare_two_commits_side_by_side(tmp_path: Path, capsys) -> None:
         with pytest.raises(SystemExit) as exc:
             main([*argv, *args])
         assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_counts_regression_reads_as_instructions_and_names_the_run_to_accept(
+        tmp_path: Path, capsys) -> None:
+    from test_cli_history import record  # noqa: I001 (tests/ is on sys.path)
+
+    runs = record(tmp_path / "r", [250.0] * 6, counts=[5.8e6] * 5 + [5.858e6])  # +1%
+    assert main(["check", "--results-dir", str(tmp_path / "r"), "--repo", str(tmp_path),
+                 "--threshold", "0.5%"]) == 1
+    out = capsys.readouterr().out
+    assert ("instruction counts: instructions per env-step grew by the equivalent of a "
+            "throughput drop of 1.0% (threshold 0.5%)") in out
+    assert "  instructions/env-step: 5.86M now vs 5.80M baseline" in out
+    assert "steps/s: " not in out.split("perfgate REGRESSION: walk.counts")[1]
+    assert "counted under callgrind, one call of the step after warm-up; instructions/" \
+           "env-step by phase: physics 5.57M (95%), reset 292.9k (5%)" in out
+    assert f"accept it: perfgate accept {runs[-1].run_id}" in out

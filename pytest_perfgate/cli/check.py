@@ -167,6 +167,8 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
               baseline: str | None, before: bool = True) -> list[Judged]:
     """Every benchmark of ``run`` judged by the plugin's history rules."""
     from pytest_perfgate.core.gate import Rule
+    from pytest_perfgate.history.asv import COUNTS_SOURCE
+    from pytest_perfgate.modes.counts.mode import reword
     from pytest_perfgate.modes.history import HistoryContext, HistoryMode
 
     ctx = HistoryContext.for_run(results, run, args.repo, before=before)
@@ -179,7 +181,8 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
             b.threshold if b.threshold is not None else Options().default_threshold())
         mode.judge(b, name, Rule(threshold=threshold, alpha=args.alpha,
                                  unstable=args.unstable, inconclusive=args.inconclusive))
-    return judged
+    # counts verdicts read as the plugin words them: instructions, not throughput
+    return [reword(j) if j.result.source == COUNTS_SOURCE else j for j in judged]
 
 
 def describe(run: RunRecord) -> str:
@@ -262,7 +265,7 @@ class Check(Command):
         bad = failing(judged)
         for j in bad:
             print()
-            print(render.explain(j))
+            print(render.explain(j, run.run_id))
         return GateResult(1 if bad else 0, judged, not_gated=not_gated(judged))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from typing import Any, Mapping, Sequence
 
 from pytest_perfgate.core.gate import Outcome
@@ -115,8 +116,14 @@ def explain(j: Judged, run_id: str | None = None) -> str:
         lines.append(f"  throughput ratio head/baseline: {v.ratio:.3f}{ci}{p}")
         basis = ("base side's median" if r.extra.get("ab_base") is not None else
                  "geometric mean of the baseline runs' medians: the ratio's denominator")
-        lines.append(f"  steps/s: {_num(r.steps_per_s)} now (median window) vs "
-                     f"{_num(j.baseline_steps_per_s)} baseline ({basis})")
+        if r.source == COUNTS_SOURCE:
+            base = j.baseline_steps_per_s
+            was = _num(1e6 / base) if base else "-"
+            lines.append(f"  instructions/env-step: {_num(statistics.median(r.samples))} now "
+                         f"vs {was} baseline ({basis})")
+        else:
+            lines.append(f"  steps/s: {_num(r.steps_per_s)} now (median window) vs "
+                         f"{_num(j.baseline_steps_per_s)} baseline ({basis})")
     ab_base = r.extra.get("ab_base")
     if ab_base is not None:
         commit = str(r.extra.get("ab_base_commit"))[:10]
@@ -133,8 +140,13 @@ def explain(j: Judged, run_id: str | None = None) -> str:
             lines.append(f"    {name:<16} {ph.ms_per_call:9.3g} vs {was:>8}  "
                          f"{ph.share:5.0%}  {ph.cores:.2f}")
         lines.append(f"  grew most: {top_phase(j)}")
-    lines.append(f"  warm-up {r.warmup_s:.1f}s, {len(r.samples)} windows, "
-                 f"cores used {r.cores:.2f}")
+    if r.source == COUNTS_SOURCE:
+        by_phase = counts_phases(r.extra)
+        lines.append("  counted under callgrind, one call of the step after warm-up"
+                     + (f"; {phase_line(by_phase)}" if by_phase else ""))
+    else:
+        lines.append(f"  warm-up {r.warmup_s:.1f}s, {len(r.samples)} windows, "
+                     f"cores used {r.cores:.2f}")
     if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
         lines.append("  this run never serves as a baseline (re-running cannot pass it); if "
                      "the slowdown is intended, accept it: "
