@@ -61,3 +61,14 @@ def _settled_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = saved
+
+
+@pytest.fixture
+def slow(tmp_path: Path) -> Path:
+    """A results dir of machine 'box' whose newest run is 2x slower than the five before it
+    (REGRESSION): the history the `perfgate` command tests break in various ways."""
+    from test_cli_check import BASE, _record
+
+    results = tmp_path / "results"
+    _record(results, BASE + [("6", 20.0)])
+    return results

@@ -38,14 +38,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return status, got.out + got.err
 
 
-@pytest.fixture
-def slow(tmp_path: Path) -> Path:
-    """Five baseline runs, then a run 2x slower: REGRESSION."""
-    results = tmp_path / "results"
-    _record(results, BASE + [("6", 20.0)])
-    return results
-
-
 def test_an_unreadable_newest_run_is_never_passed_over(slow: Path, tmp_path: Path,
                                                         capsys) -> None:
     """The regressed run's file is truncated: judging the newest *readable* run instead

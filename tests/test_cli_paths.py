@@ -19,13 +19,6 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().err.splitlines()[-1]
 
 
-@pytest.fixture
-def slow(tmp_path: Path) -> Path:
-    results = tmp_path / "results"
-    _record(results, BASE + [("6", 20.0)])
-    return results
-
-
 def test_a_repo_that_is_missing_a_file_or_empty_is_a_usage_error(slow: Path, tmp_path: Path,
                                                                   capsys) -> None:
     """A --repo that is not a folder made git unavailable, so the runs were judged as if

@@ -57,10 +57,10 @@ import os
 import numpy as np
 from pytest_perfgate.sim.sweep import settled_state
 
-EXTRA = int(os.environ.get("PERFGATE_STUDY_EXTRA", "0"))  # the "committed" extra work
+EXTRA = {extra}  # extra np.sin elements per step: the slowdown
 
 
-def test_humanoid(perfgate, mujoco_pool, humanoid_xml):
+def {test}(perfgate, mujoco_pool, humanoid_xml):
     pool = mujoco_pool(humanoid_xml, {envs}, frame_skip=5)
     pool.hold(settled_state(pool.model, pool.num_envs, {settle}, seed=0,
                             keyframe=pool.keyframe_id))
@@ -72,8 +72,14 @@ def test_humanoid(perfgate, mujoco_pool, humanoid_xml):
         pool.step(actions)
         if EXTRA:
             np.sin(buf, out=buf)
-    perfgate.measure(step, transitions=pool.num_envs, name="study_humanoid")
+    perfgate.measure(step, transitions=pool.num_envs, name="{name}")
 '''
+
+
+def study_test(envs: int, settle: str, extra: str, test: str, name: str) -> str:
+    """The studied workload: the shipped humanoid step, plus ``extra`` np.sin elements."""
+    return (STUDY_TEST.replace("{envs}", str(envs)).replace("{settle}", settle)
+            .replace("{extra}", extra).replace("{test}", test).replace("{name}", name))
 
 
 def count_once(nodeid: str, cwd: Path) -> tuple[float, float, float, dict[str, float]]:
@@ -148,8 +154,9 @@ def gate(args: argparse.Namespace) -> None:
     rule = Rule(threshold=args.threshold)
     with tempfile.TemporaryDirectory(prefix="perfgate-study-counts-") as tmp:
         d = Path(tmp)
-        (d / "test_study.py").write_text(STUDY_TEST.replace("{envs}", str(args.envs))
-                                         .replace("{settle}", str(args.settle)))
+        (d / "test_study.py").write_text(study_test(
+            args.envs, str(args.settle), 'int(os.environ.get("PERFGATE_STUDY_EXTRA", "0"))',
+            "test_humanoid", "study_humanoid"))
         nodeid = "test_study.py::test_humanoid"
         os.environ.pop("PERFGATE_STUDY_EXTRA", None)
         unchanged: list[tuple[float, ...]] = []
@@ -180,29 +187,6 @@ def gate(args: argparse.Namespace) -> None:
         print(f"slowdown (np.sin over {extra} extra float64 per step): measured "
               f"+{statistics.median(slows):.3%} instructions; caught {caught} of {args.slowed}")
 
-
-SESSION_TEST = '''
-import numpy as np
-
-from pytest_perfgate.sim.sweep import settled_state
-
-EXTRA = 0  # extra np.sin elements per step: the committed slowdown sets this
-
-
-def test_humanoid_batch_256(perfgate, mujoco_pool, humanoid_xml):
-    pool = mujoco_pool(humanoid_xml, 256, frame_skip=5)
-    pool.hold(settled_state(pool.model, pool.num_envs, 300 if perfgate.runs_step else 5,
-                            seed=0, keyframe=pool.keyframe_id))
-    lo, hi = pool.model.actuator_ctrlrange.T
-    actions = np.random.default_rng(1).uniform(lo, hi, (pool.num_envs, pool.model.nu))
-    buf = np.ones(max(EXTRA, 1))
-
-    def step():
-        pool.step(actions)
-        if EXTRA:
-            np.sin(buf, out=buf)
-    perfgate.measure(step, transitions=pool.num_envs, name="humanoid_batch_256")
-'''
 
 SESSION_INI = """[pytest]
 perfgate_threshold = {threshold}
@@ -274,7 +258,9 @@ def sessions(args: argparse.Namespace) -> None:
         tmp = tempfile.TemporaryDirectory(prefix="perfgate-study-sessions-")
         repo = Path(tmp.name)
     (repo / "perf").mkdir()
-    (repo / "perf/test_perf_mujoco.py").write_text(SESSION_TEST)
+    (repo / "perf/test_perf_mujoco.py").write_text(study_test(
+        256, "300 if perfgate.runs_step else 5", "0", "test_humanoid_batch_256",
+        "humanoid_batch_256"))
     (repo / "pytest.ini").write_text(SESSION_INI.format(threshold=args.threshold))
     (repo / ".gitignore").write_text(".perfgate/\n__pycache__/\n")
     _git(repo, "init", "-q", "-b", "main")
@@ -292,7 +278,7 @@ def sessions(args: argparse.Namespace) -> None:
     base = statistics.median(r["counts"]["value"] for k, r in rows if k == "unchanged")
     extra = int(args.slowdown * base * 256 / SIN_INSTR_PER_ELEMENT)
     test = repo / "perf/test_perf_mujoco.py"
-    test.write_text(test.read_text().replace("EXTRA = 0 ", f"EXTRA = {extra} "))
+    test.write_text(test.read_text().replace("EXTRA = 0  #", f"EXTRA = {extra}  #"))
     for i in range(args.slowed):
         commit = _commit(repo, f"slowed {i}" + (f": np.sin over {extra} more elements per "
                                                  "step" if i == 0 else ""))
