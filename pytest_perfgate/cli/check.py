@@ -167,8 +167,6 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
               baseline: str | None, before: bool = True) -> list[Judged]:
     """Every benchmark of ``run`` judged by the plugin's history rules."""
     from pytest_perfgate.core.gate import Rule
-    from pytest_perfgate.history.asv import COUNTS_SOURCE
-    from pytest_perfgate.modes.counts.mode import reword
     from pytest_perfgate.modes.history import HistoryContext, HistoryMode
 
     ctx = HistoryContext.for_run(results, run, args.repo, before=before)
@@ -181,8 +179,7 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
             b.threshold if b.threshold is not None else Options().default_threshold())
         mode.judge(b, name, Rule(threshold=threshold, alpha=args.alpha,
                                  unstable=args.unstable, inconclusive=args.inconclusive))
-    # counts verdicts read as the plugin words them: instructions, not throughput
-    return [reword(j) if j.result.source == COUNTS_SOURCE else j for j in judged]
+    return judged
 
 
 def describe(run: RunRecord) -> str:

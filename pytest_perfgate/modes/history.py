@@ -17,7 +17,9 @@ from pytest_perfgate.core.gate import Rule, evaluate, no_baseline
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import WindowSource
 from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.history.asv import COUNTS_SOURCE
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
+from pytest_perfgate.modes.counts.wording import reword
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
 MODE_KEY = "mode"  # run metadata: which mode measured the run ("history" or "ab")
@@ -177,7 +179,8 @@ class HistoryMode:
             names = {p for _, b in base for p in b.phases}
             base_phases = {p: statistics.median(b.phases[p].ms_per_call for _, b in base
                                                 if p in b.phases) for p in names}
-        return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
+        j = Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
+        return reword(j) if result.source == COUNTS_SOURCE else j
 
     def _why_no_baseline(self, ctx: HistoryContext, name: str) -> str:
         from pytest_perfgate.history import store as history

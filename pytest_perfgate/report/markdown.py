@@ -12,7 +12,7 @@ from typing import Sequence
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.changepoints import ChangePoint
-from pytest_perfgate.report.plots import Band
+from pytest_perfgate.report.plots import Band, si
 from pytest_perfgate.report.series import Series, cause
 
 
@@ -41,12 +41,7 @@ class Entry:
 
 
 def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{suffix}"
-    return f"{x:.3g}"
+    return "-" if x is None else si(x)
 
 
 def _cell(text: str) -> str:

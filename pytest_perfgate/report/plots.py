@@ -32,7 +32,8 @@ class Band:
     last: int  # index of the newest
 
 
-def _si(x: float, _pos: Any = None) -> str:
+def si(x: float, _pos: Any = None) -> str:
+    """3 significant digits with a k/M/G suffix: the axis labels and the report's figures."""
     for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= div:
             return f"{x / div:.3g}{suffix}"
@@ -73,7 +74,7 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
         if len(ys) < 2:
             ax.text(0.02, 0.88, "one run: no history to compare with yet", ha="left",
                     transform=ax.transAxes, fontsize=9, color="0.35")
-        ax.yaxis.set_major_formatter(FuncFormatter(_si))
+        ax.yaxis.set_major_formatter(FuncFormatter(si))
         ax.set_ylabel(s.display_unit + (" (higher is better)" if s.kind == GATED else
                                          " (lower is better)"), fontsize=9)
         _commit_ticks(ax, s)

@@ -211,12 +211,14 @@ def _counts_value(b: BenchResult, kind: str) -> Any:
 
 
 def _no_such_series(runs: Sequence[RunRecord], benchmark: str, kind: str) -> str:
+    from pytest_perfgate.history.asv import counts_phases
+
     phases = sorted({p for r in runs for p in getattr(r.benchmarks.get(benchmark), "phases",
                                                       {})})
     counted = [r.benchmarks[benchmark + COUNTS_SUFFIX] for r in runs
                if benchmark + COUNTS_SUFFIX in r.benchmarks]
     has_cycles = any(is_sample(_counts_value(b, CYCLES)) for b in counted)
-    cphases = sorted({p for b in counted for p in _counts_phase_names(b)})
+    cphases = sorted({p for b in counted for p in counts_phases(b.extra)})
     have = ([GATED] + ([COUNTS] if counted else []) + [PHASE + p for p in phases]
             + ([CYCLES] if has_cycles else []) + [COUNTS_PHASE + p for p in cphases])
     fix = ("record counts with --perfgate-counts" if kind in (COUNTS, CYCLES) or (
@@ -283,12 +285,6 @@ def hidden_message(u: Unreadable, run: RunRecord) -> str:
     return (f"{u.path} cannot be read (see the warning) and may hold a run newer than "
             f"{run.run_id}, the newest readable one: judging that one instead could pass a "
             "regression; fix or move the file, or name the run to judge")
-
-
-def _counts_phase_names(b: BenchResult) -> list[str]:
-    from pytest_perfgate.history.asv import counts_phases
-
-    return list(counts_phases(b.extra))
 
 
 __all__ = ["COUNTS", "COUNTS_PHASE", "CYCLES", "GATED", "cause", "MachineHistory", "PHASE",

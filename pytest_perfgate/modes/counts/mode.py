@@ -13,11 +13,9 @@ when they do vary, the spread the gate sees says so (docs/design.md §10).
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.measure import LoopSource, WindowSource
 from pytest_perfgate.core.results import BenchResult
@@ -50,22 +48,6 @@ def counts_result(c: Counts, name: str) -> BenchResult:
                **({COUNTS_PHASES_KEY: phases.per_step(c.phase_ir, c.transitions)}
                   if c.phase_ir else {})})
 
-
-def reword(j: Judged) -> Judged:
-    """Say what a counts verdict is about: instructions, not wall time."""
-    v = j.verdict
-    if v is None:
-        return j
-    text = v.message.replace("throughput fell", "instructions per env-step grew by the "
-                             "equivalent of a throughput drop of").replace(
-        "throughput rose", "instructions per env-step fell: a throughput rise of").replace(
-        "how much this machine's speed drifts between runs",
-        "whether this workload's instruction counts vary between runs")
-    if v.outcome is Outcome.INCONCLUSIVE and v.evidence is not None and not v.evidence.thin:
-        text += (" For instruction counts this means the counts themselves vary between "
-                 "runs: make the step deterministic (one thread, a held state, no "
-                 "time-dependent work) so the threshold, not the noise, decides.")
-    return replace(j, verdict=replace(v, message="instruction counts: " + text))
 
 
 class CountsMode:
@@ -103,9 +85,7 @@ class CountsMode:
                               f"{sorted(counts)}, not {call.name!r}: does the test measure "
                               "the same benchmarks each time it runs?")
         result = counts_result(c, call.name)
-        # the history mode's own judging, without its delivery: the verdict is reworded first
-        judged = reword(self.history._judge(result, call.rule, call.test_id))
-        self.history.sink(judged)
+        self.history.judge(result, call.test_id, call.rule)  # worded as counts there
         return j
 
     def end_test(self, test_id: str) -> None:
@@ -113,4 +93,4 @@ class CountsMode:
         self.history.end_test(test_id)
 
 
-__all__ = ["CountsMode", "COUNTS_SOURCE", "FORMULA", "counts_result", "reword"]
+__all__ = ["CountsMode", "COUNTS_SOURCE", "FORMULA", "counts_result"]
