@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
 

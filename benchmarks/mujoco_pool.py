@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 
-from benchmarks._perfgate import (importable_in_workers, loop, perfgate_track, require_mujoco,
-                                  seconds_per_step)
+from benchmarks._perfgate import (
+    importable_in_workers,
+    loop,
+    perfgate_track,
+    require_mujoco,
+    seconds_per_step,
+)
 
 
 @perfgate_track("humanoid_batch_256")

@@ -6,4 +6,4 @@ costs nothing outside one; the implementation lives in :mod:`pytest_perfgate.cor
 
 from pytest_perfgate.core.timing import PhaseRecorder, PhaseStats, phase
 
-__all__ = ["phase", "PhaseRecorder", "PhaseStats"]
+__all__ = ["PhaseRecorder", "PhaseStats", "phase"]

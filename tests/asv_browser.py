@@ -13,9 +13,10 @@ import functools
 import http.server
 import shutil
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from conftest import need_tool
 
@@ -37,7 +38,7 @@ def chromium_path() -> str:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -70,5 +70,5 @@ def slow(tmp_path: Path) -> Path:
     from test_cli_check import BASE, _record
 
     results = tmp_path / "results"
-    _record(results, BASE + [("6", 20.0)])
+    _record(results, [*BASE, ("6", 20.0)])
     return results

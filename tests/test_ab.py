@@ -8,7 +8,6 @@ import subprocess
 import psutil
 import pytest
 
-
 pytestmark = pytest.mark.slow  # real side processes and git worktrees
 
 PERF = """

@@ -60,7 +60,7 @@ def test_sigterm_ends_the_sides_and_removes_the_worktree(pytester: pytest.Pytest
     assert "SIGTERM: the A/B run was stopped; cleaning up" in out
     assert worktrees(pytester.path) == worktrees(pytester.path)[:1]
     assert list(tmpdir.iterdir()) == [], "the base worktree's folder was left in TMPDIR"
-    gone, alive = psutil.wait_procs(sides, timeout=5)
+    _gone, alive = psutil.wait_procs(sides, timeout=5)
     assert alive == []
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.history.store import History, default_results_dir
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.history.store import History, default_results_dir
 from pytest_perfgate.history.vcs import git_info
 
 pytest.importorskip("asv")
@@ -60,8 +60,8 @@ def asv_project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, st
     commits = []
     for i, scale in enumerate((1.0, 1.3)):
         (repo / "step.py").write_text(f"SLOWDOWN = {scale}\n")
-        _run(GIT + ["add", "-A"], repo)
-        assert _run(GIT + ["commit", "-q", "-m", f"c{i}"], repo).returncode == 0
+        _run([*GIT, "add", "-A"], repo)
+        assert _run([*GIT, "commit", "-q", "-m", f"c{i}"], repo).returncode == 0
         results = default_results_dir(repo)
         commits.append(_record(History(results, "ci-box"), repo, f"run{i}", scale, 1000.0 + i))
     return repo, commits[0], commits[1]
@@ -98,7 +98,7 @@ def test_asv_compare_shows_slower_commit_as_worse(asv_project: tuple[Path, str, 
 
 @pytest.mark.slow  # runs asv in a subprocess
 def test_asv_publish_builds_graphs_for_our_benchmarks(asv_project: tuple[Path, str, str]) -> None:
-    repo, c1, c2 = asv_project
+    repo, _c1, _c2 = asv_project
     results = default_results_dir(repo)  # our lock files sit among asv's: asv must skip them
     assert (results / ".benchmarks.json.lock").is_file()
     assert (results / "ci-box" / "perfgate" / ".asv.lock").is_file()

@@ -73,8 +73,8 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 900
 
 
 def _commit(repo: Path, env: dict[str, str], message: str) -> str:
-    assert _run(GIT + ["add", "-A"], repo, env).returncode == 0
-    assert _run(GIT + ["commit", "-q", "-m", message], repo, env).returncode == 0
+    assert _run([*GIT, "add", "-A"], repo, env).returncode == 0
+    assert _run([*GIT, "commit", "-q", "-m", message], repo, env).returncode == 0
     return _run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
 
 
@@ -160,7 +160,7 @@ def test_asv_continuous_flags_the_slowdown_and_passes_the_unchanged_pair(
 
 def test_perfgate_reads_what_asv_recorded_and_asv_shows_what_perfgate_recorded(
         scratch: tuple[Path, dict[str, str], list[str]]) -> None:
-    repo, env, (c0, c1, c2) = scratch
+    repo, env, (c0, _c1, c2) = scratch
     results = repo / "results"
     if not (results / "ci-box" / f"{c2[:8]}-virtualenv-py3.11.json").exists():
         _continuous(repo, env, c0, c2)  # run alone (-k): record both commits first

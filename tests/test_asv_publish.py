@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from asv_browser import PageLog, browser_page, chromium_path, serve
-
 from fake_session import FAKE_CLOCK_CONFTEST
 
 pytest.importorskip("asv")
@@ -81,8 +79,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> dict[s
     commits = []
     for i, slow in enumerate(SLOWDOWN):
         (repo / "walker.py").write_text(f"PHYSICS_COST = {slow}  # commit {i}\n")
-        _run(GIT + ["add", "-A"], repo)
-        assert _run(GIT + ["commit", "-q", "-m", f"c{i}"], repo).returncode == 0
+        _run([*GIT, "add", "-A"], repo)
+        assert _run([*GIT, "commit", "-q", "-m", f"c{i}"], repo).returncode == 0
         done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--perfgate",
                      "--perfgate-machine=testbox", "--perfgate-windows=6",
                      "--perfgate-window-time=0.05", "test_perf.py"], repo,

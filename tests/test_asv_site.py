@@ -17,9 +17,16 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.history.asv_site import (ASSETS, NO_REGRESSIONS, NPM_INSTALL, SiteError,
-                                              check_scripts, publish_config, source,
-                                              vendor_site)
+from pytest_perfgate.history.asv_site import (
+    ASSETS,
+    NO_REGRESSIONS,
+    NPM_INSTALL,
+    SiteError,
+    check_scripts,
+    publish_config,
+    source,
+    vendor_site,
+)
 
 asv = pytest.importorskip("asv")
 ASV_INDEX = Path(asv.__file__).parent / "www" / "index.html"
@@ -212,8 +219,8 @@ def test_publish_names_a_branch_the_repository_lacks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.com",
            "-c", "commit.gpgsign=false"]
-    subprocess.run(git + ["init", "-q", "-b", "trunk"], check=True, timeout=60)
-    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "c"], check=True, timeout=60)
+    subprocess.run([*git, "init", "-q", "-b", "trunk"], check=True, timeout=60)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "c"], check=True, timeout=60)
     (tmp_path / name).write_text(  # asv reads comments; so must we
         '{"version": 1, "repo": ".", // the checkout\n "branches": ["main", "trunk"]}')
     monkeypatch.chdir(tmp_path)  # the default config: asv's names, in this folder

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.modes import calibrate as cal
-from pytest_perfgate.modes import calibrate_analysis as ana
 from pytest_perfgate.core.gate import Outcome, Rule, decide, paired_evidence
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.modes import calibrate as cal
+from pytest_perfgate.modes import calibrate_analysis as ana
 
 
 class Machine:
@@ -175,8 +175,8 @@ def test_conclusion_sentences() -> None:
         "measurement per side).")
     assert ana.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
                                       "3% caught>=80%": True, "<=20 s per side": True}
-    noisy = ana.Report("A/B", "t", 40, rule, ((ana.Row(0.0, ana.Rate(3, 50), ana.Rate(0, 50),
-                                                       None),) + rows[1:]), 11.0)
+    first = ana.Row(0.0, ana.Rate(3, 50), ana.Rate(0, 50), None)
+    noisy = ana.Report("A/B", "t", 40, rule, (first, *rows[1:]), 11.0)
     assert ana.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
                                             "(3/50) of A/A trials")
     weak = ana.Report("A/B", "t", 40, rule, (rows[0], ana.Row(0.05, ana.Rate(10, 20),
@@ -323,7 +323,7 @@ def test_cli_runs_a_study_on_real_side_processes(tmp_path: Path,
     assert "perfgate calibrate: test_perf.py::test_walk (test_perf.test_walk)" in out
     assert "| A/B (4 turns, trimmed, threshold 10.0%, alpha 0.01) |" in out
     assert "injected +50%: measured" in out
-    cfg, trials, meta = cal.load(save)
+    _cfg, trials, meta = cal.load(save)
     assert sorted(t.slowdown for t in trials) == [0.0, 0.0, 0.5] and "partial" not in meta
     assert not [c for c in psutil.Process().children(recursive=True)
                 if "pytest_perfgate.plugin.hooks" in " ".join(c.cmdline())]

@@ -28,8 +28,8 @@ BASE = [("1", 10.0), ("2", 10.05), ("3", 9.95), ("4", 10.0), ("5", 10.02)]
 
 def test_a_regressed_history_exits_1_and_a_clean_one_0(tmp_path: Path, capsys) -> None:
     slow, clean = tmp_path / "slow", tmp_path / "clean"
-    _record(slow, BASE + [("6", 20.0)])
-    _record(clean, BASE + [("6", 10.01)])
+    _record(slow, [*BASE, ("6", 20.0)])
+    _record(clean, [*BASE, ("6", 10.01)])
     argv = ["check", "--repo", str(tmp_path)]  # not a git checkout: every other commit counts
     assert main([*argv, "--results-dir", str(slow)]) == 1
     out = capsys.readouterr().out
@@ -48,8 +48,8 @@ def test_a_run_is_judged_again_at_the_threshold_it_was_recorded_with(tmp_path: P
     """A project that sets perfgate_threshold = 1% gets the same verdict from check as from
     its pytest run; --threshold still overrides, and old records fall back to 5%."""
     strict, old = tmp_path / "strict", tmp_path / "old"
-    _record(strict, BASE + [("6", 10.3)], threshold=0.01)  # 3% slower
-    _record(old, BASE + [("6", 10.3)])
+    _record(strict, [*BASE, ("6", 10.3)], threshold=0.01)  # 3% slower
+    _record(old, [*BASE, ("6", 10.3)])
     argv = ["check", "--repo", str(tmp_path), "--results-dir"]
     assert main([*argv, str(strict)]) == 1
     assert "(threshold 1%)" in capsys.readouterr().out
@@ -106,7 +106,7 @@ def test_compare_two_commits_side_by_side(tmp_path: Path, capsys) -> None:
 
 def test_a_counts_regression_reads_as_instructions_and_names_the_run_to_accept(
         tmp_path: Path, capsys) -> None:
-    from test_cli_history import record  # noqa: I001 (tests/ is on sys.path)
+    from test_cli_history import record
 
     runs = record(tmp_path / "r", [250.0] * 6, counts=[5.8e6] * 5 + [5.858e6])  # +1%
     assert main(["check", "--results-dir", str(tmp_path / "r"), "--repo", str(tmp_path),

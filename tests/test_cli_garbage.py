@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
-from test_asv_interop import C1, C2, C3, ENV, asv_row, asv_writes  # noqa: I001 (tests/ on sys.path)
+from test_asv_interop import C1, C2, C3, ENV, asv_row, asv_writes
 from test_cli_check import BASE, _record
 from test_cli_history import record
 
@@ -184,7 +184,7 @@ def test_a_copied_or_moved_run_file_is_named_and_not_counted_twice(slow: Path, t
 
 def test_a_run_id_of_another_machine_names_that_machine(tmp_path: Path, capsys) -> None:
     _record(tmp_path, BASE, machine="m1")
-    _record(tmp_path, BASE[:2] + [("7", 10.0)], machine="m2")
+    _record(tmp_path, [*BASE[:2], ("7", 10.0)], machine="m2")
     sidecar(tmp_path, "20240101T000002-aaaa02", "m1").unlink()  # m2 alone has this id
     with pytest.raises(SystemExit) as exc:
         main(["check", "20240101T000002-aaaa02", "--results-dir", str(tmp_path),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pytest
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_cli_check import BASE, _record  # noqa: I001 (tests/ is on sys.path)
+from test_cli_check import BASE, _record
 
 from pytest_perfgate.cli import main
 
@@ -143,7 +143,7 @@ def test_a_baseline_commit_nothing_was_recorded_at_is_a_usage_error_not_a_pass(
 def test_a_commit_prefix_of_several_commits_is_ambiguous_everywhere(tmp_path: Path,
                                                                    capsys) -> None:
     """report --run took the newest run of any commit the prefix matched."""
-    _record(tmp_path, BASE + [("6", 20.0)])
+    _record(tmp_path, [*BASE, ("6", 20.0)])
     for i, commit in enumerate(("abcd1" + "1" * 35, "abcd2" + "2" * 35)):
         p = tmp_path / "box" / "perfgate" / f"20240101T00000{i}-aaaa0{i}.pgrun"
         p.write_text(p.read_text().replace(str(i + 1) * 40, commit))

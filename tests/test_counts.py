@@ -20,8 +20,7 @@ from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.history.asv import asv_entries
 from pytest_perfgate.modes.counts import client
 from pytest_perfgate.modes.counts.mode import FORMULA, CountsMode, counts_result
-from pytest_perfgate.modes.counts.runner import (Counts, CountsError, collect, est_cycles,
-                                                 read_dump)
+from pytest_perfgate.modes.counts.runner import Counts, CountsError, collect, est_cycles, read_dump
 from pytest_perfgate.modes.counts.side import label
 from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.session import GateSession, PerfGate
@@ -122,7 +121,7 @@ def _run(tmp_path: Path, ipe: float, threshold: float = 0.01) -> tuple[PerfGate,
 
 
 def test_counts_are_a_second_result_judged_by_the_same_gate(tmp_path: Path) -> None:
-    gate, s = _run(tmp_path, 1000.0)
+    gate, _s = _run(tmp_path, 1000.0)
     assert [j.result.name for j in gate.results] == ["walk", "walk.counts"]
     counts = gate.results[1]
     assert counts.result.samples == (1000.0,) and counts.result.extra[

@@ -43,8 +43,8 @@ def test_asv_publishes_and_compares_the_phase_series(tmp_path: Path) -> None:
     commits = []
     for i, b in enumerate((300, 360)):
         (repo / "step.py").write_text(f"B = {b}\n")
-        _run(GIT + ["add", "-A"], repo)
-        assert _run(GIT + ["commit", "-q", "-m", f"c{i}"], repo).returncode == 0
+        _run([*GIT, "add", "-A"], repo)
+        assert _run([*GIT, "commit", "-q", "-m", f"c{i}"], repo).returncode == 0
         per_call = {"(other)": (20,), "a": (100,), "b": (b,)}
         res = counts_result(Counts("walk", 2, (sum(v[0] for v in per_call.values()),), (999,),
                                    phase_ir=per_call), "walk")

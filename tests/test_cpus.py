@@ -10,10 +10,20 @@ import pytest
 
 from pytest_perfgate.placement import cpus
 from pytest_perfgate.placement.cgroup import cgroup_cpu_quota
-from pytest_perfgate.placement.cpus import (GRAMMAR, MAX_CPU_ID, CpuSpecError, PlacementWarning,
-                                            cap_threads_env, format_cpus,
-                                            parse_cpulist, parse_cpus, physical_cpus,
-                                            resolve_threads, set_affinity, usable_cpus)
+from pytest_perfgate.placement.cpus import (
+    GRAMMAR,
+    MAX_CPU_ID,
+    CpuSpecError,
+    PlacementWarning,
+    cap_threads_env,
+    format_cpus,
+    parse_cpulist,
+    parse_cpus,
+    physical_cpus,
+    resolve_threads,
+    set_affinity,
+    usable_cpus,
+)
 
 EIGHT = tuple(range(8))
 

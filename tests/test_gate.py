@@ -7,8 +7,14 @@ import random
 
 import pytest
 
-from pytest_perfgate.core.gate import (Outcome, Rule, decide, evaluate, history_evidence,
-                                  paired_evidence)
+from pytest_perfgate.core.gate import (
+    Outcome,
+    Rule,
+    decide,
+    evaluate,
+    history_evidence,
+    paired_evidence,
+)
 
 
 def runs(medians: list[float], k: int = 8, jitter: float = 0.01, seed: int = 0

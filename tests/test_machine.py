@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.history import machine
-from pytest_perfgate.history.machine import (asv_machine_json, cgroup_cpu_quota,
-                                             collect_metadata, describe_mismatch, fingerprint,
-                                             fingerprint_fields)
+from pytest_perfgate.history.machine import (
+    asv_machine_json,
+    cgroup_cpu_quota,
+    collect_metadata,
+    describe_mismatch,
+    fingerprint,
+    fingerprint_fields,
+)
 
 VERSIONS = {"numpy": "2.0.1", "torch": None, "mujoco": "4.0.0", "mujoco-core": "4.0.1",
             "asv": "0.6.6", "scipy": "1.14", "psutil": "6", "pytest": "8", "pytest-perfgate": "0"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from collections.abc import Callable
 from multiprocessing import Pipe
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

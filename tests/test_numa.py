@@ -7,18 +7,27 @@ import errno
 import platform
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import PlacementWarning
 from pytest_perfgate.placement.launchers import numa_split
-from pytest_perfgate.placement.numa import (MPOL_BIND, MPOL_F_STATIC_NODES, MPOL_PREFERRED,
-                                            MemPolicy, Node, bind_memory, discover,
-                                            get_mempolicy, parse_numa_maps,
-                                            set_mempolicy)
+from pytest_perfgate.placement.numa import (
+    MPOL_BIND,
+    MPOL_F_STATIC_NODES,
+    MPOL_PREFERRED,
+    MemPolicy,
+    Node,
+    bind_memory,
+    discover,
+    get_mempolicy,
+    parse_numa_maps,
+    set_mempolicy,
+)
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux") or
                                 platform.machine() not in ("x86_64", "aarch64"),

@@ -101,9 +101,8 @@ def qemu_command(qemu: str, kernel: str, initrd: str) -> list[str]:
     for nid, cpus, _ in NODES:
         for cpu in cpus:  # one CPU per socket: socket-id == CPU index
             cmd += ["-numa", f"cpu,node-id={nid},socket-id={cpu}"]
-    return cmd + ["-kernel", kernel, "-initrd", initrd,
-                  "-append", "console=ttyS0 quiet panic=-1",
-                  "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"]
+    return [*cmd, "-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 quiet panic=-1",
+            "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"]
 
 
 def _run_qemu(cmd: list[str]) -> tuple[str, float]:

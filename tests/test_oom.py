@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_perfgate.placement.oom import (NodeMemory, OomWatch, kernel_oom_line, oom_kill_count,
-                                 read_kernel_log, read_node_memory)
+from pytest_perfgate.placement.oom import (
+    NodeMemory,
+    OomWatch,
+    kernel_oom_line,
+    oom_kill_count,
+    read_kernel_log,
+    read_node_memory,
+)
 
 KMSG = """\
 6,1,0,-;Command line: console=ttyS0

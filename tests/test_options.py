@@ -6,9 +6,18 @@ import argparse
 
 import pytest
 
-from pytest_perfgate.session.options import (SPECS, OptionError, Options, argparse_type,
-                                             parse_bool, parse_commit, parse_fraction,
-                                             parse_machine, parse_positive_int, parse_seconds)
+from pytest_perfgate.session.options import (
+    SPECS,
+    OptionError,
+    Options,
+    argparse_type,
+    parse_bool,
+    parse_commit,
+    parse_fraction,
+    parse_machine,
+    parse_positive_int,
+    parse_seconds,
+)
 
 
 def resolve(flags=None, ini=None, env=None) -> Options:

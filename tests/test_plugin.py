@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fake_session import FAKE_CLOCK_CONFTEST
 
 CONFTEST = FAKE_CLOCK_CONFTEST + """

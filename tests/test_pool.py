@@ -62,7 +62,7 @@ def test_trajectory_equals_plain_mjdata_loop_bit_for_bit(rng, threads):
     nq, nv = pool.model.nq, pool.model.nv
     with pool:
         for a, (qpos, qvel, sens) in zip(acts, ref, strict=True):
-            obs, reward, done = pool.step(a)
+            obs, _reward, done = pool.step(a)
             assert np.array_equal(pool.qpos, qpos) and np.array_equal(pool.qvel, qvel)
             assert np.array_equal(obs, np.concatenate([qpos, qvel, sens], axis=1))
             assert obs.shape == (n, nq + nv + pool.model.nsensordata)

@@ -4,14 +4,21 @@ their rendering on a fake status line and on a stream, terminal or log."""
 from __future__ import annotations
 
 import io
+import itertools
 from typing import Any
 
 import pytest
 
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
-from pytest_perfgate.core.progress import (LiveProgress, Progress, StreamStatus, rate,
-                                           stream_progress, verdict_summary)
+from pytest_perfgate.core.progress import (
+    LiveProgress,
+    Progress,
+    StreamStatus,
+    rate,
+    stream_progress,
+    verdict_summary,
+)
 from pytest_perfgate.core.timing import FakeClock
 
 
@@ -206,7 +213,7 @@ def test_stream_progress_on_a_terminal_rewrites_in_place():
     assert first[1] == "perfgate sweep: perf.walk: starting (0.0 s)"
     assert first[-1].rstrip() == "perfgate sweep: perf.walk: 653.2k steps/s, OK (3.0 s)"
     # a shorter status blanks what the longer one before it left on screen
-    assert all(len(a) <= len(b) for a, b in zip(first[1:], first[2:], strict=False))
+    assert all(len(a) <= len(b) for a, b in itertools.pairwise(first))
 
 
 def test_stream_progress_in_a_log_is_one_line_per_benchmark():

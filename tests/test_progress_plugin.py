@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from fake_session import FAKE_CLOCK_CONFTEST
 
 CONFTEST = FAKE_CLOCK_CONFTEST + """

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from test_ring_pair import SPEC, fake_collector, fake_learner
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.placement.cpus import usable_cpus
 from pytest_perfgate.ring.compare import compare, plan, table
-from test_ring_pair import SPEC, fake_collector, fake_learner
 
 
 def test_plan_pins_the_learner_first_and_the_collector_on_the_rest() -> None:

@@ -10,7 +10,8 @@ import os
 import signal
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import psutil

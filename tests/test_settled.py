@@ -16,8 +16,8 @@ from pytest_perfgate.sim.settled import CACHE_ENV, SettledCacheWarning, SettleKe
 
 pytest.importorskip("mujoco.batch")
 
-from pytest_perfgate.sim.models import load_model, tiny_xml  # noqa: E402
-from pytest_perfgate.sim.sweep import settled_state  # noqa: E402
+from pytest_perfgate.sim.models import load_model, tiny_xml
+from pytest_perfgate.sim.sweep import settled_state
 
 
 @pytest.fixture

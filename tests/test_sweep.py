@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.sim import sweep
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.sim import sweep
 
 
 def test_interleave_rotates_order_and_reports_per_call_medians():

@@ -156,8 +156,9 @@ class Fixed:
 
 
 def test_interleave_windows_rotates_and_reports_progress():
-    from pytest_perfgate.sim.batch_sweep import interleave_windows, paired_ratio
     from test_progress import Recorder
+
+    from pytest_perfgate.sim.batch_sweep import interleave_windows, paired_ratio
 
     clock, log, rec = FakeClock(), [], Recorder()
     srcs = {n: Fixed(n, r, clock, log) for n, r in (("a", 1000), ("b", 3000), ("c", 2000))}

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from pytest_perfgate.core.load import LoadSample, NullProbe, ProcStatProbe
-from pytest_perfgate.core.measure import (LoopSource, MeasureConfig, MeasureError, Meter,
-                                           RawWindow, is_steady)
+from pytest_perfgate.core.measure import (
+    LoopSource,
+    MeasureConfig,
+    MeasureError,
+    Meter,
+    RawWindow,
+    is_steady,
+)
 from pytest_perfgate.core.timing import FakeClock, PhaseRecorder, activate, phase
 
 

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from fake_session import FAKE_CLOCK_CONFTEST
 
 CONFTEST = FAKE_CLOCK_CONFTEST + """

@@ -16,13 +16,25 @@ from pytest_perfgate.core.gate import Outcome, Rule, evaluate, median_slack
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.history.accept import (AcceptError, Decisions, accept, decisions_path,
-                                            forget, load_decisions)
+from pytest_perfgate.history.accept import (
+    AcceptError,
+    Decisions,
+    accept,
+    decisions_path,
+    forget,
+    load_decisions,
+)
 from pytest_perfgate.history.baseline import select_baseline
 from pytest_perfgate.history.files import HistoryWarning
 from pytest_perfgate.session.options import Options
-from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError,
-                                             derive_name, stable_nodeid, stable_root)
+from pytest_perfgate.session.session import (
+    GateSession,
+    PerfGate,
+    PerfgateUsageError,
+    derive_name,
+    stable_nodeid,
+    stable_root,
+)
 
 C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
 

@@ -7,6 +7,8 @@ Margins are generous: a test asserts a deadline only where the alternative is a 
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -14,11 +16,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
-
-import ctypes
-import errno
 
 import psutil
 import pytest
@@ -28,11 +27,23 @@ from pytest_perfgate.core.timing import phase
 from pytest_perfgate.placement import child
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement.launchers import NumaWorkers, PinnedWorkers, split_slices
-from pytest_perfgate.placement.spec import (Placement, WorkerSpec, placement_failure,
-                                            placement_line, placement_notes, render_placement,
-                                            worker_warnings)
-from pytest_perfgate.placement.workers import (PlacementError, Timeouts, WorkerCrashed,
-                                               WorkerError, WorkerGroup, WorkerTimeout)
+from pytest_perfgate.placement.spec import (
+    Placement,
+    WorkerSpec,
+    placement_failure,
+    placement_line,
+    placement_notes,
+    render_placement,
+    worker_warnings,
+)
+from pytest_perfgate.placement.workers import (
+    PlacementError,
+    Timeouts,
+    WorkerCrashed,
+    WorkerError,
+    WorkerGroup,
+    WorkerTimeout,
+)
 
 FAST = Timeouts(start=60.0, step=5.0, stop=2.0, term=1.0)
 slow = pytest.mark.slow  # spawns worker processes

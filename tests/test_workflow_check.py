@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from fake_session import FAKE_CLOCK_CONFTEST
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
@@ -17,8 +18,6 @@ from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history.store import History
 from pytest_perfgate.report import render
 from pytest_perfgate.report.github import annotation, escape_data, escape_property
-
-from fake_session import FAKE_CLOCK_CONFTEST
 
 
 def test_annotations_are_escaped_by_githubs_rules() -> None:

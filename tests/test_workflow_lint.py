@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import yaml
-
 from conftest import NODE_DIR, need_tool
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from workflow_sim import GIT, WORKFLOW, Expr, Job, condition, run_job
 
 # --- the scratch project ---------------------------------------------------------------------

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 import subprocess
 import sys
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 

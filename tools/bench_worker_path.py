@@ -17,7 +17,7 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -57,11 +57,9 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, HERE)
 
-    from pytest_perfgate.placement import cpus
-
-    from pytest_perfgate.placement import numa
-    from pytest_perfgate.placement.launchers import NumaWorkers
     from pytest_perfgate.core.measure import LoopSource
+    from pytest_perfgate.placement import cpus, numa
+    from pytest_perfgate.placement.launchers import NumaWorkers
     from pytest_perfgate.placement.workers import WorkerGroup, WorkerSpec
 
     kw = {"num_envs": args.num_envs, "nthread": args.nthread}

@@ -309,7 +309,7 @@ def sessions(args: argparse.Namespace) -> None:
         tmp.cleanup()
 
 
-def _judge(current: tuple[float, ...], earlier: list[tuple[float, ...]], rule: Rule):  # noqa: ANN202
+def _judge(current: tuple[float, ...], earlier: list[tuple[float, ...]], rule: Rule):
     """The history mode's decision: newest 5 earlier runs the level, newest 20 the spread."""
     if len(earlier) < 2:
         return None

@@ -28,8 +28,7 @@ import psutil
 
 import pytest_perfgate
 from pytest_perfgate.cli.calibrate import DEFAULT_NODEID
-from pytest_perfgate.modes.ab import (START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec,
-                                      interleave)
+from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec, interleave
 
 
 def start_pair(root: Path, nodeid: str, cpus: set[int] | None) -> Pair:

@@ -11,7 +11,8 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 
 class Command:

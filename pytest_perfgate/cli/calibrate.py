@@ -13,14 +13,20 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_cpu_set,
-                                             parse_fractions, parse_int_list,
-                                             parse_output_file)
+from pytest_perfgate.cli.common_args import (
+    argparse_type,
+    parse_count,
+    parse_cpu_set,
+    parse_fractions,
+    parse_int_list,
+    parse_output_file,
+)
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.progress import stream_progress
 from pytest_perfgate.modes import calibrate as cal
@@ -124,9 +130,8 @@ def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
 def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
             ) -> tuple[list[cal.TrialRecord], dict[str, Any]]:
     """Start one pair of sides of the same checkout and run the study on it."""
-    from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
-
     import pytest_perfgate
+    from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
 
     root = ns.cwd.resolve()
     if not (root / ns.nodeid.split("::")[0]).exists():

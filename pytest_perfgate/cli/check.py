@@ -13,18 +13,29 @@ from __future__ import annotations
 
 import argparse
 import glob
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._ci import add_ci_arguments
-from pytest_perfgate.cli.common_args import (add_history_arguments, argparse_type,
-                                             history_location, parse_repo)
+from pytest_perfgate.cli.common_args import (
+    add_history_arguments,
+    argparse_type,
+    history_location,
+    parse_repo,
+)
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.core.names import is_safe_name
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.session.options import (Options, parse_alpha, parse_commit, parse_fraction,
-                                             parse_policy, parse_positive_int)
+from pytest_perfgate.session.options import (
+    Options,
+    parse_alpha,
+    parse_commit,
+    parse_fraction,
+    parse_policy,
+    parse_positive_int,
+)
 
 if TYPE_CHECKING:
     from pytest_perfgate.report.github import GateResult

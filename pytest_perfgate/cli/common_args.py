@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-
-from pytest_perfgate.session.options import (OptionError, argparse_type, parse_fraction,
-                                              parse_machine, parse_path, parse_positive_int)
+from pytest_perfgate.session.options import (
+    OptionError,
+    argparse_type,
+    parse_fraction,
+    parse_machine,
+    parse_path,
+    parse_positive_int,
+)
 
 
 def parse_count(text: str) -> int:

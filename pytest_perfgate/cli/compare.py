@@ -12,8 +12,14 @@ import argparse
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.check import (add_rule_arguments, describe, judge_run, machine_runs,
-                                       pick_run, warned)
+from pytest_perfgate.cli.check import (
+    add_rule_arguments,
+    describe,
+    judge_run,
+    machine_runs,
+    pick_run,
+    warned,
+)
 
 
 class Compare(Command):

@@ -13,7 +13,8 @@ import argparse
 import sys
 import time
 import warnings
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.common_args import add_history_arguments, history_location
@@ -122,8 +123,13 @@ class HistoryCommand(Command):
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
         from pytest_perfgate.report import changepoints
-        from pytest_perfgate.report.series import (SeriesError, benchmark_names, parse_kind,
-                                                   resolve_benchmark, series)
+        from pytest_perfgate.report.series import (
+            SeriesError,
+            benchmark_names,
+            parse_kind,
+            resolve_benchmark,
+            series,
+        )
 
         prog = "perfgate history"
         try:

@@ -22,8 +22,7 @@ from pytest_perfgate.cli.common_args import folder_problem
 from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.report.series import (COUNTS_SUFFIX, MachineHistory, Series,
-                                           hidden_message)
+from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series, hidden_message
 
 REPORT = "report.md"
 SUMMARY = "summary.md"
@@ -188,4 +187,4 @@ class Report(Command):
         return 0
 
 
-__all__ = ["Report", "out_dir_problem", "png_name", "REPORT", "SUMMARY"]
+__all__ = ["REPORT", "SUMMARY", "Report", "out_dir_problem", "png_name"]

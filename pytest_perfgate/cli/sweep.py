@@ -15,8 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import (argparse_type, parse_count, parse_int_list,
-                                             parse_output_file)
+from pytest_perfgate.cli.common_args import (
+    argparse_type,
+    parse_count,
+    parse_int_list,
+    parse_output_file,
+)
 from pytest_perfgate.session.options import OptionError, parse_positive_int, parse_seconds
 from pytest_perfgate.sim.batch_plan import PlanError
 from pytest_perfgate.sim.batch_plan import parse_envs as _parse_envs

@@ -18,8 +18,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 TMP_SUFFIX = ".perfgate-tmp"
 STALE_TMP_S = 3600.0  # a temp file this old belongs to a writer that was killed
@@ -112,9 +113,18 @@ def loads_json(text: str) -> Any:
         raise ValueError("nested too deep to be JSON perfgate or asv wrote") from None
 
 
-__all__ = ["load_json", "loads_json", "output_problem", "atomic_write", "sweep_stale_temps",
-           "locked", "LockTimeout",
-           "TMP_SUFFIX", "STALE_TMP_S", "LOCK_TIMEOUT_S"]
+__all__ = [
+    "LOCK_TIMEOUT_S",
+    "STALE_TMP_S",
+    "TMP_SUFFIX",
+    "LockTimeout",
+    "atomic_write",
+    "load_json",
+    "loads_json",
+    "locked",
+    "output_problem",
+    "sweep_stale_temps",
+]
 
 
 def output_problem(path: Path, shown: str, example: str, create_folders: bool = True

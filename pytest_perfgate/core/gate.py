@@ -30,8 +30,9 @@ from __future__ import annotations
 import enum
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (docs/design.md §3)
 MIN_SPREAD_RUNS = 2  # earlier runs needed before the run-to-run spread is seen at all

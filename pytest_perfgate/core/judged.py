@@ -8,8 +8,9 @@ Kept in the core, below the session and the modes, so that rendering (report/), 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.gate import Rule, Verdict
 from pytest_perfgate.core.measure import Measurement

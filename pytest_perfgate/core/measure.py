@@ -21,8 +21,9 @@ step is at most ``max_quantization`` of a window's count (docs/design.md §1).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from pytest_perfgate.core.load import LoadProbe, LoadSample, ProcStatProbe
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
@@ -336,5 +337,16 @@ class Meter:
                       raw.streams, busy, other, polluted)
 
 
-__all__ = ["RawWindow", "Window", "WindowSource", "LoopSource", "MeasureConfig", "MeasureError",
-           "Measurement", "Meter", "completed_window", "is_steady", "quantization"]
+__all__ = [
+    "LoopSource",
+    "MeasureConfig",
+    "MeasureError",
+    "Measurement",
+    "Meter",
+    "RawWindow",
+    "Window",
+    "WindowSource",
+    "completed_window",
+    "is_steady",
+    "quantization",
+]

@@ -32,4 +32,4 @@ def safe_name(text: object, what: str, example: str, shown: str | None = None) -
     return text
 
 
-__all__ = ["safe_name", "is_safe_name", "RULE"]
+__all__ = ["RULE", "is_safe_name", "safe_name"]

@@ -173,5 +173,13 @@ def stream_progress(stream: TextIO, prefix: str = "perfgate",
     return LiveProgress(StreamStatus(stream), clock, prefix)
 
 
-__all__ = ["Progress", "NULL_PROGRESS", "LiveProgress", "StatusLine", "StreamStatus",
-           "rate", "stream_progress", "verdict_summary"]
+__all__ = [
+    "NULL_PROGRESS",
+    "LiveProgress",
+    "Progress",
+    "StatusLine",
+    "StreamStatus",
+    "rate",
+    "stream_progress",
+    "verdict_summary",
+]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 FORMAT_VERSION = 1
 # What a recorded number can be, however fast or slow the workload: a sample (seconds per

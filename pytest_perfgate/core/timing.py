@@ -104,7 +104,7 @@ class _Phase:
     cores used is estimated from those sampled entries (CPU clock reads cost 3-4x a wall one).
     """
 
-    __slots__ = ("calls", "wall_ns", "s_wall_ns", "s_cpu_ns", "_w0", "_c0", "_wall", "_cpu")
+    __slots__ = ("_c0", "_cpu", "_w0", "_wall", "calls", "s_cpu_ns", "s_wall_ns", "wall_ns")
 
     def __init__(self, clock: Clock) -> None:
         self._wall = clock.wall_ns

@@ -222,6 +222,14 @@ def forget(results_dir: str | os.PathLike[str], machine: str | None, run_id: str
             f"the run-to-run spread; its files stay (undo: perfgate accept {run_id})")
 
 
-__all__ = ["AcceptError", "Decisions", "DecisionsUnreadable", "FAILED_VERDICTS", "accept",
-           "decisions_path",
-           "find_run", "forget", "load_decisions"]
+__all__ = [
+    "FAILED_VERDICTS",
+    "AcceptError",
+    "Decisions",
+    "DecisionsUnreadable",
+    "accept",
+    "decisions_path",
+    "find_run",
+    "forget",
+    "load_decisions",
+]

@@ -25,15 +25,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.history.files import (atomic_write, dump_json, keep_valid,
-                                           read_object)
-from pytest_perfgate.history.asv_checks import (ASV_RESULT_COLUMNS, asv_result_problem,
-                                                bench_entry_problem, benchmarks_json_problem,
-                                                machine_field_problem, row_problem)
+from pytest_perfgate.history.asv_checks import (
+    ASV_RESULT_COLUMNS,
+    asv_result_problem,
+    bench_entry_problem,
+    benchmarks_json_problem,
+    machine_field_problem,
+    row_problem,
+)
+from pytest_perfgate.history.files import atomic_write, dump_json, keep_valid, read_object
 from pytest_perfgate.history.machine import asv_machine_json
 
 # The machine.json fields `asv run` puts into a result file's params: ours must be the same,
@@ -297,9 +302,28 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
     return rows
 
 
-__all__ = ["COUNTS_SOURCE", "COUNTS_PHASES_KEY", "counts_phases", "ASV_RESULT_COLUMNS",
-           "ASV_PARAM_KEYS", "SERIES_VERSION",
-           "SERIES_PREFIX", "GATED_SUFFIX", "ASV_ENV_TYPE", "OLD_ENV_PREFIX", "asv_name",
-           "gated_series", "phase_series", "asv_env_name", "python_minor", "asv_written",
-           "current_row", "current_entry", "asv_params_from_meta", "write_machine_json",
-           "asv_entries", "merge_benchmarks_json", "write_asv_result"]
+__all__ = [
+    "ASV_ENV_TYPE",
+    "ASV_PARAM_KEYS",
+    "ASV_RESULT_COLUMNS",
+    "COUNTS_PHASES_KEY",
+    "COUNTS_SOURCE",
+    "GATED_SUFFIX",
+    "OLD_ENV_PREFIX",
+    "SERIES_PREFIX",
+    "SERIES_VERSION",
+    "asv_entries",
+    "asv_env_name",
+    "asv_name",
+    "asv_params_from_meta",
+    "asv_written",
+    "counts_phases",
+    "current_entry",
+    "current_row",
+    "gated_series",
+    "merge_benchmarks_json",
+    "phase_series",
+    "python_minor",
+    "write_asv_result",
+    "write_machine_json",
+]

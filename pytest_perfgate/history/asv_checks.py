@@ -6,7 +6,8 @@ A file, entry or row that fails is never carried into a rewrite (asv would stop 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pytest_perfgate.history.files import describe
 
@@ -88,5 +89,11 @@ def row_problem(key: str, row: Any) -> str | None:
 
 
 
-__all__ = ["ASV_RESULT_COLUMNS", "machine_field_problem", "benchmarks_json_problem",
-           "bench_entry_problem", "asv_result_problem", "row_problem"]
+__all__ = [
+    "ASV_RESULT_COLUMNS",
+    "asv_result_problem",
+    "bench_entry_problem",
+    "benchmarks_json_problem",
+    "machine_field_problem",
+    "row_problem",
+]

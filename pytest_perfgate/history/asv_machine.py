@@ -10,8 +10,9 @@ perfgate name (docs/design.md §6).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_perfgate.core.files import atomic_write, load_json
 from pytest_perfgate.history.files import describe, dump_json

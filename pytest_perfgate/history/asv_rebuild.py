@@ -20,13 +20,18 @@ are never drawn on one line.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pytest_perfgate.core.files import atomic_write
 from pytest_perfgate.core.results import RunRecord
-from pytest_perfgate.history.asv import (OLD_ENV_PREFIX, SERIES_VERSION, current_row,
-                                         write_asv_result)
+from pytest_perfgate.history.asv import (
+    OLD_ENV_PREFIX,
+    SERIES_VERSION,
+    current_row,
+    write_asv_result,
+)
 from pytest_perfgate.history.files import dump_json, read_json, warn_history
 
 VIEW_MARK = ".asv-view"
@@ -90,4 +95,4 @@ def mark_view(sidecar_dir: Path) -> None:
         warn_history(sidecar_dir / VIEW_MARK, str(exc), "not marking")
 
 
-__all__ = ["VIEW_MARK", "view_version", "needs_rebuild", "rebuild_asv_view", "mark_view"]
+__all__ = ["VIEW_MARK", "mark_view", "needs_rebuild", "rebuild_asv_view", "view_version"]

@@ -27,14 +27,13 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from pytest_perfgate.core.files import load_json
-from pytest_perfgate.core.results import (SAMPLE_RANGE, BenchResult, RunRecord, is_sample,
-                                          is_time)
-from pytest_perfgate.history.asv import (GATED_SUFFIX, SERIES_VERSION, asv_written,
-                                         python_minor)
+from pytest_perfgate.core.results import SAMPLE_RANGE, BenchResult, RunRecord, is_sample, is_time
+from pytest_perfgate.history.asv import GATED_SUFFIX, SERIES_VERSION, asv_written, python_minor
 from pytest_perfgate.history.files import Unreadable, describe, read_json, warn_history
 from pytest_perfgate.history.machine import fingerprint
 
@@ -187,4 +186,4 @@ def is_asv_run(run: RunRecord) -> bool:
     return run.metadata.get("recorded_by") == ASV_SOURCE
 
 
-__all__ = ["ASV_SOURCE", "ASV_RUN_PREFIX", "asv_recorded_runs", "is_asv_run"]
+__all__ = ["ASV_RUN_PREFIX", "ASV_SOURCE", "asv_recorded_runs", "is_asv_run"]

@@ -13,9 +13,10 @@ import base64
 import hashlib
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_perfgate.core.files import atomic_write, load_json
 

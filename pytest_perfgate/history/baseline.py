@@ -10,7 +10,8 @@ explanation names the fingerprints that do hold the benchmark and what differs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history.accept import Decisions
@@ -86,4 +87,4 @@ def describe_other_fingerprints(runs: Sequence[RunRecord], fingerprint: str, ben
             + "; ".join(parts))
 
 
-__all__ = ["select_baseline", "describe_other_fingerprints"]
+__all__ = ["describe_other_fingerprints", "select_baseline"]

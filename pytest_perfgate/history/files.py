@@ -12,12 +12,18 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from pytest_perfgate.core.files import (TMP_SUFFIX, atomic_write, load_json, loads_json,
-                                        sweep_stale_temps)
+from pytest_perfgate.core.files import (
+    TMP_SUFFIX,
+    atomic_write,
+    load_json,
+    loads_json,
+    sweep_stale_temps,
+)
 
 DEFAULT_RESULTS = Path(".perfgate") / "results"
 
@@ -171,8 +177,21 @@ def strip_comments(text: str) -> str:
     return re.sub(pattern, lambda m: m.group(1) or "", text, flags=re.S)
 
 
-__all__ = ["HistoryWarning", "Unreadable", "unreadable_sidecar", "DEFAULT_RESULTS",
-           "default_results_dir", "dump_json",
-           "read_json", "read_object", "keep_valid", "warn_history", "describe", "load_jsonc",
-           "strip_comments", "atomic_write", "sweep_stale_temps",
-           "TMP_SUFFIX"]
+__all__ = [
+    "DEFAULT_RESULTS",
+    "TMP_SUFFIX",
+    "HistoryWarning",
+    "Unreadable",
+    "atomic_write",
+    "default_results_dir",
+    "describe",
+    "dump_json",
+    "keep_valid",
+    "load_jsonc",
+    "read_json",
+    "read_object",
+    "strip_comments",
+    "sweep_stale_temps",
+    "unreadable_sidecar",
+    "warn_history",
+]

@@ -16,8 +16,9 @@ import os
 import platform
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_perfgate.placement.cgroup import cgroup_cpu_quota as _cgroup_cpu_quota
 from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 NO_COMMIT = "0" * 40
 GIT_TIMEOUT_S = 30.0

@@ -17,8 +17,9 @@ Plain code: no pytest, no session import (docs/design.md §8).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged

@@ -25,9 +25,10 @@ import json
 import math
 import random
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow, WindowSource

@@ -16,11 +16,20 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from pytest_perfgate.core.gate import (PAIRED_TRIM, Evidence, Outcome, Rule, decide,
-                                       history_evidence, paired_evidence, percent)
+from pytest_perfgate.core.gate import (
+    PAIRED_TRIM,
+    Evidence,
+    Outcome,
+    Rule,
+    decide,
+    history_evidence,
+    paired_evidence,
+    percent,
+)
 from pytest_perfgate.modes.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
 
 BOOTSTRAP_RESAMPLES = 4000
@@ -380,8 +389,24 @@ def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
     return out
 
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "Rate", "Report", "Row", "TICKS_PER_S", "analyse",
-           "analyse_history", "conclusion", "estimator_evidence", "history_outcomes",
-           "lever_table", "measured_slowdown", "meets_targets", "noise_summary",
-           "outside_load", "paired_outcome", "probe_correlations", "render",
-           "render_measured"]
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "TICKS_PER_S",
+    "Rate",
+    "Report",
+    "Row",
+    "analyse",
+    "analyse_history",
+    "conclusion",
+    "estimator_evidence",
+    "history_outcomes",
+    "lever_table",
+    "measured_slowdown",
+    "meets_targets",
+    "noise_summary",
+    "outside_load",
+    "paired_outcome",
+    "probe_correlations",
+    "render",
+    "render_measured",
+]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pytest_perfgate.core.gate import Rule, evaluate, no_baseline
 from pytest_perfgate.core.judged import Judged, summarize

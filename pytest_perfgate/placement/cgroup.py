@@ -82,4 +82,4 @@ def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
     return min(found) if found else None
 
 
-__all__ = ["own_cgroup", "cgroup_cpu_quota"]
+__all__ = ["cgroup_cpu_quota", "own_cgroup"]

@@ -19,12 +19,13 @@ import sys
 import time
 import traceback
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from pytest_perfgate.placement import cpus as _cpus
-from pytest_perfgate.placement import numa as _numa
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseRecorder, activate
+from pytest_perfgate.placement import cpus as _cpus
+from pytest_perfgate.placement import numa as _numa
 
 PR_SET_PDEATHSIG = 1
 
@@ -243,7 +244,7 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
             _send(conn, msg[0], body)
     except (EOFError, BrokenPipeError, _Stopped):
         return  # the parent went away or is closing the group: nothing to report
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+    except BaseException as exc:
         try:
             conn.send(("error", {"error": f"{type(exc).__name__}: {exc} (in {stage})",
                                  "traceback": traceback.format_exc()}))

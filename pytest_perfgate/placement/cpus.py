@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence, Union
 
-CpuSpec = Union[str, int, Sequence[int], None]
+CpuSpec = str | int | Sequence[int] | None
 
 GRAMMAR = ('core spec grammar: ITEM[,ITEM...] where ITEM is N, N-M or N:M (inclusive, N <= M, '
            'ASCII digits, whitespace allowed), e.g. "0:5,7"; or an int, or a list of ints; '
@@ -237,6 +237,19 @@ def cap_threads_env(n: int) -> dict[str, str]:
     return {k: str(n) for k in THREAD_ENV_VARS}
 
 
-__all__ = ["CpuSpec", "CpuSpecError", "PlacementWarning", "GRAMMAR", "THREAD_ENV_VARS",
-           "MAX_CPU_ID", "parse_cpus", "parse_cpulist", "format_cpus", "usable_cpus",
-           "physical_cpus", "resolve_threads", "set_affinity", "cap_threads_env"]
+__all__ = [
+    "GRAMMAR",
+    "MAX_CPU_ID",
+    "THREAD_ENV_VARS",
+    "CpuSpec",
+    "CpuSpecError",
+    "PlacementWarning",
+    "cap_threads_env",
+    "format_cpus",
+    "parse_cpulist",
+    "parse_cpus",
+    "physical_cpus",
+    "resolve_threads",
+    "set_affinity",
+    "usable_cpus",
+]

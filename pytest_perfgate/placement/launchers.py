@@ -10,7 +10,8 @@ Automatic plans only warn.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
@@ -158,4 +159,4 @@ def _int_or_none(threads: int | str | None) -> int | None:
     return _cpus.resolve_threads(threads, ())
 
 
-__all__ = ["PinnedWorkers", "NumaWorkers", "split_slices", "numa_split"]
+__all__ = ["NumaWorkers", "PinnedWorkers", "numa_split", "split_slices"]

@@ -16,9 +16,9 @@ import platform
 import re
 import sys
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from pytest_perfgate.placement.cpus import PlacementWarning, format_cpus, parse_cpulist
 
@@ -282,7 +282,22 @@ def read_numa_maps(pid: int | str = "self",
         return None
 
 
-__all__ = ["Node", "Topology", "discover", "MemPolicy", "get_mempolicy",
-           "set_mempolicy", "bind_memory", "NumaMapsProof", "parse_numa_maps",
-           "read_numa_maps", "MPOL_DEFAULT", "MPOL_PREFERRED", "MPOL_BIND",
-           "MPOL_LOCAL", "MPOL_INTERLEAVE", "MPOL_MODE_FLAGS", "MPOL_F_STATIC_NODES"]
+__all__ = [
+    "MPOL_BIND",
+    "MPOL_DEFAULT",
+    "MPOL_F_STATIC_NODES",
+    "MPOL_INTERLEAVE",
+    "MPOL_LOCAL",
+    "MPOL_MODE_FLAGS",
+    "MPOL_PREFERRED",
+    "MemPolicy",
+    "Node",
+    "NumaMapsProof",
+    "Topology",
+    "bind_memory",
+    "discover",
+    "get_mempolicy",
+    "parse_numa_maps",
+    "read_numa_maps",
+    "set_mempolicy",
+]

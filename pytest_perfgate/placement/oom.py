@@ -14,9 +14,9 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from pytest_perfgate.placement.cgroup import own_cgroup
 
@@ -187,5 +187,11 @@ class OomWatch:
                 f"{fix} ({evidence})")
 
 
-__all__ = ["NodeMemory", "OomWatch", "read_node_memory", "oom_kill_count", "read_kernel_log",
-           "kernel_oom_line"]
+__all__ = [
+    "NodeMemory",
+    "OomWatch",
+    "kernel_oom_line",
+    "oom_kill_count",
+    "read_kernel_log",
+    "read_node_memory",
+]

@@ -7,8 +7,9 @@ comes back in its ready reply. The group that moves them is
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.placement import cpus as _cpus
 
@@ -138,5 +139,12 @@ def placement_failure(p: Placement) -> str | None:
                 f"{p.mempolicy or 'unknown'}")
     return None
 
-__all__ = ["WorkerSpec", "Placement", "placement_line", "render_placement", "placement_notes",
-           "placement_failure", "worker_warnings"]
+__all__ = [
+    "Placement",
+    "WorkerSpec",
+    "placement_failure",
+    "placement_line",
+    "placement_notes",
+    "render_placement",
+    "worker_warnings",
+]

@@ -22,18 +22,25 @@ import pickle
 import signal
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement.cgroup import cgroup_cpu_quota
 from pytest_perfgate.placement.child import placed_like, worker_main
 from pytest_perfgate.placement.oom import OomWatch
-from pytest_perfgate.placement.spec import (Placement, WorkerSpec, placement_failure,
-                                            placement_line, placement_notes, render_placement,
-                                            worker_warnings)
+from pytest_perfgate.placement.spec import (
+    Placement,
+    WorkerSpec,
+    placement_failure,
+    placement_line,
+    placement_notes,
+    render_placement,
+    worker_warnings,
+)
 
 
 class WorkerError(RuntimeError):
@@ -304,7 +311,18 @@ class WorkerGroup:
                             f"{_describe_exit(code)}; the workload crashed or was killed")
 
 
-__all__ = ["WorkerGroup", "Timeouts", "DEFAULT_TIMEOUTS", "WorkerError", "WorkerCrashed",
-           "WorkerTimeout", "PlacementError",
-           # defined in .spec, importable from here as before:
-           "WorkerSpec", "Placement", "render_placement", "placement_line", "placement_notes"]
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "Placement",
+    "PlacementError",
+    "Timeouts",
+    "WorkerCrashed",
+    "WorkerError",
+    "WorkerGroup",
+    # defined in .spec, importable from here as before:
+    "WorkerSpec",
+    "WorkerTimeout",
+    "placement_line",
+    "placement_notes",
+    "render_placement",
+]

@@ -7,7 +7,7 @@ the benchmarked function counts as one transition, so ops/s is the throughput.
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 from pytest_perfgate.core.results import BenchResult
 

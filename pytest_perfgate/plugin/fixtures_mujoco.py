@@ -7,7 +7,8 @@ so a perf suite runs everywhere and says why it measured nothing.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -84,4 +85,4 @@ def g1_scene() -> str:
     return path
 
 
-__all__ = ["mujoco_pool", "mujoco_sweep", "humanoid_xml", "g1_scene"]
+__all__ = ["g1_scene", "humanoid_xml", "mujoco_pool", "mujoco_sweep"]

@@ -8,7 +8,8 @@ cheap (docs/design.md §4).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -42,4 +43,4 @@ def numa_workers() -> Iterator[NumaWorkers]:
         launcher.close()
 
 
-__all__ = ["pinned_workers", "numa_workers"]
+__all__ = ["numa_workers", "pinned_workers"]

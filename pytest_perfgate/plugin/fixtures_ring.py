@@ -8,7 +8,8 @@ ctypes, torch, mujoco) are imported only when a test asks for the fixture.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Generator, Iterator
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers, progress, select
-from pytest_perfgate.plugin.rootdir import default_name, note_location, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.plugin.fixtures_ring import ring_pair  # noqa: F401
+from pytest_perfgate.plugin.rootdir import default_name, note_location, pytest_sessionstart  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
-from pytest_perfgate.session.session import (GateSession, PerfGate, PerfgateUsageError)
+from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
@@ -247,7 +248,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(line)
         for line in report.notes(session.judged):
             tr.write_line(line, yellow=True)
-    except Exception as e:  # noqa: BLE001 - never lose the rest of the summary
+    except Exception as e:
         tr.write_line(f"perfgate: ERROR: could not render the verdicts: "
                       f"{type(e).__name__}: {e}", red=True)
     if session.record_path is not None:
@@ -287,7 +288,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     errors: list[str] = []
     try:
         gs.finish()
-    except Exception as e:  # noqa: BLE001 - an infrastructure error, never a regression
+    except Exception as e:
         errors.append(f"could not record the run in {_results_dir(gs)}: "
                       f"{type(e).__name__}: {e} (fix the path or permissions, or pass "
                       "--perfgate-record=false)")

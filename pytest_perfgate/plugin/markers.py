@@ -54,4 +54,4 @@ def marker_counts(item: pytest.Item) -> bool | None:
     return bool(mark.kwargs["counts"])
 
 
-__all__ = ["KWARGS", "parse_threshold", "problems", "marker_counts"]
+__all__ = ["KWARGS", "marker_counts", "parse_threshold", "problems"]

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from pytest_perfgate.core.progress import LiveProgress
-
 
 OURS = -2  # the reporter's currentfspath for "some other line is open" (pytest uses -2)
 

@@ -9,14 +9,14 @@ usage error (:func:`pytest_sessionstart`, registered through :mod:`.hooks`).
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import pytest
 
 from pytest_perfgate.session.options import SPECS
-from pytest_perfgate.session.session import (GateSession, derive_name, find_repo_root,
-                                              stable_nodeid)
+from pytest_perfgate.session.session import GateSession, derive_name, find_repo_root, stable_nodeid
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -42,7 +42,7 @@ def _ini_lost_to(config: pytest.Config) -> tuple[str, str] | None:
     """(flag, value) of a perfgate option whose separate value moved pytest's ini file."""
     args = list(config.invocation_params.args)
     flags = {s.flag for s in SPECS}
-    moved = [(a, b) for a, b in zip(args, args[1:], strict=False)
+    moved = [(a, b) for a, b in itertools.pairwise(args)
              if a in flags and os.path.exists(b)]
     if not moved:
         return None
@@ -54,7 +54,7 @@ def _ini_lost_to(config: pytest.Config) -> tuple[str, str] | None:
             args=[a for a in config.args if a not in {b for _, b in moved}],
             rootdir_cmd_arg=config.option.rootdir or None,
             invocation_dir=config.invocation_params.dir)
-    except Exception:  # noqa: BLE001 (pytest-internal API: never fail a run over it)
+    except Exception:
         return None
     return moved[0] if inipath != config.inipath else None
 

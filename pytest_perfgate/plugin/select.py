@@ -8,7 +8,7 @@ adopts. Skipped, not deselected, so the summary says why each test did not run.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 

@@ -10,10 +10,12 @@ it resolve, so wall time finds large steps and instruction counts small ones.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 PENALTY_BETA = 4.0  # chosen by the study: false change points < 0.1 per 40-run A/A series
 MIN_SEGMENT = 2  # runs on each side of a change point: one odd run is not a step
@@ -46,7 +48,7 @@ class ChangePoint:
 def noise(values: Sequence[float]) -> float:
     """Robust sigma of the log values: 1.4826 x MAD of successive differences / sqrt(2)."""
     logs = [math.log(v) for v in values]
-    diffs = [b - a for a, b in zip(logs, logs[1:], strict=False)]
+    diffs = [b - a for a, b in itertools.pairwise(logs)]
     if not diffs:
         return NOISE_FLOOR
     med = statistics.median(diffs)
@@ -106,4 +108,4 @@ def _refine(logs: Any, lo: int, hi: int) -> int:
     return min(range(lo + 1, hi), key=lambda k: cost(lo, k) + cost(k, hi))
 
 
-__all__ = ["ChangePoint", "MissingLibrary", "INSTALL", "detect", "noise", "require"]
+__all__ = ["INSTALL", "ChangePoint", "MissingLibrary", "detect", "noise", "require"]

@@ -9,8 +9,8 @@ gated (NO BASELINE: not a pass), or an infrastructure error (no verdict at all).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged

@@ -6,8 +6,8 @@ which cannot show files from the job). Pure functions over :class:`Entry`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord

@@ -8,10 +8,12 @@ hours apart and runs minutes apart are one replicate each (docs/design.md §2).
 
 from __future__ import annotations
 
+import itertools
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pytest_perfgate.core.gate import percent
 from pytest_perfgate.report.changepoints import ChangePoint
@@ -102,7 +104,7 @@ def _change_points(ax: Any, s: Series, cps: Sequence[ChangePoint]) -> None:
                     xytext=(-3 if right else 3, -3 - 11 * (k % 2)),  # neighbours alternate
                     textcoords="offset points", ha="right" if right else "left",
                     fontsize=8, color="tab:orange")
-    for a, b in zip(bounds, bounds[1:], strict=False):  # each segment's level
+    for a, b in itertools.pairwise(bounds):  # each segment's level
         if cps and b > a:
             level = s.display(statistics.median(s.values[a:b]))
             ax.hlines(level, a - 0.4, b - 0.6, colors="tab:orange", lw=1.2, alpha=0.8)

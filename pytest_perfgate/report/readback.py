@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_perfgate.core.files import load_json
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict

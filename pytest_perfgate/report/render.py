@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.gate import Outcome
-from pytest_perfgate.placement.spec import placement_line
-from pytest_perfgate.history.asv import COUNTS_SOURCE, counts_phases
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.history.asv import COUNTS_SOURCE, counts_phases
+from pytest_perfgate.placement.spec import placement_line
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
 

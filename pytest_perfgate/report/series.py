@@ -21,9 +21,10 @@ from __future__ import annotations
 import difflib
 import statistics
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.results import BenchResult, RunRecord, is_sample
 from pytest_perfgate.history.files import Unreadable
@@ -287,7 +288,21 @@ def hidden_message(u: Unreadable, run: RunRecord) -> str:
             "regression; fix or move the file, or name the run to judge")
 
 
-__all__ = ["COUNTS", "COUNTS_PHASE", "CYCLES", "GATED", "cause", "MachineHistory", "PHASE",
-           "hidden_message", "hidden_newest",
-           "Point", "Series", "SeriesError",
-           "benchmark_names", "parse_kind", "resolve_benchmark", "series"]
+__all__ = [
+    "COUNTS",
+    "COUNTS_PHASE",
+    "CYCLES",
+    "GATED",
+    "PHASE",
+    "MachineHistory",
+    "Point",
+    "Series",
+    "SeriesError",
+    "benchmark_names",
+    "cause",
+    "hidden_message",
+    "hidden_newest",
+    "parse_kind",
+    "resolve_benchmark",
+    "series",
+]

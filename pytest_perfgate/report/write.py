@@ -12,9 +12,10 @@ status, never a regression's).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.files import output_problem
 from pytest_perfgate.core.judged import Judged
@@ -101,7 +102,7 @@ def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, 
                     t.path.parent.mkdir(parents=True, exist_ok=True)
                     with open(t.path, "a", encoding="utf-8") as f:
                         f.write(text)
-            except Exception as e:  # noqa: BLE001 - any failure here is infrastructure
+            except Exception as e:
                 why = f"{t.shown()}: {type(e).__name__}: {e}"
         if why is None:
             done.append(t)
@@ -110,4 +111,4 @@ def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, 
     return done, errors
 
 
-__all__ = ["Target", "targets", "problem", "same_file", "write", "JSON", "MARKDOWN", "JSONL"]
+__all__ = ["JSON", "JSONL", "MARKDOWN", "Target", "problem", "same_file", "targets", "write"]

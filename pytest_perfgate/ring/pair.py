@@ -16,8 +16,9 @@ import signal
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import Any
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseStats
@@ -283,4 +284,4 @@ class RingPair:
                             f"{_exit_text(code)}")
 
 
-__all__ = ["RingPair", "DEFAULT_COLLECTOR", "DEFAULT_LEARNER"]
+__all__ = ["DEFAULT_COLLECTOR", "DEFAULT_LEARNER", "RingPair"]

@@ -16,13 +16,27 @@ the ring is full; ``overwrite=True`` drops the oldest unread step and counts it.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from pytest_perfgate.ring import batch as _batch
-from pytest_perfgate.ring.base import (C_WAIT_NS, CLAIM, CLOSED, CONSUMED, OVERWRITTEN,
-                                       P_BLOCKED_NS, POPS, PUBLISHED, PUSHES, W_CONS, W_PROD,
-                                       PeerDied, RingBase, RingClosed)
+from pytest_perfgate.ring.base import (
+    C_WAIT_NS,
+    CLAIM,
+    CLOSED,
+    CONSUMED,
+    OVERWRITTEN,
+    P_BLOCKED_NS,
+    POPS,
+    PUBLISHED,
+    PUSHES,
+    W_CONS,
+    W_PROD,
+    PeerDied,
+    RingBase,
+    RingClosed,
+)
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
 
@@ -282,4 +296,4 @@ def _check_counts(max_steps: int | None, min_steps: int) -> None:
                                     if name == "max_steps" else ""))
 
 
-__all__ = ["Ring", "RingSpec", "Batch", "PeerDied", "RingClosed", "RingInputError"]
+__all__ = ["Batch", "PeerDied", "Ring", "RingClosed", "RingInputError", "RingSpec"]

@@ -15,7 +15,8 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_perfgate.core.timing import PhaseRecorder, PhaseStats
 from pytest_perfgate.placement.child import _die_with_parent, _place, _resolve
@@ -93,7 +94,7 @@ def side_main(conn: Any, role: str, placement: tuple[Any, ...], payload: bytes,
             conn.send(("snap", _snapshot(rec, totals, units, iters)))
     except (EOFError, BrokenPipeError):
         return
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+    except BaseException as exc:
         try:
             stopping = conn.poll(0) and conn.recv()[0] == "stop"
         except Exception:

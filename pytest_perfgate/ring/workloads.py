@@ -8,7 +8,9 @@ buffer and does one SAC actor/critic/target update per drained batch.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import itertools
+from collections.abc import Callable
+from typing import Any
 
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.ring import Ring
@@ -17,7 +19,7 @@ from pytest_perfgate.ring.sides import SideRecorder
 
 def _mlp(torch: Any, sizes: list[int]) -> Any:
     layers: list[Any] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=False):
+    for a, b in itertools.pairwise(sizes):
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers[:-1])
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_perfgate.core.names import safe_name
 
@@ -83,5 +84,11 @@ def check_windows(windows: object, window_time: object) -> None:
                                  "seconds > 0, e.g. window_time=1.0")
 
 
-__all__ = ["PerfgateUsageError", "RESERVED_EXTRA", "check_extra", "check_name",
-           "check_threshold", "check_windows"]
+__all__ = [
+    "RESERVED_EXTRA",
+    "PerfgateUsageError",
+    "check_extra",
+    "check_name",
+    "check_threshold",
+    "check_windows",
+]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pytest_perfgate.core.names import safe_name
-
 
 HISTORY_THRESHOLD = 0.05
 AB_THRESHOLD = 0.02  # what docs/verdict-quality.md measured the A/B mode at

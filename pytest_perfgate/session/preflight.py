@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.report import write as report_write

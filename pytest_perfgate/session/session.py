@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
@@ -25,10 +26,15 @@ from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
 from pytest_perfgate.modes.base import BenchCall, Mode
 from pytest_perfgate.modes.history import HistoryContext, HistoryMode
-from pytest_perfgate.session.checks import (RESERVED_EXTRA, PerfgateUsageError, check_extra,
-                                            check_name, check_threshold, check_windows)
-from pytest_perfgate.session.naming import (derive_name, find_repo_root, stable_nodeid,
-                                            stable_root)
+from pytest_perfgate.session.checks import (
+    RESERVED_EXTRA,
+    PerfgateUsageError,
+    check_extra,
+    check_name,
+    check_threshold,
+    check_windows,
+)
+from pytest_perfgate.session.naming import derive_name, find_repo_root, stable_nodeid, stable_root
 from pytest_perfgate.session.options import Options
 
 if TYPE_CHECKING:
@@ -302,6 +308,17 @@ class PerfGate:
         return base if base not in taken else f"{base}.{len(self.results) + 1}"
 
 
-__all__ = ["GateSession", "PerfGate", "PerfgateUsageError", "RESERVED_EXTRA", "check_extra",
-           "check_name", "check_threshold", "check_windows", "derive_name", "find_repo_root",
-           "stable_nodeid", "stable_root"]
+__all__ = [
+    "RESERVED_EXTRA",
+    "GateSession",
+    "PerfGate",
+    "PerfgateUsageError",
+    "check_extra",
+    "check_name",
+    "check_threshold",
+    "check_windows",
+    "derive_name",
+    "find_repo_root",
+    "stable_nodeid",
+    "stable_root",
+]

@@ -9,9 +9,9 @@ first (docs/design.md §7).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 MAX_DOUBLINGS = 40  # "1..2**40" is already far past any machine's memory
 

@@ -17,7 +17,8 @@ outnumber the CPUs, and a sweep that would not fit in memory.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.measure import LoopSource, RawWindow, WindowSource, completed_window
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
@@ -73,8 +74,7 @@ def check(model: Any, envs: Sequence[int], workers: Sequence[int], copies: int =
     anything is started (``model`` is loaded to size its envs). ``copies``: pools per
     configuration (the thread sweep holds one per thread count and pinning)."""
     from pytest_perfgate.placement.cpus import usable_cpus
-    from pytest_perfgate.sim.batch_plan import (available_memory, check_memory, plan,
-                                                process_rss)
+    from pytest_perfgate.sim.batch_plan import available_memory, check_memory, plan, process_rss
     from pytest_perfgate.sim.models import load_model
 
     configs = plan(envs, workers, len(usable_cpus()))
@@ -135,10 +135,10 @@ def run_batch_sweep(model: str, configs: Sequence[BatchConfig], *, frame_skip: i
     windows, and close them all, also on failure."""
     import contextlib
 
+    from pytest_perfgate.placement.cpus import usable_cpus
     from pytest_perfgate.placement.launchers import split_slices
     from pytest_perfgate.placement.spec import WorkerSpec
     from pytest_perfgate.placement.workers import WorkerGroup
-    from pytest_perfgate.placement.cpus import usable_cpus
     from pytest_perfgate.sim.sweep import pin_order
 
     usable = pin_order(usable_cpus())
@@ -185,5 +185,13 @@ def _stopped(progress: Progress, name: str) -> Callable[..., bool]:
     return on_exit
 
 
-__all__ = ["PER_ENV_WHY", "check", "per_env_bytes", "held_pool", "interleave_windows",
-           "make_worker_step", "paired_ratio", "run_batch_sweep"]
+__all__ = [
+    "PER_ENV_WHY",
+    "check",
+    "held_pool",
+    "interleave_windows",
+    "make_worker_step",
+    "paired_ratio",
+    "per_env_bytes",
+    "run_batch_sweep",
+]

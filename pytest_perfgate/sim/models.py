@@ -59,7 +59,7 @@ def require_mujoco() -> Any:
             f"mujoco is not installed: the MuJoCo pool needs {MUJOCO_MIN} (with mujoco.batch); "
             f"install it with {MUJOCO_EXTRA}") from exc
     try:
-        import mujoco.batch  # noqa: F401  (since 3.17; 4.0.1 fixes the Newton solver)
+        import mujoco.batch
     except ImportError as exc:
         version = getattr(mujoco, "__version__", "unknown")
         raise MujocoUnavailable(
@@ -180,6 +180,19 @@ def model_fingerprint(source: Any, model: Any = None) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MUJOCO_EXTRA", "MUJOCO_MIN", "G1_PACKAGE", "G1_MISSING", "TINY_XML",
-           "MujocoUnavailable", "require_mujoco", "tiny_xml", "humanoid_xml_path",
-           "g1_scene_path", "is_xml", "load_model", "compiled_sha256", "model_fingerprint"]
+__all__ = [
+    "G1_MISSING",
+    "G1_PACKAGE",
+    "MUJOCO_EXTRA",
+    "MUJOCO_MIN",
+    "TINY_XML",
+    "MujocoUnavailable",
+    "compiled_sha256",
+    "g1_scene_path",
+    "humanoid_xml_path",
+    "is_xml",
+    "load_model",
+    "model_fingerprint",
+    "require_mujoco",
+    "tiny_xml",
+]

@@ -13,12 +13,18 @@ its default reward hook; thread sizing lives in :mod:`.threads`.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pytest_perfgate.core.timing import phase
 from pytest_perfgate.sim.models import load_model, model_fingerprint, require_mujoco
-from pytest_perfgate.sim.threads import (OversubscriptionWarning, ThreadPlan, plan_threads,
-                                         positive_int, thread_ids)
+from pytest_perfgate.sim.threads import (
+    OversubscriptionWarning,
+    ThreadPlan,
+    plan_threads,
+    positive_int,
+    thread_ids,
+)
 
 # reward_fn(pool, obs, actions) -> (reward (n,), terminated (n,) bool)
 RewardFn = Callable[["MujocoPool", Any, Any], "tuple[Any, Any]"]
@@ -306,6 +312,12 @@ class FallDetector:
         return (~terminated).astype(float), terminated
 
 
-__all__ = ["MujocoPool", "FallDetector", "RewardFn",
-           # from .threads, importable from here as before:
-           "ThreadPlan", "plan_threads", "OversubscriptionWarning"]
+__all__ = [
+    "FallDetector",
+    "MujocoPool",
+    "OversubscriptionWarning",
+    "RewardFn",
+    # from .threads, importable from here as before:
+    "ThreadPlan",
+    "plan_threads",
+]

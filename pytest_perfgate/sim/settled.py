@@ -20,9 +20,10 @@ import json
 import os
 import platform
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pytest_perfgate.core.files import atomic_write
 
@@ -180,5 +181,16 @@ def settled_rows(model: Any, rows: int, substeps: int, seed: int = 0, keyframe: 
     return cached(key, lambda: settle(model, rows, substeps, seed, keyframe))
 
 
-__all__ = ["CACHE_ENV", "SCHEME", "SettledCacheWarning", "SettleKey", "cache_dir",
-           "settle_key", "settle", "load", "store", "cached", "settled_rows"]
+__all__ = [
+    "CACHE_ENV",
+    "SCHEME",
+    "SettleKey",
+    "SettledCacheWarning",
+    "cache_dir",
+    "cached",
+    "load",
+    "settle",
+    "settle_key",
+    "settled_rows",
+    "store",
+]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from pytest_perfgate.core.files import atomic_write
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress

@@ -104,5 +104,10 @@ def thread_ids() -> set[int]:
         return set()
 
 
-__all__ = ["ThreadPlan", "plan_threads", "OversubscriptionWarning", "positive_int",
-           "thread_ids"]
+__all__ = [
+    "OversubscriptionWarning",
+    "ThreadPlan",
+    "plan_threads",
+    "positive_int",
+    "thread_ids",
+]

@@ -18,14 +18,52 @@ sides also take controller -> ("slowdown", fraction) and answer ("ok", fraction)
 side runs at a time: the other waits idle.
 """
 
-from pytest_perfgate.modes.ab.controller import (AB, ABController, ABSetup, ABSetupError,
-                                                 interleave, measure_pair, start_ab, worktree)
 from pytest_perfgate.modes.ab.checkout import sweep_stale, term_as_interrupt
-from pytest_perfgate.modes.ab.remote import (START_TIMEOUT_S, Pair, RemoteSource, Side, SideError,
-                                             SideSpec, _decode, _encode, window_bound)
+from pytest_perfgate.modes.ab.controller import (
+                                                 AB,
+                                                 ABController,
+                                                 ABSetup,
+                                                 ABSetupError,
+                                                 interleave,
+                                                 measure_pair,
+                                                 start_ab,
+                                                 worktree,
+)
+from pytest_perfgate.modes.ab.remote import (
+                                                 START_TIMEOUT_S,
+                                                 Pair,
+                                                 RemoteSource,
+                                                 Side,
+                                                 SideError,
+                                                 SideSpec,
+                                                 _decode,
+                                                 _encode,
+                                                 window_bound,
+)
 from pytest_perfgate.modes.ab.side import ABSide, is_side_process, serve, side_connection
 
-__all__ = ["AB", "ABController", "ABSetup", "ABSetupError", "ABSide", "Pair", "RemoteSource",
-           "START_TIMEOUT_S", "Side", "SideError", "SideSpec", "_decode", "_encode",
-           "interleave", "is_side_process", "measure_pair", "serve", "side_connection",
-           "start_ab", "sweep_stale", "term_as_interrupt", "window_bound", "worktree"]
+__all__ = [
+                                                 "AB",
+                                                 "START_TIMEOUT_S",
+                                                 "ABController",
+                                                 "ABSetup",
+                                                 "ABSetupError",
+                                                 "ABSide",
+                                                 "Pair",
+                                                 "RemoteSource",
+                                                 "Side",
+                                                 "SideError",
+                                                 "SideSpec",
+                                                 "_decode",
+                                                 "_encode",
+                                                 "interleave",
+                                                 "is_side_process",
+                                                 "measure_pair",
+                                                 "serve",
+                                                 "side_connection",
+                                                 "start_ab",
+                                                 "sweep_stale",
+                                                 "term_as_interrupt",
+                                                 "window_bound",
+                                                 "worktree",
+]

@@ -21,8 +21,9 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 PREFIX = "perfgate-base-"
 MARKER = "perfgate-ab-owner.json"  # beside the worktree folder ("base"), never inside it

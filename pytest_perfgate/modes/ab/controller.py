@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from pytest_perfgate.core.gate import decide, no_baseline, paired_evidence, unstable
 from pytest_perfgate.core.judged import Judged, summarize

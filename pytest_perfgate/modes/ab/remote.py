@@ -88,9 +88,9 @@ class Side:
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         # Pin pytest_perfgate to the controller's copy so the protocol always matches, even
         # when the base revision carries an older plugin; the project itself comes from cwd.
-        boot = ("import sys; sys.path.insert(0, %r); import pytest_perfgate.plugin.hooks; "
-                "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
-                % plugin_root)
+        boot = (f"import sys; sys.path.insert(0, {plugin_root!r}); "
+                "import pytest_perfgate.plugin.hooks; "
+                "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
                 "-p", "no:randomly"]
         self.log = tempfile.TemporaryFile()
@@ -98,7 +98,7 @@ class Side:
                                      stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         child.close()
-        self.command = shlex.join(args[:1] + ["-m", "pytest", nodeid])
+        self.command = shlex.join([*args[:1], "-m", "pytest", nodeid])
         self.hung = False  # it missed a deadline: close() ends it at once
 
     def recv(self, timeout: float, waiting_for: str, bound: str = "") -> tuple[Any, ...]:

@@ -107,6 +107,14 @@ def dump_stats_at(label: str) -> None:
     request(DUMP_STATS_AT, ctypes.addressof(text))
 
 
-__all__ = ["unsupported", "request", "request_fn", "running_on_valgrind", "zero_stats",
-           "toggle_collect",
-           "start_instrumentation", "stop_instrumentation", "dump_stats_at"]
+__all__ = [
+    "dump_stats_at",
+    "request",
+    "request_fn",
+    "running_on_valgrind",
+    "start_instrumentation",
+    "stop_instrumentation",
+    "toggle_collect",
+    "unsupported",
+    "zero_stats",
+]

@@ -13,8 +13,8 @@ when they do vary, the spread the gate sees says so (docs/design.md §10).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.measure import LoopSource, WindowSource
@@ -93,4 +93,4 @@ class CountsMode:
         self.history.end_test(test_id)
 
 
-__all__ = ["CountsMode", "COUNTS_SOURCE", "FORMULA", "counts_result"]
+__all__ = ["COUNTS_SOURCE", "FORMULA", "CountsMode", "counts_result"]

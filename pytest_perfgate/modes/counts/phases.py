@@ -16,8 +16,8 @@ import ctypes
 import os
 import threading
 import warnings
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 from pytest_perfgate.core.timing import PhaseRecorder, activate, check_phase_name
 from pytest_perfgate.modes.counts import client
@@ -55,7 +55,7 @@ def _dumper(label: str) -> Callable[[], int]:
 class _CountedPhase:
     """One phase's boundaries: dump the stretch before it on entry, its own on exit."""
 
-    __slots__ = ("owner", "name", "dump_self")
+    __slots__ = ("dump_self", "name", "owner")
 
     def __init__(self, owner: PhaseCounter, name: str) -> None:
         self.owner = owner
@@ -210,5 +210,15 @@ def per_step(phase_ir: Mapping[str, tuple[int, ...]], transitions: int
     return {p: statistics.median(v) / transitions for p, v in phase_ir.items() if v}
 
 
-__all__ = ["OTHER", "SEP", "ENV_PHASES", "enabled", "segment_label", "PhaseCounter",
-           "PhaseCounts", "read_dumps", "split_call", "per_step"]
+__all__ = [
+    "ENV_PHASES",
+    "OTHER",
+    "SEP",
+    "PhaseCounter",
+    "PhaseCounts",
+    "enabled",
+    "per_step",
+    "read_dumps",
+    "segment_label",
+    "split_call",
+]

@@ -93,9 +93,9 @@ def read_dump(path: Path) -> tuple[str | None, dict[str, int]]:
 def command(nodeid: str, plugin_root: str, out: Path) -> list[str]:
     """The worker's command line: [setarch -R] valgrind callgrind python -c boot nodeid."""
     boot = ("import os, sys; cpu = min(os.sched_getaffinity(0)); "
-            "os.sched_setaffinity(0, {cpu}); sys.path.insert(0, %r); "
+            f"os.sched_setaffinity(0, {{cpu}}); sys.path.insert(0, {plugin_root!r}); "
             "import pytest_perfgate.plugin.hooks; sys.path.pop(0); import pytest; "
-            "sys.exit(pytest.main(sys.argv[1:]))" % plugin_root)
+            "sys.exit(pytest.main(sys.argv[1:]))")
     vg = [shutil.which("valgrind") or "valgrind", "--tool=callgrind", "--collect-atstart=no",
           "--instr-atstart=no", "--cache-sim=yes", "--dump-line=no",
           f"--callgrind-out-file={out / 'cg.out'}", "--log-file=" + str(out / "valgrind.log")]
@@ -208,5 +208,14 @@ def _tail(out: Path, lines: int = 25) -> str:
     return ("\nIts output ends with:\n" + "\n".join(text)) if text else ""
 
 
-__all__ = ["Counts", "CountsError", "unavailable", "run_counts", "read_dump", "est_cycles",
-           "collect", "command", "INSTALL"]
+__all__ = [
+    "INSTALL",
+    "Counts",
+    "CountsError",
+    "collect",
+    "command",
+    "est_cycles",
+    "read_dump",
+    "run_counts",
+    "unavailable",
+]

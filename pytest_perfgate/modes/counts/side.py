@@ -111,4 +111,4 @@ def count_calls(source: LoopSource, name: str, phases: dict[str, float] | None =
     return labels
 
 
-__all__ = ["ENV_OUT", "CountsSide", "is_counts_side", "count_calls", "label"]
+__all__ = ["ENV_OUT", "CountsSide", "count_calls", "is_counts_side", "label"]
