@@ -3,7 +3,7 @@
 #   bash run.sh perf [pytest args]   the shipped perf suite under `pytest --perfgate`
 #   bash run.sh test [pytest args]   the test suite
 # and, for CI and development:
-#   bash run.sh lint                 import layers, ruff, mypy (all run; fails if any fails)
+#   bash run.sh lint                 import layers, ruff, mypy, zizmor (all run; fails if any fails)
 set -euo pipefail
 cd "$(dirname "$0")"
 what="${1:-}"; shift || true
@@ -34,6 +34,8 @@ case "$what" in
     "$VENV/bin/lint-imports" || rc=1
     "$VENV/bin/ruff" check pytest_perfgate tests benchmarks perf tools || rc=1
     "$VENV/bin/mypy" || rc=1  # files and strictness: [tool.mypy] in pyproject.toml
+    # every workflow and the Dependabot config: nothing of medium severity or more
+    "$VENV/bin/zizmor" --offline --min-severity=medium -q .github || rc=1
     exit "$rc" ;;
   *) echo "usage: bash run.sh perf|test [pytest args] | lint" >&2; exit 2 ;;
 esac

