@@ -1,26 +1,41 @@
 """The perf workflow's own `run:` steps, executed locally as a runner would, against a scratch
 git repository with a tiny perf suite: pass, regression and infrastructure error, for the
-pull-request job and the default-branch job.
+pull-request job and the default-branch job; the save-history job that pushes what the perf
+machine recorded (retries against a moving branch, two writers racing, a conflict, no git
+identity); and what a self-hosted runner reused by a pull request and then a push must not
+carry from one to the other.
 
 What is real: every `run:` script of .github/workflows/perfgate.yml (parsed with PyYAML,
 `${{ }}` expressions evaluated from a context built here), bash with Actions' `shell: bash`
 flags, the runner's file contract (GITHUB_OUTPUT, GITHUB_ENV, GITHUB_STEP_SUMMARY, ...),
-`if:` conditions, pytest --perfgate (history and A/B mode) with real timing, git, perfgate
-check and report. What is simulated (tests/workflow_sim.py): the steps that only `uses:` an action
-(actions/checkout: a full clone of the scratch origin at the ref; actions/upload-artifact:
-a copy of `path`), the matrix (one leg), the concurrency group (not enforced), and the
-runner's `.env` file (PERFGATE_ENV_PYTHON: this interpreter, PYTHONPATH: this checkout).
+`if:` conditions, pytest --perfgate (history and A/B mode) with real timing, git (pushes to
+a scratch origin under GITHUB_SERVER_URL=file://...), each job's venv, the cleanup steps,
+perfgate check and report. What is simulated (tests/workflow_sim.py): the steps that only
+`uses:` an action (actions/checkout: a clone of the scratch origin at the ref, reusing a
+repository it finds, as the action does; upload/download-artifact: copies), the matrix (one
+leg), the concurrency group (not enforced), an environment's required reviewers (a job waits
+unless approved), a self-hosted runner (its reused workspace, in a PID and mount namespace
+of its own) and its `.env` file (PERFGATE_BASE_PYTHON: this interpreter; PYTHONPATH: this
+checkout and this venv's packages, so no job downloads torch; pip offline).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from workflow_sim import GIT, WORKFLOW, Expr, Job, condition, run_job
+from conftest import need_tool
+from workflow_sim import GIT, ROOT, WORKFLOW, Expr, Job, Machine, condition, run_job
 
 # --- the scratch project ---------------------------------------------------------------------
 
@@ -34,6 +49,17 @@ perfgate_threshold = 30%
 perfgate_load_limit = 1000
 perfgate_ab_turns = 8
 perfgate_ab_turn_time = 0.05
+"""
+PYPROJECT = """[project]
+name = "scratch"
+version = "0"
+
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[tool.setuptools]
+py-modules = ["mylib"]
 """
 LIB = "WORK = {work}\n\n\ndef step():\n{body}    return sum(range(3000 * WORK))\n"
 PERF = ("import mylib\n\n\n"
@@ -58,19 +84,41 @@ def commit(repo: Path, message: str, work: int = 1, crash: bool = False) -> str:
 @pytest.fixture
 def scratch(tmp_path: Path) -> tuple[Path, Path]:
     """(origin bare repo, a developer clone) holding the tiny suite at v0.1 and one commit."""
-    origin, dev = tmp_path / "origin.git", tmp_path / "dev"
+    origin, dev = tmp_path / "server" / "acme" / "scratch.git", tmp_path / "dev"
+    origin.parent.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
     subprocess.run(["git", "clone", "-q", str(origin), str(dev)], check=True,
                    capture_output=True)
     (dev / "perf").mkdir()
     (dev / "perf" / "test_perf_walk.py").write_text(PERF)
     (dev / "pytest.ini").write_text(INI)
+    (dev / "pyproject.toml").write_text(PYPROJECT)
+    (dev / "constraints").mkdir()
+    shutil.copy(ROOT / "constraints" / "perf.txt", dev / "constraints" / "perf.txt")
     (dev / ".gitignore").write_text("__pycache__/\n")
     commit(dev, "v0.1")
     _git(dev, "tag", "v0.1")
     commit(dev, "C1")
     _git(dev, "push", "-q", "origin", "main", "--tags")
     return origin, dev
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Machine]:
+    """One self-hosted perf runner, reused by every job of the test."""
+    machine = Machine(tmp_path / "runner", namespace=Machine.can_namespace())
+    yield machine
+    machine.close()
+
+
+def hosted(tmp_path: Path) -> Machine:
+    """A fresh GitHub-hosted runner."""
+    n = len(list(tmp_path.glob("hosted-*")))
+    return Machine(tmp_path / f"hosted-{n}")
+
+
+def _failures(job: Job) -> list[str]:
+    return [s["out"][-3000:] for s in job.steps if s["outcome"] == "failure"]
 
 
 def _errors(job: Job, title: str) -> list[str]:
@@ -80,9 +128,21 @@ def _errors(job: Job, title: str) -> list[str]:
 TEST_LINE = "line=4"  # `def test_walk` in PERF
 
 
+def _pr_event(number: int, head: str, base: str, fork: str | None = None) -> dict[str, Any]:
+    repo = {"full_name": fork or "acme/scratch"}
+    return {"pull_request": {"number": number, "head": {"sha": head, "repo": repo},
+                             "base": {"sha": base, "ref": "main"}}}
+
+
+def save(job: Job, origin: Path, tmp_path: Path, machine: str = "perf-xeon") -> Job:
+    """The save-history leg after a perf job, on a fresh hosted runner."""
+    return run_job("save-history", "push", {}, "0" * 40, origin, hosted(tmp_path), machine,
+                   artifacts_from=job.artifacts)
+
+
 @pytest.mark.slow  # real A/B runs (two side processes each), ~30 s
 def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Path],
-                                                         tmp_path: Path) -> None:
+                                                         runner: Machine) -> None:
     origin, dev = scratch
     base = _git(dev, "rev-parse", "HEAD")
     heads = {}
@@ -93,16 +153,19 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     _git(dev, "switch", "-q", "main")
     jobs = {}
     for number, (name, head) in enumerate(heads.items(), 1):
-        event = {"pull_request": {"number": number, "head": {"sha": head},
-                                  "base": {"sha": base, "ref": "main"}}}
-        jobs[name] = run_job("pull-request", "pull_request", event, head, origin,
-                             tmp_path / "runner", "perf-epyc")
-        assert run_job("default-branch", "pull_request", event, head, origin,
-                       tmp_path / "runner", "perf-epyc").steps == []  # not on PRs
+        event = _pr_event(number, head, base)
+        jobs[name] = run_job("pull-request", "pull_request", event, head, origin, runner,
+                             "perf-epyc")
+        for other in ("default-branch", "save-history"):  # not on PRs
+            assert run_job(other, "pull_request", event, head, origin, runner,
+                           "perf-epyc").steps == []
 
     ok = jobs["same"]
-    assert not ok.failed, [s["out"] for s in ok.steps if s["outcome"] == "failure"]
+    assert not ok.failed, _failures(ok)
     assert ok.step("gate")["code"] == 0 and not _errors(ok, "perfgate")
+    said = (ok.artifacts / "perfgate-pr-perf-epyc" / "pr" / "comment.json").read_text()
+    assert json.loads(said) == {"pull_request": 1, "head_sha": heads["same"],
+                                "machine": "perf-epyc", "gate": 0}  # for the comment
     assert f"## perfgate: perf-epyc: PR vs merge base {base[:10]}: passed: " in ok.summary
     assert (ok.artifacts / "perfgate-pr-perf-epyc" / "pr" / "report.json").is_file()
 
@@ -127,15 +190,18 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
 
 @pytest.mark.slow  # real history runs, A/B runs against the anchor, git pushes, ~70 s
 def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path],
-                                                      tmp_path: Path) -> None:
+                                                      runner: Machine, tmp_path: Path) -> None:
     origin, dev = scratch
-    runner = tmp_path / "runner"
 
     def push(message: str | None = None, work: int = 1) -> tuple[str, Job]:
         sha = commit(dev, message, work) if message else _git(dev, "rev-parse", "HEAD")
         _git(dev, "push", "-q", "origin", "main")
-        return sha, run_job("default-branch", "push", {"after": sha}, sha, origin, runner,
-                            "perf-xeon")
+        job = run_job("default-branch", "push", {"after": sha}, sha, origin, runner,
+                      "perf-xeon")
+        saved = save(job, origin, tmp_path)
+        assert not saved.failed, _failures(saved)
+        job.steps += saved.steps
+        return sha, job
 
     # 1. a machine with no history: recorded, but NOT GATED is an infrastructure failure
     c1, first = push()
@@ -153,13 +219,14 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     # 2. seed: two more runs of this commit, nothing gated
     seed = run_job("default-branch", "workflow_dispatch", {}, c1, origin, runner, "perf-xeon",
                    {"seed_runs": "2", "anchor": ""})
-    assert not seed.failed, [s["out"][-3000:] for s in seed.steps if s["outcome"] == "failure"]
+    assert not seed.failed, _failures(seed)
+    assert not save(seed, origin, tmp_path).failed
     assert "seeded 2 run(s)" in seed.summary
     assert all(s["id"] not in ("history", "gate_history") for s in seed.steps)
 
     # 3. the next commit, same speed: judged against the seeded runs, passes; report written
     _, ok = push("C2")
-    assert not ok.failed, [s["out"][-2000:] for s in ok.steps if s["outcome"] == "failure"]
+    assert not ok.failed, _failures(ok)
     assert ok.step("gate_history")["code"] == 0 and ok.step("gate_anchor")["code"] == 0
     assert "## perfgate: perf-xeon: history: passed" in ok.summary
     assert "## perfgate: perf-xeon: vs anchor v0.1: passed" in ok.summary
@@ -183,7 +250,8 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
         assert broken.step(gate)["code"] == 3, broken.step(gate)["out"]
     assert len(_errors(broken, "perfgate infrastructure error")) == 2
     assert not _errors(broken, "perfgate REGRESSION") and "REGRESSION" not in broken.summary
-    assert "nothing recorded" in broken.step("Save the history branch")["out"]
+    assert "nothing recorded" in broken.step("Commit the run for save-history")["out"]
+    assert "nothing to save" in broken.steps[-1]["out"]
 
     _git(dev, "fetch", "-q", "origin")
     log = _git(dev, "log", "--format=%s", "origin/perfgate-history/perf-xeon")
@@ -203,24 +271,371 @@ def test_the_expression_evaluator_follows_githubs_rules() -> None:
         Expr("hashFiles('x')", ctx).value()
 
 
-def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
-    """README "CI on self-hosted runners": pull requests read only and push nothing; only the
-    default-branch job writes history, one job at a time per machine label."""
+    assert Expr("format('refs/heads/{0}', github.b)", {"github": {"b": "main"}}).value() \
+        == "refs/heads/main"
+
+
+# --- the history push, on its own: runs made by hand as the perf job makes them ---------------
+
+BRANCH = "perfgate-history/perf-xeon"
+
+
+def _history(dev: Path, files: dict[str, str]) -> str:
+    """Push a history branch holding `files`; return its tip."""
+    tree = dev.parent / "history-seed"
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    for name, text in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-qm", "history")
+    _git(tree, "push", "-q", str(dev / ".git"), f"HEAD:refs/heads/{BRANCH}")
+    _git(dev, "push", "-q", "origin", BRANCH)
+    return _git(tree, "rev-parse", "HEAD")
+
+
+def _run_artifact(origin: Path, base: str, files: dict[str, str], where: Path) -> Path:
+    """What the perf job uploads: the run committed on `base` as a bundle, and `base`."""
+    repo = where / "perf-machine"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(repo, "fetch", "-q", str(origin), BRANCH)
+    _git(repo, "checkout", "-q", "--detach", base)
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", f"run {sorted(files)}")
+    art = where / "artifacts" / "perfgate-history-run-perf-xeon"
+    art.mkdir(parents=True)
+    _git(repo, "bundle", "create", "-q", str(art / "run.bundle"), f"{base}..HEAD")
+    (art / "base").write_text(base + "\n")
+    return where / "artifacts"
+
+
+MOVE_ONCE = """#!/bin/sh
+# Another writer lands between the job's fetch and its push, once.
+[ -e "$GIT_DIR/moved" ] && exit 0
+touch "$GIT_DIR/moved"
+unset GIT_QUARANTINE_PATH GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
+export GIT_AUTHOR_NAME=p GIT_AUTHOR_EMAIL=p@example.com GIT_COMMITTER_NAME=p \\
+  GIT_COMMITTER_EMAIL=p@example.com
+tip=$(git rev-parse refs/heads/{branch})
+blob=$(echo "accepted" | git hash-object -w --stdin)
+tree=$(printf '100644 blob %s\\taccepted.txt\\n' "$blob" | git mktree)
+tree=$( (git ls-tree "$tip"; printf '100644 blob %s\\taccepted.txt\\n' "$blob") | git mktree)
+new=$(git commit-tree -p "$tip" -m "a person's perfgate accept" "$tree")
+git update-ref refs/heads/{branch} "$new" "$tip"
+"""
+
+
+def test_save_history_retries_a_branch_that_moved_without_a_git_identity(
+        scratch: tuple[Path, Path], tmp_path: Path) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    art = _run_artifact(origin, base, {"results/perf-xeon/run-1.json": "1\n"}, tmp_path / "a")
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text(MOVE_ONCE.replace("{branch}", BRANCH))
+    hook.chmod(0o755)
+    machine = hosted(tmp_path)
+    bare = {"HOME": str(machine.home), "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ["PATH"]}
+    no_identity = subprocess.run(["git", "var", "GIT_COMMITTER_IDENT"], env=bare,
+                                 capture_output=True, text=True)
+    assert no_identity.returncode != 0  # this runner has no identity of its own
+
+    job = run_job("save-history", "push", {}, "0" * 40, origin, machine, "perf-xeon",
+                  artifacts_from=art)
+    push = job.steps[-1]
+    assert push["code"] == 0, push["out"]
+    assert "the push was rejected" in push["out"] and "(try 2)" in push["out"]
+    log = _git(dev, "log", "--format=%s", f"origin/{BRANCH}") if not \
+        _git(dev, "fetch", "-q", "origin") else ""
+    assert log.splitlines() == ["run ['results/perf-xeon/run-1.json']",
+                                "a person's perfgate accept", "history"]
+    assert _git(dev, "show", f"origin/{BRANCH}:accepted.txt") == "accepted"  # nothing lost
+
+
+def test_two_runs_racing_for_one_branch_both_land(scratch: tuple[Path, Path],
+                                                  tmp_path: Path) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    arts = [_run_artifact(origin, base, {f"results/perf-xeon/run-{i}.json": f"{i}\n"},
+                          tmp_path / f"r{i}") for i in (1, 2)]
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nsleep 1\n")  # a slow server: both fetch before either lands
+    hook.chmod(0o755)
+    jobs: dict[int, Job] = {}
+
+    def one(i: int) -> None:
+        jobs[i] = run_job("save-history", "push", {}, "0" * 40, origin, hosted(tmp_path / f"h{i}"),
+                          "perf-xeon", artifacts_from=arts[i])
+
+    (tmp_path / "h0").mkdir()
+    (tmp_path / "h1").mkdir()
+    threads = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    outs = [jobs[i].steps[-1] for i in (0, 1)]
+    assert all(o["code"] == 0 for o in outs), [o["out"] for o in outs]
+    assert any("(try 2)" in o["out"] for o in outs), [o["out"] for o in outs]
+    _git(dev, "fetch", "-q", "origin")
+    files = _git(dev, "ls-tree", "-r", "--name-only", f"origin/{BRANCH}").splitlines()
+    assert {"results/perf-xeon/run-1.json", "results/perf-xeon/run-2.json"} <= set(files)
+
+
+def test_a_run_that_conflicts_is_aborted_reported_and_kept(scratch: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/benchmarks.json": "base\n"})
+    art = _run_artifact(origin, base, {"results/benchmarks.json": "the run's\n"}, tmp_path / "a")
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", "-b", BRANCH, str(origin), str(other)], check=True)
+    (other / "results" / "benchmarks.json").write_text("someone else's\n")
+    _git(other, "commit", "-qam", "edited meanwhile")
+    _git(other, "push", "-q", "origin", BRANCH)
+    tip = _git(other, "rev-parse", "HEAD")
+
+    job = run_job("save-history", "push", {}, "0" * 40, origin, hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art)
+    push = job.steps[-1]
+    assert push["code"] == 3, push["out"]
+    assert job.annotations == [
+        "::error title=perfgate infrastructure error::history of perf-xeon not saved: the run "
+        f"conflicts with {BRANCH} at {tip[:10]} (rebase aborted); the run is kept in the "
+        "artifact perfgate-history-run-perf-xeon of run 4242 (docs/ci.md: pushing a kept run)"]
+    assert _git(other, "ls-remote", "origin", BRANCH).split()[0] == tip  # nothing pushed
+    assert not list((job.artifacts.parent.parent.parent / "_work" / "_temp" / "history" / ".git")
+                    .glob("rebase-*"))  # aborted, not left mid-rebase
+
+
+# --- who may run what -------------------------------------------------------------------------
+
+def test_a_fork_pull_request_waits_for_a_reviewer(scratch: tuple[Path, Path],
+                                                 runner: Machine) -> None:
+    origin, dev = scratch
+    head = _git(dev, "rev-parse", "HEAD")
+    fork = run_job("pull-request", "pull_request", _pr_event(7, head, head, "mallory/scratch"),
+                   head, origin, runner, "perf-epyc")
+    assert fork.waiting_for == "perfgate-fork-pr" and fork.steps == []
+    assert list(runner.workspace.iterdir()) == []  # nothing of the fork reached the machine
     wf = yaml.safe_load(WORKFLOW.read_text())
+    env = wf["jobs"]["pull-request"]["environment"]
+    ctx = {"github": {"repository": "acme/scratch", "event": _pr_event(8, head, head)}}
+    assert Expr(env.strip()[3:-2], ctx).value() == "perfgate-pr"  # the repository's own PRs
+
+
+def test_a_dispatch_from_a_feature_branch_is_refused(scratch: tuple[Path, Path],
+                                                     runner: Machine, tmp_path: Path) -> None:
+    origin, dev = scratch
+    head = _git(dev, "rev-parse", "HEAD")
+    job = run_job("default-branch", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
+                  {"seed_runs": "3", "anchor": ""}, ref="refs/heads/feature")
+    check = job.step("Check the inputs")
+    assert check["code"] == 2
+    assert job.annotations == [
+        "::error title=perfgate usage error::workflow_dispatch writes history, so it runs from "
+        "the default branch only; this run is on refs/heads/feature: choose 'main' under 'Use "
+        "workflow from'"]
+    assert [s["name"] for s in job.steps] == [  # nothing measured, nothing to upload
+        "Check the inputs", "Upload the run for save-history", "Upload results and plots",
+        "Clean the runner"]
+    assert run_job("save-history", "workflow_dispatch", {}, head, origin, hosted(tmp_path),
+                   "perf-xeon", ref="refs/heads/feature").steps == []
+
+
+@pytest.mark.parametrize("seed_runs", ["abc", "0", "-1", "3 ", "1e3"])
+def test_seed_runs_must_be_a_count(scratch: tuple[Path, Path], runner: Machine,
+                                   seed_runs: str) -> None:
+    origin, dev = scratch
+    head = _git(dev, "rev-parse", "HEAD")
+    job = run_job("default-branch", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
+                  {"seed_runs": seed_runs, "anchor": ""})
+    assert job.step("Check the inputs")["code"] == 2
+    assert job.annotations == [
+        f"::error title=perfgate usage error::seed_runs is '{seed_runs}', not a count of runs: "
+        "give a whole number from 1 (e.g. 3), or leave it empty for a normal run"]
+
+
+# --- one runner, a pull request then a push ---------------------------------------------------
+
+PTH = ("import os; open(os.path.expanduser('~/pwned.log'), 'a').write("
+       "'{what} ' + os.environ.get('GITHUB_EVENT_NAME', '?') + '\\n')\n")
+# The pull request's conftest: a .pth file in every site folder it can name, git hooks in the
+# reused workspace, a /dev/shm segment, and a background process the runner does not track.
+PLANT = r'''import os, subprocess, sys, sysconfig
+from pathlib import Path
+
+home, ws = Path(os.environ["HOME"]), Path(os.environ["GITHUB_WORKSPACE"])
+if not (home / "planted").exists():
+    (home / "planted").write_text("")
+    pth = PTH.format(what="pth")
+    py = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for site in (sysconfig.get_paths()["purelib"], f"{home}/.local/lib/{py}/site-packages",
+                 f"{os.environ['RUNNER_TOOL_CACHE']}/perfgate-venv/lib/{py}/site-packages"):
+        os.makedirs(site, exist_ok=True)
+        Path(site, "zz_planted.pth").write_text(pth)
+    for name in ("pre-commit", "post-commit", "post-checkout", "reference-transaction"):
+        hook = ws / ".git" / "hooks" / name
+        hook.write_text('#!/bin/sh\necho "hook $(basename $0) $GITHUB_EVENT_NAME" >> ~/pwned.log\n')
+        hook.chmod(0o755)
+    subprocess.Popen([sys.executable, str(Path(__file__).with_name("watcher.py"))],
+                     env={**os.environ, "RUNNER_TRACKING_ID": ""}, start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+    Path("/dev/shm/planted-segment").write_text("x")
+'''
+# It plants a .pth into any venv a later job builds, and beats while it lives.
+WATCHER = r'''import glob, os, time
+
+home = os.environ["HOME"]
+while True:
+    with open(home + "/beat", "w") as f:
+        f.write(str(time.time()))
+    for site in glob.glob(home + "/_work/_temp/perfgate-venv/lib/*/site-packages"):
+        path = os.path.join(site, "zz_background.pth")
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(PTH.format(what="background"))
+    time.sleep(0.02)
+'''
+
+
+def _forks_copy_without_cleanup() -> str:
+    """The pull request's own copy of the workflow: its last cleanup step removed, which a
+    fork may do, since a pull request's run uses the pull request's workflow."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    steps = wf["jobs"]["pull-request"]["steps"]
+    assert steps[-1]["name"] == "Clean the runner"
+    del steps[-1]
+    return yaml.safe_dump(wf)
+
+
+@pytest.mark.slow  # a PR job and a push job with their venvs, real runs, ~2 min
+def test_what_a_pull_request_leaves_on_the_runner_never_reaches_the_push_job(
+        scratch: tuple[Path, Path], runner: Machine, tmp_path: Path) -> None:
+    if not runner.ns_pid:
+        need_tool("the reused-runner test needs a PID namespace: run as root with unshare")
+    origin, dev = scratch
+    base = _git(dev, "rev-parse", "HEAD")
+    _git(dev, "switch", "-q", "-c", "plant")
+    (dev / "perf" / "conftest.py").write_text(f"PTH = {PTH!r}\n" + PLANT)
+    (dev / "perf" / "watcher.py").write_text(f"PTH = {PTH!r}\n" + WATCHER)
+    _git(dev, "add", "-A")
+    _git(dev, "commit", "-qm", "a pull request that leaves things behind")
+    head = _git(dev, "rev-parse", "HEAD")
+    _git(dev, "push", "-q", "origin", "plant")
+    _git(dev, "switch", "-q", "main")
+
+    pr = run_job("pull-request", "pull_request", _pr_event(5, head, base), head, origin, runner,
+                 "perf-epyc", workflow=_forks_copy_without_cleanup())
+    assert pr.step("measure")["code"] == 0, pr.step("measure")["out"]
+    home, log = runner.home, runner.home / "pwned.log"
+    hook = runner.workspace / ".git" / "hooks" / "pre-commit"
+    assert hook.is_file() and (home / ".local").is_dir()  # all three were planted ...
+    beat = (home / "beat").read_text()
+    time.sleep(0.3)
+    assert (home / "beat").read_text() != beat  # ... the background process is running ...
+    subprocess.run([*GIT, "commit", "-q", "--allow-empty", "-m", "x"], cwd=runner.workspace,
+                   env={**os.environ, "GITHUB_EVENT_NAME": "liveness", "HOME": str(home)},
+                   check=True)
+    assert "hook pre-commit liveness" in log.read_text()  # ... and the hook fires
+    assert "pth pull_request" in log.read_text()  # the .pth ran in the PR job's own steps
+
+    sha = commit(dev, "C2")
+    _git(dev, "push", "-q", "origin", "main")
+    push = run_job("default-branch", "push", {"after": sha}, sha, origin, runner, "perf-epyc")
+    assert push.step("history")["outcome"] == "success", push.step("history")["out"]
+    assert "ended stray process" in push.step("Clean the runner")["out"]
+    assert "planted-segment" in push.step("Clean the runner")["out"]
+    lines = log.read_text().splitlines()
+    assert not [x for x in lines if x.split()[-1] == "push"], lines  # nothing ran in the push
+    assert not hook.exists()
+    beat = (home / "beat").read_text()
+    time.sleep(0.3)
+    assert (home / "beat").read_text() == beat  # the background process is gone
+    assert (push.artifacts / "perfgate-history-run-perf-epyc" / "run.bundle").is_file()
+    assert all(s["outcome"] == "success" for s in push.steps
+               if s["id"] not in ("gate_history",)), _failures(push)  # first run: no baseline
+
+
+# --- what the files promise -------------------------------------------------------------------
+
+WORKFLOWS = sorted(p for p in (ROOT / ".github" / "workflows").iterdir()
+                   if p.suffix in (".yml", ".yaml"))
+
+
+def _on(wf: dict[str, Any]) -> dict[str, Any]:
     on = wf.get("on", wf.get(True))  # PyYAML reads the key `on` as true
-    assert "pull_request_target" not in on and wf["permissions"] == {"contents": "read"}
-    pr, push = wf["jobs"]["pull-request"], wf["jobs"]["default-branch"]
-    assert "permissions" not in pr  # the workflow's read-only default
-    checkout = pr["steps"][0]
-    assert checkout["uses"].startswith("actions/checkout@")
-    assert checkout["with"]["persist-credentials"] is False
-    assert push["permissions"] == {"contents": "write"}
-    assert push["concurrency"] == {"group": "perfgate-history-${{ matrix.machine }}",
-                                   "cancel-in-progress": False}
+    return on if isinstance(on, dict) else {name: None for name in ([on] if isinstance(on, str)
+                                                                    else on)}
+
+
+def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
+    """docs/ci.md: pull requests read only and push nothing; the perf machine holds no token
+    that can write; only save-history, on a GitHub-hosted runner, writes history."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    assert "pull_request_target" not in _on(wf) and wf["permissions"] == {}
+    pr, push, save_ = (wf["jobs"][j] for j in ("pull-request", "default-branch", "save-history"))
     for job in (pr, push):
+        assert job["permissions"] == {"contents": "read"}
         assert job["env"]["PERFGATE_MACHINE"] == "${{ matrix.machine }}"
         assert "${{ matrix.machine }}" in job["runs-on"] and "perf" in job["runs-on"]
         assert "${{ matrix.machine }}" in job["concurrency"]["group"]
+        cleans = [s for s in job["steps"] if s.get("name") == "Clean the runner"]
+        assert len(cleans) == 2 and cleans[-1] is job["steps"][-1]
+        assert cleans[-1]["if"] == "always()" and "if" not in cleans[0]
+        assert job["steps"].index(cleans[0]) < min(
+            i for i, s in enumerate(job["steps"]) if "uses" in s)  # before the checkout
+        assert all(c["run"] == pr["steps"][0]["run"] for c in cleans)  # one script, four uses
+        install = next(s for s in job["steps"] if s.get("name") == "Python environment")
+        assert '"$RUNNER_TEMP/perfgate-venv"' in install["run"]
+        assert install["run"].count('-c "$CONSTRAINTS"') == 2
+    assert wf["env"]["CONSTRAINTS"] == "constraints/perf.txt"
+    assert (ROOT / "constraints" / "perf.txt").is_file()
+    assert pr["environment"].count("perfgate-fork-pr") == 1
+    assert "head.repo.full_name == github.repository" in pr["environment"]
+    assert push["concurrency"] == {"group": "perfgate-history-${{ matrix.machine }}",
+                                   "cancel-in-progress": False}
+    assert save_["runs-on"] == "ubuntu-latest" and save_["needs"] == "default-branch"
+    assert save_["permissions"] == {"contents": "write"}
+    assert not any("uses" in s and "checkout" in s["uses"] for s in save_["steps"])
+    assert "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)" \
+        in save_["if"]
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
+                 "GIT_COMMITTER_EMAIL"):
+        assert wf["env"][name]  # an identity for every git command of every job
+    for job in wf["jobs"].values():
         for step in job["steps"]:  # untrusted values reach scripts through env, not ${{ }}
-            assert "github.event" not in step.get("run", ""), step["name"]
-            assert "inputs." not in step.get("run", ""), step["name"]
+            assert "${{" not in step.get("run", ""), step.get("name")
+
+
+def test_every_action_is_pinned_by_commit_and_every_checkout_drops_its_token() -> None:
+    uses = []
+    for path in WORKFLOWS:
+        for job in yaml.safe_load(path.read_text())["jobs"].values():
+            for step in job.get("steps", []):
+                if "uses" in step:
+                    uses.append(step["uses"])
+                    if step["uses"].startswith("actions/checkout@"):
+                        assert step["with"]["persist-credentials"] is False, path.name
+        for line in path.read_text().splitlines():
+            if "uses:" in line and "./" not in line:
+                assert re.search(r"uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+)*$", line), line
+    assert len(uses) >= 6
+    dependabot = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    assert {u["package-ecosystem"] for u in dependabot["updates"]} >= {"github-actions"}
+
+
+def test_the_comment_workflow_runs_no_code_of_the_pull_request() -> None:
+    path = ROOT / ".github" / "workflows" / "perfgate-comment.yml"
+    wf = yaml.safe_load(path.read_text())
+    assert set(_on(wf)) == {"workflow_run"} and wf["permissions"] == {}
+    (job,) = wf["jobs"].values()
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["permissions"] == {"actions": "read", "pull-requests": "write"}
+    checkout, download, comment = job["steps"]
+    assert "ref" not in checkout["with"] and "repository" not in checkout["with"]  # default branch
+    assert checkout["with"]["sparse-checkout"] == "pytest_perfgate/cli/_pr_comment.py"
+    assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    assert comment["run"].strip().startswith("python3 -s -E pytest_perfgate/cli/_pr_comment.py")

@@ -2,6 +2,12 @@
 job's own `run:` steps as Actions would (see tests/test_workflow_run.py for what is real
 and what is simulated).
 
+A `Machine` is one runner kept across jobs, as a self-hosted one is: its home, tool cache
+and job workspace are reused, and its jobs run in a PID and mount namespace of their own
+(with a private /dev/shm), so the workflow's cleanup, which ends every other process of the
+runner's user, ends only what the simulated jobs started. A hosted machine is a fresh one
+per job.
+
 `${{ }}` expressions are evaluated by a small recursive-descent evaluator with GitHub's
 rules (loose `==`, `||`/`&&` yielding values, the implicit `success()` of `if:`); a function
 it does not know fails the test instead of guessing.
@@ -13,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -23,6 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "perfgate.yml"
+SITE_PACKAGES = next(p for p in sys.path if p.endswith("site-packages"))
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
        "-c", "advice.detachedHead=false"]
 
@@ -118,6 +126,8 @@ class Expr:
         if name in _STATUS:
             return {"always": True, "cancelled": False, "success": not self.ctx["_failed"],
                     "failure": self.ctx["_failed"]}[name]
+        if name == "format":
+            return re.sub(r"\{(\d+)\}", lambda m: _show(args[1 + int(m.group(1))]), args[0])
         raise AssertionError(f"function {name}() is not simulated: extend this evaluator")
 
 
@@ -175,6 +185,7 @@ class Job:
     summary: str = ""
     annotations: list[str] = field(default_factory=list)
     artifacts: Path | None = None
+    waiting_for: str | None = None  # an environment whose reviewers did not approve
 
     def step(self, id_or_name: str) -> dict[str, Any]:
         found = [s for s in self.steps if id_or_name in (s["id"], s["name"])]
@@ -183,7 +194,49 @@ class Job:
 
     @property
     def failed(self) -> bool:
-        return any(s["outcome"] == "failure" for s in self.steps)
+        return any(s["conclusion"] == "failure" for s in self.steps)
+
+
+class Machine:
+    """One runner. Self-hosted: reused by every job given it, in its own PID and mount
+    namespace when this process may make one (root); `close` ends the namespace and so
+    everything left running in it. Hosted: `Machine(path)` and never reused."""
+
+    def __init__(self, home: Path, namespace: bool = False) -> None:
+        self.home, self.jobs, self.ns_pid = home, 0, 0
+        self.workspace = home / "_work" / "scratch" / "scratch"  # the runner's layout
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        (home / "_tool").mkdir(exist_ok=True)
+        if namespace:
+            self.holder = subprocess.Popen(
+                ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
+                 "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec sleep 100000"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for _ in range(200):
+                kids = subprocess.run(["pgrep", "-P", str(self.holder.pid)],
+                                      capture_output=True, text=True).stdout.split()
+                if kids and Path(f"/proc/{kids[0]}/cmdline").read_bytes().startswith(b"sleep"):
+                    self.ns_pid = int(kids[0])
+                    break
+                assert self.holder.poll() is None, self.holder.communicate()
+                subprocess.run(["sleep", "0.05"])
+            assert self.ns_pid, "the runner's namespace did not start"
+
+    @staticmethod
+    def can_namespace() -> bool:
+        return os.geteuid() == 0 and shutil.which("unshare") is not None \
+            and shutil.which("nsenter") is not None
+
+    def command(self, argv: list[str], cwd: Path) -> list[str]:
+        if not self.ns_pid:
+            return argv
+        return ["nsenter", "-t", str(self.ns_pid), "-p", "-m", f"--wd={cwd}", "--", *argv]
+
+    def close(self) -> None:
+        if self.ns_pid:
+            os.kill(self.ns_pid, signal.SIGKILL)  # the namespace's init: all in it end
+            self.holder.wait(timeout=30)
+            self.ns_pid = 0
 
 
 def _read_pairs(path: Path) -> dict[str, str]:
@@ -206,34 +259,56 @@ def _read_pairs(path: Path) -> dict[str, str]:
 
 
 def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origin: Path,
-            home: Path, machine: str, inputs: dict[str, str] | None = None) -> Job:
-    wf = yaml.safe_load(WORKFLOW.read_text())
+            machine: Machine, leg: str, inputs: dict[str, str] | None = None, *,
+            ref: str | None = None, workflow: str | None = None,
+            approved: frozenset[str] = frozenset(), artifacts_from: Path | None = None,
+            protected: frozenset[str] = frozenset({"perfgate-fork-pr"})) -> Job:
+    """Run one matrix leg of a job. `origin` is <server>/acme/scratch.git; `workflow` is the
+    YAML to use (a fork's copy), else the repository's; a job whose environment is in
+    `protected` waits (runs nothing) unless it is in `approved`, as a required reviewer."""
+    wf = yaml.safe_load(workflow if workflow is not None else WORKFLOW.read_text())
     spec = wf["jobs"][job_id]
-    assert machine in spec["strategy"]["matrix"]["machine"]
-    run = home / f"run-{len(list(home.glob('run-*')))}"
-    workspace, temp, tools = run / "workspace", run / "temp", home / "tool-cache"
-    for d in (workspace, temp, tools):
+    assert leg in spec["strategy"]["matrix"]["machine"]
+    server, repository = origin.parent.parent, f"{origin.parent.name}/{origin.stem}"
+    machine.jobs += 1
+    run = machine.home / f"_diag/run-{machine.jobs}"
+    workspace, temp, tools = machine.workspace, machine.home / "_work" / "_temp", \
+        machine.home / "_tool"
+    shutil.rmtree(temp, ignore_errors=True)  # the runner empties _temp for each job
+    for d in (run, temp):
         d.mkdir(parents=True, exist_ok=True)
+    event = {"repository": {"default_branch": "main", "full_name": repository}, **event}
     event_path = run / "event.json"
     event_path.write_text(json.dumps(event))
-    ref = "refs/heads/main" if event_name != "pull_request" else \
-        f"refs/pull/{event['pull_request']['number']}/merge"
+    ref = ref or ("refs/heads/main" if event_name != "pull_request" else
+                  f"refs/pull/{event['pull_request']['number']}/merge")
     github = {"event_name": event_name, "event": event, "sha": sha, "ref": ref,
-              "repository": "acme/scratch", "run_id": "4242"}
-    ctx: dict[str, Any] = {"github": github, "matrix": {"machine": machine},
+              "repository": repository, "run_id": "4242", "token": "t0ken"}
+    ctx: dict[str, Any] = {"github": github, "matrix": {"machine": leg},
                            "inputs": inputs or {}, "steps": {}, "env": {}, "_failed": False,
                            "runner": {"temp": str(temp), "tool_cache": str(tools), "os": "Linux"}}
     if "if" in spec and not condition(spec["if"], ctx):
         return Job()
-    labels = [substitute(x, ctx) for x in spec["runs-on"]]
-    assert labels[:3] == ["self-hosted", "linux", "perf"] and machine in labels
-    base_env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "CI": "true",
-                "PYTHONPATH": str(ROOT), "PERFGATE_ENV_PYTHON": sys.executable,  # runner .env
+    if "environment" in spec:
+        env_name = substitute(spec["environment"], ctx)
+        if env_name in protected and env_name not in approved:
+            return Job(waiting_for=env_name)
+    labels = [substitute(x, ctx) for x in spec["runs-on"]] \
+        if isinstance(spec["runs-on"], list) else [spec["runs-on"]]
+    hosted = labels == ["ubuntu-latest"]
+    assert hosted or (labels[:3] == ["self-hosted", "linux", "perf"] and leg in labels), labels
+    base_env = {"PATH": os.environ["PATH"], "HOME": str(machine.home), "LANG": "C.UTF-8",
+                "CI": "true", "GIT_CONFIG_NOSYSTEM": "1",  # no identity but the workflow's
                 "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace),
                 "GITHUB_EVENT_NAME": event_name, "GITHUB_EVENT_PATH": str(event_path),
                 "GITHUB_SHA": sha, "GITHUB_REF": ref, "GITHUB_RUN_ID": "4242",
-                "GITHUB_REPOSITORY": "acme/scratch", "RUNNER_TEMP": str(temp),
+                "GITHUB_REPOSITORY": repository, "GITHUB_SERVER_URL": f"file://{server}",
+                "GITHUB_JOB": job_id, "RUNNER_TEMP": str(temp),
                 "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
+    if not hosted:  # the runner's .env: the packages come from this interpreter's venv
+        base_env.update({"PERFGATE_BASE_PYTHON": sys.executable,
+                         "PYTHONPATH": f"{ROOT}:{SITE_PACKAGES}",
+                         "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"})
     env: dict[str, str] = {}
     for scope in (wf.get("env", {}), spec.get("env", {})):
         ctx["env"] = env
@@ -251,7 +326,8 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
         with_ = {k: substitute(v, ctx) for k, v in step.get("with", {}).items()}
         code, out, outputs = 0, "", {}
         if "uses" in step:
-            code, out = _simulate(step["uses"], with_, workspace, origin, sha, run)
+            code, out = _simulate(step["uses"], with_, workspace, origin, sha, run,
+                                  artifacts_from)
         else:
             files = {k: temp / f"_{k.lower()}_{n}" for k in ("GITHUB_OUTPUT", "GITHUB_ENV",
                                                              "GITHUB_STEP_SUMMARY", "GITHUB_PATH")}
@@ -261,9 +337,9 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
             script = temp / f"_step_{n}.sh"
             script.write_text(substitute(step["run"], ctx))
             full = {**base_env, **env, **step_env, **{k: str(v) for k, v in files.items()}}
-            done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail",
-                                   str(script)], cwd=workspace, env=full, capture_output=True,
-                                  text=True, timeout=240)
+            argv = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]
+            done = subprocess.run(machine.command(argv, workspace), cwd=workspace, env=full,
+                                  capture_output=True, text=True, timeout=300)
             code, out = done.returncode, done.stdout + done.stderr
             outputs = _read_pairs(files["GITHUB_OUTPUT"])
             env.update(_read_pairs(files["GITHUB_ENV"]))
@@ -273,9 +349,10 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
         job.annotations += [line for line in out.splitlines()
                             if re.match(r"::(error|warning|notice)\b", line)]
         outcome = "success" if code == 0 else "failure"
-        job.steps.append({"name": name, "id": sid, "outcome": outcome, "code": code, "out": out})
-        ctx["steps"][sid] = {"outputs": outputs, "outcome": outcome,
-                             "conclusion": "success" if step.get("continue-on-error") else outcome}
+        conclusion = "success" if step.get("continue-on-error") else outcome
+        job.steps.append({"name": name, "id": sid, "outcome": outcome, "code": code, "out": out,
+                          "conclusion": conclusion})
+        ctx["steps"][sid] = {"outputs": outputs, "outcome": outcome, "conclusion": conclusion}
         if code != 0 and not step.get("continue-on-error"):
             ctx["_failed"] = True
     job.artifacts = run / "artifacts"
@@ -283,12 +360,19 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
 
 
 def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, sha: str,
-              run: Path) -> tuple[int, str]:
+              run: Path, artifacts_from: Path | None) -> tuple[int, str]:
     """The actions this workflow uses, as far as its steps depend on them."""
     if uses.startswith("actions/checkout@"):
         assert with_.get("fetch-depth") == "0", "the steps need full history (merge base, tags)"
-        subprocess.run(["git", "clone", "-q", str(origin), str(workspace)], check=True)
-        subprocess.run([*GIT, "checkout", "-q", with_.get("ref") or sha], cwd=workspace,
+        assert with_.get("persist-credentials") == "false"
+        if (workspace / ".git").is_dir():  # actions/checkout reuses a repository it finds
+            subprocess.run([*GIT, "fetch", "-q", "--tags", "origin",
+                            "+refs/heads/*:refs/remotes/origin/*"], cwd=workspace, check=True)
+            subprocess.run([*GIT, "clean", "-qffdx"], cwd=workspace, check=True)
+        else:
+            subprocess.run(["git", "clone", "-q", "--no-checkout", str(origin), str(workspace)],
+                           check=True)
+        subprocess.run([*GIT, "checkout", "-qf", with_.get("ref") or sha], cwd=workspace,
                        check=True)
         return 0, f"checked out {with_.get('ref') or sha}"
     if uses.startswith("actions/upload-artifact@"):
@@ -296,4 +380,10 @@ def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, s
         if src.exists():
             shutil.copytree(src, dest)
         return 0, f"uploaded {src}"
+    if uses.startswith("actions/download-artifact@"):
+        src = (artifacts_from or run / "none") / with_["name"]
+        if not src.is_dir():
+            return 1, f"Unable to download artifact(s): not found: {with_['name']}"
+        shutil.copytree(src, with_["path"], dirs_exist_ok=True)
+        return 0, f"downloaded {with_['name']}"
     raise AssertionError(f"{uses} is not simulated: extend tests/{Path(__file__).name}")
