@@ -364,7 +364,7 @@ def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, s
     """The actions this workflow uses, as far as its steps depend on them."""
     if uses.startswith("actions/checkout@"):
         assert with_.get("fetch-depth") == "0", "the steps need full history (merge base, tags)"
-        assert with_.get("persist-credentials") == "false"
+        assert str(with_.get("persist-credentials")).lower() == "false"
         if (workspace / ".git").is_dir():  # actions/checkout reuses a repository it finds
             subprocess.run([*GIT, "fetch", "-q", "--tags", "origin",
                             "+refs/heads/*:refs/remotes/origin/*"], cwd=workspace, check=True)

@@ -1,0 +1,204 @@
+"""The pull request comment (pytest_perfgate/cli/_pr_comment.py, run by
+.github/workflows/perfgate-comment.yml): built only from the PR job's artifact, which a fork
+can forge, so a malformed one posts nothing and no benchmark name can make a link, a
+mention or a broken table; one comment, updated in place."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_perfgate.cli import _pr_comment as pc
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.report import render
+
+SHA = "a" * 40
+SCRIPT = Path(pc.__file__)
+
+
+def _judged(name: str, outcome: Outcome, ratio: float = 1.0) -> Judged:
+    r = BenchResult(name, (10.0, 10.2, 9.9), 1e5, test_file="perf/test_x.py", test_line=3)
+    v = Verdict(outcome, f"{name}: {outcome.value}", ratio, (ratio - 0.01, ratio + 0.01), 1e-4)
+    return Judged(r, v, Rule(threshold=0.05), f"perf/test_x.py::{name}", ["b" * 40], 1e5)
+
+
+def _artifact(root: Path, machine: str = "perf-epyc", gate: int = 1,
+              judged: list[Judged] | None = None, **meta: Any) -> Path:
+    """What the PR job uploads: pr/report.json as pytest writes it, pr/comment.json."""
+    folder = root / f"perfgate-pr-{machine}"
+    (folder / "pr").mkdir(parents=True)
+    render.write_json(str(folder / "pr" / "report.json"), judged if judged is not None else [
+        _judged("test_walk", Outcome.REGRESSION, 0.8), _judged("test_run", Outcome.OK)],
+        {"machine": machine})
+    said = {"pull_request": 12, "head_sha": SHA, "machine": machine, "gate": gate, **meta}
+    (folder / "pr" / "comment.json").write_text(json.dumps(said))
+    return folder
+
+
+class FakeApi:
+    """GitHub's REST API as far as the comment uses it, recording every call."""
+
+    def __init__(self, comments: list[dict[str, Any]] | None = None, head: str = SHA) -> None:
+        self.comments, self.head, self.calls = comments or [], head, []
+
+    def __call__(self, method: str, path: str, body: Any) -> Any:
+        self.calls.append((method, path, body))
+        if path == "/repos/acme/proj/pulls/12":
+            return {"head": {"sha": self.head}}
+        if method == "GET" and "/issues/12/comments?" in path:
+            page = int(path.rsplit("page=", 1)[1])
+            return self.comments[(page - 1) * 100:page * 100]
+        if method in ("POST", "PATCH"):
+            return {"id": 1}
+        raise AssertionError(f"unexpected call {method} {path}")
+
+
+def _run(tmp_path: Path, api: FakeApi, capsys: pytest.CaptureFixture[str]
+         ) -> tuple[int, list[str]]:
+    code = pc.run(["--artifacts", str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
+                   "--run-url", "https://github.com/acme/proj/actions/runs/9"], api)
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_the_comment_is_posted_once_then_updated_in_place(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _artifact(tmp_path)
+    api = FakeApi()
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 0 and out == ["perfgate comment: commented on pull request #12"]
+    method, path, body = api.calls[-1]
+    assert (method, path) == ("POST", "/repos/acme/proj/issues/12/comments")
+    text = body["body"]
+    assert text.startswith(pc.MARKER + "\n## perfgate\n")
+    assert "### perf-epyc: REGRESSION at aaaaaaaaaa" in text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == ["| `test_walk` | **REGRESSION** | 0.800 [0.790-0.810] |",
+                    "| `test_run` | OK | 1.000 [0.990-1.010] |"]  # failing first
+
+    person = {"id": 5, "body": pc.MARKER + " copied by a person", "user": {"login": "bob"}}
+    ours = {"id": 77, "body": text, "user": {"login": "github-actions[bot]"}}
+    filler = [{"id": i, "body": "lgtm", "user": {"login": "bob"}} for i in range(100, 230)]
+    api = FakeApi([person, *filler, ours])  # ours is on the second page
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 0 and out == ["perfgate comment: updated the comment on pull request #12"]
+    assert api.calls[-1][:2] == ("PATCH", "/repos/acme/proj/issues/comments/77")
+    assert not [c for c in api.calls if c[0] == "POST"]
+
+
+HOSTILE = ["[click](https://evil.example)", "@octocat please", "x` @team `y", "a|b|c",
+           "line\nbreak [x]: https://evil.example", "<img src=x onerror=alert(1)>",
+           "#1 and org/repo#2", "https://evil.example/path", "![p](https://evil.example/p.png)",
+           "\u2028@admin", "`" * 5, " "]
+
+
+def test_no_benchmark_name_makes_a_link_mention_or_broken_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _artifact(tmp_path, gate=0, judged=[_judged(n, Outcome.OK) for n in HOSTILE])
+    api = FakeApi()
+    assert _run(tmp_path, api, capsys)[0] == 0
+    text = api.calls[-1][2]["body"]
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(HOSTILE)  # one row each: no name broke a line
+    for row in rows:
+        cells = re.split(r"(?<!\\)\|", row)
+        assert len(cells) == 5, row  # | name | verdict | ratio |: no name added a cell
+        name = cells[1].strip()
+        assert re.fullmatch(r"`[^`]+`", name), name  # one code span, nothing outside it
+    outside = re.sub(r"`[^`]*`", "", text)  # what GitHub renders as text, not code
+    assert "@" not in outside and "evil" not in outside and "<img" not in outside
+    assert "](" not in outside.replace("](https://github.com/acme/proj/actions/runs/9)", "")
+    assert pc.code("a" * 500) == "`" + "a" * 99 + "…`"
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    (lambda f: (f / "pr" / "comment.json").write_text("{not json"), "is not readable JSON"),
+    (lambda f: (f / "pr" / "comment.json").unlink(), "comment.json is missing"),
+    (lambda f: (f / "pr" / "report.json").unlink(), "report.json is missing"),
+    (lambda f: _edit(f, "comment", pull_request="12"), "pull_request is '12', not a number"),
+    (lambda f: _edit(f, "comment", head_sha="b" * 40), "names head bbbbbbbbbb, but the run"),
+    (lambda f: _edit(f, "comment", machine="perf-xeon"), "is not the artifact's"),
+    (lambda f: _edit(f, "comment", gate=True), "gate is 'True', not an exit status"),
+    (lambda f: _edit(f, "report", verdict="[x](https://e)"), "not a perfgate verdict"),
+    (lambda f: _edit(f, "report", ratio="0.5"), "'ratio' is '0.5', not a finite number"),
+    (lambda f: _edit(f, "report", benchmark=7), "'benchmark' is 7, not a name"),
+    (lambda f: (f / "pr" / "report.json").write_text('{"perfgate_report": 2}'),
+     "is not a perfgate report"),
+])
+def test_a_malformed_artifact_posts_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Any, says: str) -> None:
+    damage(_artifact(tmp_path))
+    api = FakeApi()
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 3 and api.calls == []
+    assert len(out) == 1 and out[0].startswith(
+        "::error title=perfgate comment::nothing posted: the artifact is malformed: ")
+    assert says in out[0]
+
+
+def _edit(folder: Path, which: str, **fields: Any) -> None:
+    path = folder / "pr" / f"{which}.json"
+    data = json.loads(path.read_text())
+    (data["benchmarks"][0] if which == "report" else data).update(fields)
+    path.write_text(json.dumps(data))
+
+
+def test_no_artifact_posts_nothing_and_a_stale_pull_request_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    api = FakeApi()
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 0 and api.calls == []
+    assert out == ["::notice title=perfgate comment::nothing posted: no perfgate-pr-* artifact "
+                   "in this run (the PR job did not run, e.g. a fork's run awaiting approval, "
+                   "or it was cancelled)"]
+    _artifact(tmp_path)
+    api = FakeApi(head="c" * 40)  # the pull request moved on, or the number was forged
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 3 and [c[0] for c in api.calls] == ["GET"]
+    assert out == ["::error title=perfgate comment::nothing posted: pull request #12 does not "
+                   "have head aaaaaaaaaa, the commit this run measured (a newer push, or a "
+                   "forged artifact)"]
+
+
+def test_two_machines_one_comment_and_a_job_that_stopped_early(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _artifact(tmp_path, "perf-epyc", gate=0, judged=[_judged("test_walk", Outcome.OK)])
+    xeon = _artifact(tmp_path, "perf-xeon", gate=3)
+    (xeon / "pr" / "report.json").unlink()  # pytest crashed before writing it
+    api = FakeApi()
+    assert _run(tmp_path, api, capsys)[0] == 0
+    text = api.calls[-1][2]["body"]
+    assert "### perf-epyc: passed at aaaaaaaaaa" in text
+    assert "### perf-xeon: infrastructure error at aaaaaaaaaa\n\nNo benchmark was judged" in text
+    _edit(xeon, "comment", pull_request=13)
+    code, out = _run(tmp_path, FakeApi(), capsys)
+    assert code == 3 and "name different pull requests: #12, #13" in out[0]
+
+
+def test_the_script_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
+    """As the hosted runner runs it: a file, no project environment (-s -E, no PYTHONPATH)."""
+    done = subprocess.run([sys.executable, "-s", "-E", "-S", str(SCRIPT), "--artifacts",
+                           str(tmp_path), "--repository", "acme/proj", "--head-sha", "nope",
+                           "--run-url", "u"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert done.returncode == 2
+    assert "error: --head-sha 'nope' is not a 40-digit commit id" in done.stderr
+    done = subprocess.run([sys.executable, "-s", "-E", "-S", str(SCRIPT), "--artifacts",
+                           str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
+                           "--run-url", "u"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert done.returncode == 0 and "nothing posted: no perfgate-pr-*" in done.stdout
+    _artifact(tmp_path)
+    done = subprocess.run([sys.executable, "-s", "-E", "-S", str(SCRIPT), "--artifacts",
+                           str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
+                           "--run-url", "u"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2
+    assert "GH_TOKEN is not set: give the step env GH_TOKEN: ${{ github.token }}" in done.stderr
