@@ -202,3 +202,54 @@ def test_the_script_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 2
     assert "GH_TOKEN is not set: give the step env GH_TOKEN: ${{ github.token }}" in done.stderr
+
+
+def test_the_script_talks_to_the_rest_api(tmp_path: Path) -> None:
+    """The real HTTP path, against a local stand-in for api.github.com (127.0.0.1 only)."""
+    import http.server
+    import threading
+
+    seen: list[tuple[str, str, str, Any]] = []
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def _answer(self, data: Any) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(200 if self.command == "GET" else 201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            seen.append(("GET", self.path, self.headers["Authorization"], None))
+            self._answer({"head": {"sha": SHA}} if self.path.endswith("/pulls/12") else [])
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(("POST", self.path, self.headers["Authorization"], body))
+            self._answer({"id": 1})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _artifact(tmp_path / "artifacts")
+        done = subprocess.run(
+            [sys.executable, "-s", "-E", str(SCRIPT), "--artifacts", str(tmp_path / "artifacts"),
+             "--repository", "acme/proj", "--head-sha", SHA, "--run-url", "https://r/9"],
+            capture_output=True, text=True, timeout=60,
+            env={"PATH": "/usr/bin:/bin", "GH_TOKEN": "s3cret",
+                 "GITHUB_API_URL": f"http://127.0.0.1:{server.server_port}"})
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "perfgate comment: commented on pull request #12\n"
+    assert [(m, p) for m, p, _, _ in seen] == [
+        ("GET", "/repos/acme/proj/pulls/12"),
+        ("GET", "/repos/acme/proj/issues/12/comments?per_page=100&page=1"),
+        ("POST", "/repos/acme/proj/issues/12/comments")]
+    assert {auth for _, _, auth, _ in seen} == {"Bearer s3cret"}
+    assert seen[-1][3]["body"].startswith(pc.MARKER)
+    assert "s3cret" not in done.stdout + done.stderr
