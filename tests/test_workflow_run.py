@@ -591,6 +591,8 @@ def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
         install = next(s for s in job["steps"] if s.get("name") == "Python environment")
         assert '"$RUNNER_TEMP/perfgate-venv"' in install["run"]
         assert install["run"].count('-c "$CONSTRAINTS"') == 2
+        assert 'echo "TMPDIR=$RUNNER_TEMP/perfgate-tmp"' in install["run"]  # A/B worktrees
+        assert 'rm -rf "${RUNNER_TEMP:?}"/perfgate*' in cleans[0]["run"]
     assert wf["env"]["CONSTRAINTS"] == "constraints/perf.txt"
     assert (ROOT / "constraints" / "perf.txt").is_file()
     assert pr["environment"].count("perfgate-fork-pr") == 1
