@@ -601,6 +601,7 @@ def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
                                    "cancel-in-progress": False}
     assert save_["runs-on"] == "ubuntu-latest" and save_["needs"] == "default-branch"
     assert save_["permissions"] == {"contents": "write"}
+    assert "concurrency" not in save_  # a group would cancel waiting writers, losing runs
     assert not any("uses" in s and "checkout" in s["uses"] for s in save_["steps"])
     assert "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)" \
         in save_["if"]
