@@ -321,7 +321,6 @@ export GIT_AUTHOR_NAME=p GIT_AUTHOR_EMAIL=p@example.com GIT_COMMITTER_NAME=p \\
   GIT_COMMITTER_EMAIL=p@example.com
 tip=$(git rev-parse refs/heads/{branch})
 blob=$(echo "accepted" | git hash-object -w --stdin)
-tree=$(printf '100644 blob %s\\taccepted.txt\\n' "$blob" | git mktree)
 tree=$( (git ls-tree "$tip"; printf '100644 blob %s\\taccepted.txt\\n' "$blob") | git mktree)
 new=$(git commit-tree -p "$tip" -m "a person's perfgate accept" "$tree")
 git update-ref refs/heads/{branch} "$new" "$tip"
@@ -347,8 +346,8 @@ def test_save_history_retries_a_branch_that_moved_without_a_git_identity(
     push = job.steps[-1]
     assert push["code"] == 0, push["out"]
     assert "the push was rejected" in push["out"] and "(try 2)" in push["out"]
-    log = _git(dev, "log", "--format=%s", f"origin/{BRANCH}") if not \
-        _git(dev, "fetch", "-q", "origin") else ""
+    _git(dev, "fetch", "-q", "origin")
+    log = _git(dev, "log", "--format=%s", f"origin/{BRANCH}")
     assert log.splitlines() == ["run ['results/perf-xeon/run-1.json']",
                                 "a person's perfgate accept", "history"]
     assert _git(dev, "show", f"origin/{BRANCH}:accepted.txt") == "accepted"  # nothing lost
@@ -361,7 +360,7 @@ def test_two_runs_racing_for_one_branch_both_land(scratch: tuple[Path, Path],
     arts = [_run_artifact(origin, base, {f"results/perf-xeon/run-{i}.json": f"{i}\n"},
                           tmp_path / f"r{i}") for i in (1, 2)]
     hook = origin / "hooks" / "pre-receive"
-    hook.write_text("#!/bin/sh\nsleep 1\n")  # a slow server: both fetch before either lands
+    hook.write_text("#!/bin/sh\nsleep 2\n")  # a slow server: both fetch before either lands
     hook.chmod(0o755)
     jobs: dict[int, Job] = {}
 
