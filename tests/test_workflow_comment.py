@@ -253,3 +253,18 @@ def test_the_script_talks_to_the_rest_api(tmp_path: Path) -> None:
     assert {auth for _, _, auth, _ in seen} == {"Bearer s3cret"}
     assert seen[-1][3]["body"].startswith(pc.MARKER)
     assert "s3cret" not in done.stdout + done.stderr
+
+
+def test_an_api_failure_is_an_infrastructure_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import urllib.error
+
+    def down(method: str, path: str, body: Any) -> Any:
+        raise urllib.error.HTTPError(path, 403, "Resource not accessible by integration",
+                                     {}, None)  # type: ignore[arg-type]
+
+    _artifact(tmp_path)
+    code, out = _run(tmp_path, down, capsys)  # type: ignore[arg-type]
+    assert code == 3
+    assert out == ["::error title=perfgate comment::the GitHub API failed: HTTP Error 403: "
+                   "Resource not accessible by integration"]

@@ -641,3 +641,70 @@ def test_the_comment_workflow_runs_no_code_of_the_pull_request() -> None:
     assert checkout["with"]["sparse-checkout"] == "pytest_perfgate/cli/_pr_comment.py"
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
     assert comment["run"].strip().startswith("python3 -s -E pytest_perfgate/cli/_pr_comment.py")
+
+
+def _quick(retries: str) -> str:
+    """The workflow with save-history's tries and waits cut down, for the tests below."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    wf["jobs"]["save-history"]["env"].update({"PUSH_TRIES": retries, "PUSH_BACKOFF_S": "0"})
+    return yaml.safe_dump(wf)
+
+
+@pytest.mark.parametrize("case", ["rejected", "rewritten", "unreachable"])
+def test_a_run_that_cannot_land_is_an_infrastructure_error(
+        scratch: tuple[Path, Path], tmp_path: Path, case: str) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    art = _run_artifact(origin, base, {"results/perf-xeon/run-1.json": "1\n"}, tmp_path / "a")
+    where = origin
+    if case == "rejected":
+        hook = origin / "hooks" / "pre-receive"
+        hook.write_text("#!/bin/sh\necho 'denied by policy' >&2\nexit 1\n")
+        hook.chmod(0o755)
+        says = "2 pushes rejected"
+    elif case == "rewritten":
+        _git(dev, "push", "-q", "-f", "origin", f"main:{BRANCH}")
+        says = (f"the run's bundle does not apply: its base {base[:10]} is not on {BRANCH} "
+                "(was the branch rewritten or deleted?)")
+    else:
+        where = tmp_path / "gone" / "acme" / "scratch.git"
+        says = "cannot reach acme/scratch (git ls-remote exit 128)"
+    job = run_job("save-history", "push", {}, "0" * 40, where, hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art, workflow=_quick("2"))
+    assert job.steps[-1]["code"] == 3, job.steps[-1]["out"]
+    assert job.annotations == [
+        f"::error title=perfgate infrastructure error::history of perf-xeon not saved: {says}; "
+        "the run is kept in the artifact perfgate-history-run-perf-xeon of run 4242 "
+        "(docs/ci.md: pushing a kept run)"]
+
+
+def test_a_root_runner_on_the_host_is_warned_and_nothing_is_ended(tmp_path: Path) -> None:
+    """The cleanup's guard, shown where it is safe: a namespace whose pid 2 is named like the
+    host's kernel thread (as root on the real host, the guard is what stands between the
+    cleanup and every root process of the machine)."""
+    if not Machine.can_namespace():
+        need_tool("needs a PID namespace: run as root with unshare")
+    fake = tmp_path / "kthreadd"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    machine = Machine(tmp_path / "runner", namespace=True, pid2=f"{fake} 600")
+    try:
+        victim = subprocess.Popen(machine.command(["sleep", "600"], tmp_path))
+        time.sleep(0.5)
+        wf = yaml.safe_load(WORKFLOW.read_text())
+        clean = wf["jobs"]["pull-request"]["steps"][0]["run"]
+        (tmp_path / "ws").mkdir()
+        (tmp_path / "ws" / "left").write_text("")
+        done = subprocess.run(machine.command(["bash", "-eo", "pipefail", "-c", clean], tmp_path),
+                              env={"PATH": os.environ["PATH"], "RUNNER_TEMP": str(tmp_path),
+                                   "GITHUB_WORKSPACE": str(tmp_path / "ws")},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "::warning title=perfgate cleanup::the runner runs as root on the host, where "
+            "ending every root process would end the machine's services: stray processes and "
+            "/dev/shm segments are left (run the runner as its own user: docs/ci.md)"]
+        assert victim.poll() is None  # not ended
+        assert list((tmp_path / "ws").iterdir()) == []  # the workspace is still emptied
+    finally:
+        machine.close()
+        victim.wait(timeout=30)

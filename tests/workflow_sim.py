@@ -202,7 +202,7 @@ class Machine:
     namespace when this process may make one (root); `close` ends the namespace and so
     everything left running in it. Hosted: `Machine(path)` and never reused."""
 
-    def __init__(self, home: Path, namespace: bool = False) -> None:
+    def __init__(self, home: Path, namespace: bool = False, pid2: str = "") -> None:
         self.home, self.jobs, self.ns_pid = home, 0, 0
         self.workspace = home / "_work" / "scratch" / "scratch"  # the runner's layout
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -210,7 +210,8 @@ class Machine:
         if namespace:
             self.holder = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
-                 "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec sleep 100000"],
+                 (f"{pid2} & " if pid2 else "")  # the namespace's pid 2, if given
+                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec sleep 100000"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             for _ in range(200):
                 kids = subprocess.run(["pgrep", "-P", str(self.holder.pid)],
