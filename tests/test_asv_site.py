@@ -1,4 +1,4 @@
-"""Vendoring asv's CDN scripts into a published site (history/asv_site.py), without a browser.
+"""Vendoring asv's CDN scripts into a published site (cli/_publish_site.py), without a browser.
 
 Fake npm folders stand in for the real one: these tests check which files are copied, how
 the page is rewritten, which integrity hashes survive, and what a wrong folder is told.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.history.asv_site import (
+from pytest_perfgate.cli._publish_site import (
     ASSETS,
     NO_REGRESSIONS,
     NPM_INSTALL,

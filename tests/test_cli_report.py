@@ -129,9 +129,11 @@ def test_bad_out_run_and_machine_are_usage_errors(tmp_path: Path, capsys,
     assert usage_error(capsys, *r, "--out", str(tmp_path / "o"), "--run", "") == (
         "perfgate report: error: --run is empty: give a run id printed as 'recorded run "
         "RUN_ID' or a commit prefix")
-    assert usage_error(capsys, *r, "--out", str(tmp_path / "o"), "--machine", "ci") == (
-        f"perfgate report: error: no machine 'ci' in {tmp_path / 'r'} (machines with runs: "
-        "box): pass one of them to --machine")
+    assert main(["report", *r, "--out", str(tmp_path / "o"), "--machine", "ci"]) == 3
+    assert capsys.readouterr().err == (
+        f"perfgate report: infrastructure error: no history of machine 'ci' in "
+        f"{tmp_path / 'r'} (machines with runs: box): record runs under that name first, or "
+        "pass one of them to --machine\n")
     assert usage_error(capsys, *r).endswith("the following arguments are required: --out")
     assert not (tmp_path / "o").exists()
 
@@ -151,7 +153,8 @@ def test_missing_or_garbage_history_and_missing_libraries_are_infrastructure(
     assert err[0].startswith(f"perfgate report: warning: skipping history file "
                              f"{bad / 'x.pgrun'}: ")
     assert err[1] == (f"perfgate report: infrastructure error: machine 'box' in "
-                      f"{tmp_path / 'r'} has no readable history-mode run")
+                      f"{tmp_path / 'r'} has no readable history-mode run: record runs with "
+                      "`pytest --perfgate` first")
     record(tmp_path / "r", [250.0] * 2)  # the good runs are reported, the bad file named once
     assert report(tmp_path, "--out", out) == 0
     captured = capsys.readouterr()

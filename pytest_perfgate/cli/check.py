@@ -22,7 +22,6 @@ from pytest_perfgate.cli._ci import add_ci_arguments
 from pytest_perfgate.cli.common_args import (
     add_history_arguments,
     argparse_type,
-    history_location,
     parse_repo,
 )
 from pytest_perfgate.core.judged import Judged, failing
@@ -45,10 +44,10 @@ T = TypeVar("T")
 
 
 def _infra(args: argparse.Namespace, message: str) -> int:
-    """Print an infrastructure error (kept on ``args`` for the CI outputs); its status."""
-    print(f"{args.parser.prog}: infrastructure error: {message}")
-    args.infra_problem = message
-    return INFRA
+    """An infrastructure error, printed by the one rule of cli/_out.py; its status."""
+    from pytest_perfgate.cli._out import infra
+
+    return infra(args, message)
 
 
 def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
@@ -74,48 +73,24 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
-    """(results dir, machine, its runs), or the infrastructure exit status (printed). The
-    run files skipped with a warning are kept in ``args.unreadable`` for :func:`pick_run`."""
-    from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
+    """(results dir, machine, its runs), or the infrastructure exit status (printed): the
+    one machine lookup (history/lookup.py). The run files skipped with a warning are kept in
+    ``args.unreadable`` for :func:`pick_run`."""
+    from pytest_perfgate.cli._out import find_history
 
-    results, machine = history_location(args)
-    if results.exists() and not results.is_dir():
-        return _infra(args, f"the history folder {results} is a file: pass the results "
-                      "folder (with one folder per machine) to --results-dir")
-    if not results.is_dir():
-        return _infra(args, f"no history at {results}: record runs with `pytest --perfgate` "
-                      "first, or pass --results-dir")
-    try:
-        machines = warned(args, lambda: recorded_machines(results))
-    except OSError as e:
-        return _infra(args, f"cannot list the machines in {results}: {e}")
-    if machine is None:
-        if not machines:
-            return _infra(args, no_machine_problem(results))
-        if len(machines) > 1:
-            args.parser.error(f"{results} holds runs of several machines "
-                              f"({', '.join(machines)}): name one with --machine")
-        machine = machines[0]
-    elif machine not in machines:
-        return _infra(args, f"no history of machine {machine!r} in {results} (machines with "
-                      f"runs: {', '.join(machines) or 'none'}): record runs under that name "
-                      "first, or pass one of them to --machine")
-    try:
-        store = History(results, machine)
-        runs = warned(args, store.load_runs)
-        args.unreadable = store.unreadable
-        return results, machine, runs
-    except (OSError, ValueError) as e:
-        return _infra(args, f"cannot read the history of machine {machine!r} in {results}: {e}")
+    found = find_history(args)
+    if isinstance(found, int):
+        return found
+    args.unreadable = found.unreadable
+    return found.results_dir, found.machine, list(found.runs)
 
 
 def warned(args: argparse.Namespace, call: Callable[[], T]) -> T:
     """``call()`` with each skipped history file named once, as one line on stderr."""
-    from pytest_perfgate.cli.history import with_history_warnings
+    from pytest_perfgate.cli._out import warned as _warned
 
-    if not hasattr(args, "warned"):
-        args.warned = set()
-    return with_history_warnings(args.parser.prog, call, args.warned)
+    result: T = _warned(args, call)
+    return result
 
 
 def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,

@@ -62,19 +62,26 @@ def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
          ) -> MachineHistory | int:
     """The machine's history-mode runs, or the infrastructure exit status (printed); an
     unknown or ambiguous machine is a usage error. ``seen``: see with_history_warnings."""
+    from pytest_perfgate.cli._out import infra
+    from pytest_perfgate.history.lookup import HistoryMissing, MachineAmbiguous
     from pytest_perfgate.modes.history import is_history_run
-    from pytest_perfgate.report.series import SeriesError
 
     results, machine = history_location(args)
     try:
         return with_history_warnings(
             prog, lambda: MachineHistory.load(results, machine, keep=is_history_run), seen)
-    except SeriesError as e:
+    except MachineAmbiguous as e:
         args.parser.error(str(e))
-    except (OSError, ValueError) as e:
-        print(f"{prog}: infrastructure error: {e}", file=sys.stderr)
-        return INFRA
+    except HistoryMissing as e:
+        return infra(args, str(e))
     raise AssertionError("unreachable")  # parser.error exits
+
+
+def no_history_run(where: str, skipped: int) -> str:
+    """The one wording of 'this machine has runs, but none of the history mode'."""
+    return (f"{where} has no readable history-mode run"
+            + (f" ({skipped} A/B run(s) are not a history)" if skipped else "")
+            + ": record runs with `pytest --perfgate` first")
 
 
 def table(s: Series, marks: dict[int, str]) -> Iterator[str]:
@@ -122,6 +129,7 @@ class HistoryCommand(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import infra
         from pytest_perfgate.report import changepoints
         from pytest_perfgate.report.series import (
             SeriesError,
@@ -142,10 +150,7 @@ class HistoryCommand(Command):
         where = f"machine {found.machine!r} in {found.results_dir}"
         names = benchmark_names(found.runs)
         if not names:
-            print(f"{prog}: infrastructure error: {where} has no readable history-mode run"
-                  + (f" ({found.skipped} A/B run(s) are not a history)" if found.skipped
-                     else ""), file=sys.stderr)
-            return INFRA
+            return infra(args, no_history_run(where, found.skipped))
         try:
             bench = resolve_benchmark(args.benchmark, names)
             s = with_history_warnings(prog, lambda: series(found.runs, bench, kind))
@@ -154,8 +159,7 @@ class HistoryCommand(Command):
         try:
             cps = changepoints.detect(s.values)
         except changepoints.MissingLibrary as e:
-            print(f"{prog}: infrastructure error: {e}", file=sys.stderr)
-            return INFRA
+            return infra(args, str(e))
         for line in render(s, cps, where):
             print(line)
         return 0

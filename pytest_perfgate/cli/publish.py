@@ -25,7 +25,7 @@ PUBLISH_TIMEOUT_S = 1800.0  # asv publish of a long history takes minutes, never
 
 def parse_scripts_dir(text: str) -> Path:
     """A folder holding asv's scripts at the versions its page names (npm's layout)."""
-    from pytest_perfgate.history.asv_site import SiteError, check_scripts
+    from pytest_perfgate.cli._publish_site import SiteError, check_scripts
 
     path = Path(parse_path(text)).expanduser().resolve()
     if not (path / "jquery").exists() and (path / "node_modules").is_dir():
@@ -77,7 +77,7 @@ class Publish(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.history.asv_site import SiteError, vendor_site
+        from pytest_perfgate.cli._publish_site import SiteError, vendor_site
 
         config, conf = _read_config(args)
         problem = _branch_problem(config, conf)
@@ -183,7 +183,7 @@ def _asv_publish(args: argparse.Namespace, config: Path, conf: dict[str, Any],
                  html_dir: Path) -> int:
     """Run asv publish on a copy of the config beside it (asv runs in the config's folder)
     that keeps the higher-is-better series out of asv's regression list."""
-    from pytest_perfgate.history.asv_site import publish_config
+    from pytest_perfgate.cli._publish_site import publish_config
 
     tmp: Path | None = None
     try:

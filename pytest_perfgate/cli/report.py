@@ -12,14 +12,13 @@ a file that could not be written).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
 from pytest_perfgate.cli.common_args import folder_problem
-from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
+from pytest_perfgate.cli.history import load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series, hidden_message
@@ -137,6 +136,8 @@ class Report(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import infra
+        from pytest_perfgate.cli.history import no_history_run
         from pytest_perfgate.core.files import atomic_write
         from pytest_perfgate.report import changepoints, markdown
 
@@ -150,24 +151,18 @@ class Report(Command):
                 __import__(need)
             except ImportError:
                 fix = changepoints.INSTALL.replace("ruptures", need)
-                print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
-                      file=sys.stderr)
-                return INFRA
+                return infra(args, f"{need} is not installed: {fix}")
         seen: set[str] = set()  # each bad file is named once, though read twice
         h = load(args, PROG, seen)
         if isinstance(h, int):
             return h
         where = f"machine {h.machine!r} in {h.results_dir}"
         if not h.runs:
-            print(f"{PROG}: infrastructure error: {where} has no readable history-mode run",
-                  file=sys.stderr)
-            return INFRA
+            return infra(args, no_history_run(where, h.skipped))
         run = pick(args, h)
         hidden = h.hidden_newest(run) if args.run_id is None else None
         if hidden is not None:
-            print(f"{PROG}: infrastructure error: {hidden_message(hidden, run)}",
-                  file=sys.stderr)
-            return INFRA
+            return infra(args, hidden_message(hidden, run))
         judged = with_history_warnings(
             PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
@@ -178,9 +173,7 @@ class Report(Command):
             for f in (out / SUMMARY, out / REPORT):
                 f.chmod(0o644)  # an artifact others read; atomic_write makes 0600 files
         except OSError as e:
-            print(f"{PROG}: infrastructure error: cannot write the report in {out}: {e}",
-                  file=sys.stderr)
-            return INFRA
+            return infra(args, f"cannot write the report in {out}: {e}")
         pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
         print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
               f"wrote {out / REPORT}, {out / SUMMARY} and {pngs} PNG(s)")
