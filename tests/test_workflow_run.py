@@ -103,7 +103,8 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     ok = jobs["same"]
     assert not ok.failed, [s["out"] for s in ok.steps if s["outcome"] == "failure"]
     assert ok.step("gate")["code"] == 0 and not _errors(ok, "perfgate")
-    assert f"## perfgate: perf-epyc: PR vs merge base {base[:10]}: passed: " in ok.summary
+    assert (f"## perfgate: perf-epyc: PR vs merge base {base[:10]}: passed, nothing "
+            "failed: ") in ok.summary
     assert (ok.artifacts / "perfgate-pr-perf-epyc" / "pr" / "report.json").is_file()
 
     slow = jobs["slow"]

@@ -11,10 +11,11 @@ also that document (``"error"``), so a script reads every outcome the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_perfgate.core.judged import Judged, failing
@@ -28,8 +29,6 @@ def infra(args: argparse.Namespace, message: str) -> int:
     """Print an infrastructure error (kept on ``args`` for the CI outputs and --json)."""
     print(f"{args.parser.prog}: infrastructure error: {message}", file=sys.stderr)
     args.infra_problem = message
-    if getattr(args, "json", False):
-        emit_json(args, {"error": {"kind": "infrastructure", "message": message}}, INFRA)
     return INFRA
 
 
@@ -95,11 +94,34 @@ def verdicts_json(judged: Sequence[Judged], run: RunRecord) -> dict[str, Any]:
             "benchmarks": [verdict_json(j, run.run_id) for j in judged]}
 
 
+def version() -> str:
+    from pytest_perfgate.cli import version as _version
+
+    return _version()
+
+
 def emit_json(args: argparse.Namespace, body: dict[str, Any], status: int) -> None:
     """Print the one JSON document of this command (stdout, nothing else on it)."""
     doc = {"schema": SCHEMA_VERSION, "command": args.parser.prog.split()[-1],
-           "exit": status, "error": None, **body}
+           "exit": status, "error": None, "version": version(), **body}
     print(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
+
+
+def run_with_json(args: argparse.Namespace, body: Callable[[], int]) -> int:
+    """Run ``body``; with ``--json`` its human output goes to stderr and stdout gets one
+    JSON document: what ``body`` left in ``args.json_body`` (or, on an infrastructure
+    error, ``"error"``). A usage error exits 2 before any JSON (argparse's message)."""
+    if not getattr(args, "json", False):
+        return body()
+    args.json_body = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        status = body()
+    doc: dict[str, Any] = dict(args.json_body)
+    problem = getattr(args, "infra_problem", None)
+    if status == INFRA and problem is not None:
+        doc["error"] = {"kind": "infrastructure", "message": problem}
+    emit_json(args, doc, status)
+    return status
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +130,19 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
                         "messages go to stderr")
 
 
-__all__ = ["FAIL", "INFRA", "OK", "SCHEMA_VERSION", "USAGE", "add_json_argument",
-           "emit_json", "find_history", "infra", "run_json", "verdict_json", "verdicts_json",
-           "warned"]
+__all__ = [
+    "FAIL",
+    "INFRA",
+    "OK",
+    "SCHEMA_VERSION",
+    "USAGE",
+    "add_json_argument",
+    "emit_json",
+    "find_history",
+    "infra",
+    "run_json",
+    "run_with_json",
+    "verdict_json",
+    "verdicts_json",
+    "warned",
+]

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import glob
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._ci import add_ci_arguments
+from pytest_perfgate.cli._out import add_json_argument, run_json
 from pytest_perfgate.cli.common_args import (
     add_history_arguments,
     argparse_type,
@@ -68,7 +70,8 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
                     help=f"newest N runs form the baseline (default {d.baseline_runs})")
     for what, default in (("unstable", d.unstable), ("inconclusive", d.inconclusive)):
         ap.add_argument(f"--{what}", type=argparse_type(parse_policy("fail", "warn")),
-                        default=default, help=f"{what.upper()} verdicts: fail or warn "
+                        default=default, metavar="{fail,warn}",
+                        help=f"{what.upper()} verdicts: fail or warn "
                         f"(default {default})")
 
 
@@ -115,9 +118,13 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     found = [r for r in runs if r.run_id == wanted] or \
         [r for r in mine if r.commit.startswith(wanted.lower())]
     if not found:
+        found = _by_revision(args, mine, machine, wanted, what)
+    if not found:
         args.parser.error(f"{what} {wanted!r}: no run of machine {machine!r} has that id or "
-                          "commit: give an id printed as 'recorded run RUN_ID' or a commit "
-                          "hash (prefix) of a recorded run")
+                          "commit, and git does not know it as a revision in "
+                          f"{args.repo} (--repo): give an id printed as 'recorded run "
+                          "RUN_ID', a commit hash (prefix) of a recorded run, or a branch, "
+                          "tag or revision such as HEAD~1")
     if len({r.commit for r in found}) > 1:
         args.parser.error(f"{what} {wanted!r} matches several recorded commits: give more "
                           "digits")
@@ -126,6 +133,25 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
         args.parser.error(f"run {run.run_id} was measured in the A/B mode: its verdict was a "
                           "paired comparison; only history-mode runs can be judged again")
     return run
+
+
+def _by_revision(args: argparse.Namespace, mine: list[RunRecord], machine: str,
+                 wanted: str, what: str) -> list[RunRecord]:
+    """The runs of the commit git resolves ``wanted`` to (a branch, tag, HEAD~1: what
+    ``--perfgate-ab`` takes); [] when git does not know it; a usage error when git knows it
+    but no run of that commit is recorded."""
+    from pytest_perfgate.history.vcs import resolve_commit
+
+    full = resolve_commit(args.repo, wanted.strip())
+    if full is None:
+        return []
+    found = [r for r in mine if r.commit == full]
+    if not found:
+        args.parser.error(f"{what} {wanted!r} is commit {full[:10]} in {args.repo}, but "
+                          f"machine {machine!r} has no history-mode run of it: record one "
+                          f"(git checkout {full[:10]} && pytest --perfgate), or give a "
+                          "recorded commit")
+    return found
 
 
 def check_baseline(args: argparse.Namespace, runs: list[RunRecord], machine: str,
@@ -156,6 +182,10 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
     from pytest_perfgate.modes.history import HistoryContext, HistoryMode
 
     ctx = HistoryContext.for_run(results, run, args.repo, before=before)
+    warn_outside_git(args, ctx.git, run)
+    for run_id in getattr(args, "serve_anyway", ()):  # compare --failed-base
+        ctx.decisions = type(ctx.decisions)(ctx.decisions.accepted | {run_id},
+                                            ctx.decisions.forgotten - {run_id})
     judged: list[Judged] = []
     mode = HistoryMode(False, _no_meter, judged.append, lambda: ctx, args.baseline_runs,
                        baseline, records=None)
@@ -166,6 +196,20 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
         mode.judge(b, name, Rule(threshold=threshold, alpha=args.alpha,
                                  unstable=args.unstable, inconclusive=args.inconclusive))
     return judged
+
+
+def warn_outside_git(args: argparse.Namespace, git: Any, run: RunRecord) -> None:
+    """A run recorded in git judged where git cannot place its commit (a wrong --repo)
+    is judged as outside git, where every other commit's runs count: say so, once."""
+    from pytest_perfgate.history.vcs import NO_COMMIT
+
+    if git.available or run.commit == NO_COMMIT or getattr(args, "told_outside_git", False):
+        return
+    args.told_outside_git = True
+    print(f"{args.parser.prog}: warning: commit {run.commit[:10]} of run {run.run_id} is not "
+          f"in the repository at {args.repo} (--repo), so ancestry cannot be asked and the "
+          "runs of every other commit count as its baseline: pass the checkout the runs "
+          "were recorded from, e.g. --repo .", file=sys.stderr)
 
 
 def describe(run: RunRecord) -> str:
@@ -195,21 +239,38 @@ class Check(Command):
         ap.add_argument("--baseline", type=argparse_type(parse_commit), default=None,
                         help="compare with this commit's runs only")
         add_ci_arguments(ap)
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._ci import emit, gate_report
+        from pytest_perfgate.cli._out import run_with_json
 
         if args.report is not None:
             if args.run_id is not None or args.baseline is not None:
                 args.parser.error("--report gates the verdicts in a pytest report: give no "
                                   "RUN_ID and no --baseline with it")
-            return emit(args, gate_report(args))
-        if args.pytest_exit is not None:
+        elif args.pytest_exit is not None:
             args.parser.error("--pytest-exit goes with --report (the report that pytest run "
                               "wrote)")
-        return emit(args, cls.gate_history(args))
+        return run_with_json(args, lambda: cls.gate(args))
+
+    @classmethod
+    def gate(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._ci import emit, gate_report
+        from pytest_perfgate.cli._out import verdict_json
+
+        gate = gate_report(args) if args.report is not None else cls.gate_history(args)
+        status = emit(args, gate)
+        run = getattr(args, "judged_run", None)
+        args.json_body = {
+            "headline": gate.headline, "passed": status == 0,
+            "run": None if run is None else run_json(run),
+            "report": None if args.report is None else str(args.report),
+            "benchmarks": [verdict_json(j, None if run is None else run.run_id)
+                           for j in gate.judged],
+            "not_gated": list(gate.not_gated), "problems": list(gate.problems)}
+        return status
 
     @classmethod
     def gate_history(cls, args: argparse.Namespace) -> GateResult:
@@ -237,6 +298,7 @@ class Check(Command):
             return GateResult(run, problems=[args.infra_problem])
         if args.baseline is not None:
             check_baseline(args, runs, machine, run)
+        args.judged_run = run
         judged = warned(args, lambda: judge_run(args, results, run, args.baseline))
         if not judged:  # the plugin never records such a run: nothing was gated
             return GateResult(_infra(args, f"{describe(run)} holds no benchmark: nothing to "

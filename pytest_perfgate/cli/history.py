@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import add_json_argument
 from pytest_perfgate.cli.common_args import add_history_arguments, history_location
 from pytest_perfgate.report.series import GATED, MachineHistory, Series
 
@@ -125,10 +126,17 @@ class HistoryCommand(Command):
                         "phase.NAME (one phase's ms per call), counts.est_cycles (estimated "
                         "cycles per env-step) or counts.phase.NAME (one phase's "
                         "instructions per env-step)")
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import run_with_json
+
+        return run_with_json(args, lambda: cls.show(args))
+
+    @classmethod
+    def show(cls, args: argparse.Namespace) -> int:
         from pytest_perfgate.cli._out import infra
         from pytest_perfgate.report import changepoints
         from pytest_perfgate.report.series import (
@@ -162,7 +170,32 @@ class HistoryCommand(Command):
             return infra(args, str(e))
         for line in render(s, cps, where):
             print(line)
+        args.json_body = series_json(s, cps, found.machine, str(found.results_dir))
         return 0
+
+
+def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> dict[str, Any]:
+    """The --json document of ``perfgate history`` (schema: docs/cli.md)."""
+    from pytest_perfgate.report.changepoints import MIN_POINTS, noise
+
+    def num(x: float) -> float | None:
+        return float(x) if x == x and abs(x) != float("inf") else None
+
+    enough = len(s.points) >= MIN_POINTS
+    return {
+        "benchmark": s.benchmark, "series": s.kind, "unit": s.unit,
+        "display_unit": s.display_unit, "machine": machine, "results_dir": results_dir,
+        "points": [{"run_id": p.run.run_id, "commit": p.run.commit, "dirty": p.run.dirty,
+                    "started_at": num(p.run.started_at), "value": num(p.value),
+                    "display": num(s.display(p.value)), "spread": p.spread,
+                    "verdict": p.verdict} for p in s.points],
+        "change_points": [{"index": cp.index, "commit": s.points[cp.index].run.commit,
+                           "run_id": s.points[cp.index].run.run_id,
+                           "before": num(cp.before), "after": num(cp.after),
+                           "display_change": num(s.display(cp.after) / s.display(cp.before)
+                                                 - 1)} for cp in cps],
+        "noise": num(noise(s.values)) if enough else None,
+    }
 
 
 def describe_change(s: Series, cp: Any) -> str:

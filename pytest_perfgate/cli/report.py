@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import add_json_argument
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
 from pytest_perfgate.cli.common_args import folder_problem
 from pytest_perfgate.cli.history import load, with_history_warnings
@@ -132,11 +133,18 @@ class Report(Command):
                         help="the run to report: an id printed as 'recorded run RUN_ID' or a "
                         "commit prefix (default: the machine's newest history-mode run)")
         add_rule_arguments(ap)
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import infra
+        from pytest_perfgate.cli._out import run_with_json
+
+        return run_with_json(args, lambda: cls.write(args))
+
+    @classmethod
+    def write(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import infra, run_json, verdict_json
         from pytest_perfgate.cli.history import no_history_run
         from pytest_perfgate.core.files import atomic_write
         from pytest_perfgate.report import changepoints, markdown
@@ -175,6 +183,11 @@ class Report(Command):
         except OSError as e:
             return infra(args, f"cannot write the report in {out}: {e}")
         pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
+        files = [out / REPORT, out / SUMMARY] + [out / e.png for e in made if e.png] + [
+            out / e.counts_series.png for e in made if e.counts_series is not None]
+        args.json_body = {"run": run_json(run), "out": str(out),
+                          "files": [str(f) for f in files],
+                          "benchmarks": [verdict_json(j, run.run_id) for j in judged]}
         print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
               f"wrote {out / REPORT}, {out / SUMMARY} and {pngs} PNG(s)")
         return 0

@@ -19,6 +19,7 @@ protocol whose level is not comparable (docs/design.md §3).
 from __future__ import annotations
 
 import difflib
+import re
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +113,9 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     if wanted in names:
         return wanted
     hits = [n for n in names if wanted.lower() in n.lower()]
+    whole = [n for n in hits if _has_parts(n, wanted)]
+    if len(whole) == 1:  # a whole name part wins: 'sync' names ..._sync_4, not ..._async_4
+        return whole[0]
     if len(hits) == 1:
         return hits[0]
     if hits:
@@ -128,6 +132,19 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     label = "near names" if near else "recorded benchmarks"
     raise SeriesError(f"no benchmark {wanted!r} in this history; {label}: {', '.join(shown)}"
                       + (" ..." if not near and len(names) > 10 else ""))
+
+
+def _parts(text: str) -> list[str]:
+    """A name's parts: its runs of letters and digits ('test_walk[sync-4]' -> test, walk,
+    sync, 4)."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _has_parts(name: str, wanted: str) -> bool:
+    """Whether ``wanted``'s parts are whole, consecutive parts of ``name``."""
+    want, have = _parts(wanted), _parts(name)
+    return bool(want) and any(have[i:i + len(want)] == want
+                              for i in range(len(have) - len(want) + 1))
 
 
 def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
