@@ -204,3 +204,23 @@ def test_publish_swaps_in_a_new_site_and_rebuilds_a_half_written_one(
     assert main(["publish", "--no-pull"]) == 3  # asv itself stops, after it began a site
     assert "the site in" in capsys.readouterr().out
     assert snapshot(html) == before and leftovers(repo) == []
+
+
+def test_the_time_axis_and_the_tooltip_are_edited_to_read_one_unit(tmp_path: Path) -> None:
+    """The gated graph read 'nanoseconds' with ticks up to 1.00e+3, 1.20e+3 while its
+    tooltip said 1.337μs."""
+    asv = pytest.importorskip("asv")
+    from pytest_perfgate.cli._publish_site import UNIT_EDITS, align_units
+
+    shipped = Path(asv.__file__).parent / "www" / "graphdisplay.js"
+    site = tmp_path / "html"
+    site.mkdir()
+    (site / "graphdisplay.js").write_bytes(shipped.read_bytes())
+    assert align_units(site)
+    text = (site / "graphdisplay.js").read_text()
+    assert all(new in text and (old in new or old not in text) for old, new in UNIT_EDITS)
+    assert "toPrecision(3);\n" not in text.split("perfgate_axis")[1].split("function")[0]
+    assert align_units(site) and (site / "graphdisplay.js").read_text() == text  # once only
+    (site / "graphdisplay.js").write_text("// another asv\n")
+    assert not align_units(site)
+    assert (site / "graphdisplay.js").read_text() == "// another asv\n"

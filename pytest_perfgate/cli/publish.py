@@ -137,13 +137,17 @@ class Publish(Command):
         """asv publish into a build folder, the scripts copied in, then the swap: the site
         in ``html_dir`` changes only when everything succeeded. Returns the vendoring
         result (None without --scripts) or the failure's exit status."""
-        from pytest_perfgate.cli._publish_site import SiteError, vendor_site
+        from pytest_perfgate.cli._publish_site import SiteError, align_units, vendor_site
 
         with building(html_dir) as work:
             code = _asv_publish(args, config, conf, work / "html", work)
             if code != 0:
                 print(f"perfgate publish: the site in {html_dir} is left as it was")
                 return code
+            if not align_units(work / "html"):
+                print("perfgate publish: this asv's graphdisplay.js is not the one perfgate "
+                      "knows: its time axis may read nanoseconds with ticks like 1.00e+3 "
+                      "while the tooltip says μs (docs/history-asv-site.md)")
             done_v = None
             if args.scripts is not None:
                 try:
