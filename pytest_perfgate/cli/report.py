@@ -77,17 +77,19 @@ def band_of(j: Judged, s: Series, current: int | None) -> Any:
     used = used[-len(j.baseline_commits):]
     if not used:
         return None
-    return Band(j.baseline_steps_per_s, j.rule.threshold, used[0], used[-1])
+    return Band(j.baseline_steps_per_s, j.rule.threshold, used[0], used[-1], tuple(used))
 
 
 def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) -> list[Any]:
     """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
+    from pytest_perfgate.history.accept import load_decisions
     from pytest_perfgate.history.asv import COUNTS_SOURCE
     from pytest_perfgate.report import changepoints, plots
     from pytest_perfgate.report.markdown import Counts, Entry
     from pytest_perfgate.report.series import COUNTS, series
 
     made, taken = [], set[str]()
+    accepted = load_decisions(h.results_dir, h.machine).accepted
     for j in judged:
         name = j.result.name
         if j.result.source == COUNTS_SOURCE:
@@ -99,7 +101,7 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
         png = png_name(name, taken)
         verdict = "SMOKE" if j.verdict is None else j.verdict.outcome.value
         plots.plot(s, out / png, current, band, cps,
-                   f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})")
+                   f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})", accepted)
         c = run.benchmarks.get(name + COUNTS_SUFFIX)
         counts: Any = None
         if c is not None:  # instructions per env-step: where small steps show (§11)

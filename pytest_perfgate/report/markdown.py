@@ -148,9 +148,12 @@ def report(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
         if e.counts_series is not None:
             lines += [f"![{_cell(e.series.benchmark)}: instruction counts]"
                       f"({e.counts_series.png})", ""]
-    lines.append("Grey: each run's median (whiskers: its windows, min to max); red: this "
-                 "run; blue band: the gate's baseline level ± threshold over the baseline "
-                 "runs; orange: change points and each segment's level.")
+    lines.append("Grey: each run's median (whiskers: its windows, min to max); red dot: "
+                 "this run; red x: a run that failed the gate (never a baseline), green "
+                 "square: one a person accepted; blue band: the gate's baseline level ± "
+                 "threshold over the baseline runs only, and at this run the level it had to "
+                 "stay above; orange: change points and each segment's level. The y axis "
+                 "starts at 0 unless the title says it does not.")
     return "\n".join(lines) + "\n"
 
 
