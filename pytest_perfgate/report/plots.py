@@ -82,7 +82,7 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
             if p.spread is not None and s.kind == GATED:
                 samples = p.run.benchmarks[s.benchmark].samples
                 ax.vlines(x, s.display(max(samples)), s.display(min(samples)),
-                          colors="0.75", lw=1, label=None if whiskers else
+                          colors="0.75", lw=1, label="_nolegend_" if whiskers else
                           "its windows, min to max")
                 whiskers = True
         ax.plot(xs, ys, "-", color="0.6", lw=0.8)
