@@ -42,8 +42,8 @@ def test_walk(perfgate):
         if state["calls"] % 100 == 0:  # the machine's speed wanders every 0.1 s
             state["f"] = math.exp(rng.gauss(0, noise))
         state["calls"] += 1
-        CLOCK.advance(0.001 * slow * state["f"])
-    perfgate.measure(step, transitions=10)
+        CLOCK.advance(float(os.environ.get("COST", "0.001")) * slow * state["f"])
+    perfgate.measure(step, transitions=int(os.environ.get("TRANSITIONS", "10")))
 """
 
 
@@ -54,7 +54,8 @@ def _run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
                           env={**clean, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd), **env})
 
 
-def publish_site(repo: Path, windows: list[str], scripts: Path) -> dict[str, Any]:
+def publish_site(repo: Path, windows: list[str], scripts: Path,
+                 plan: list[tuple[float, float]] = PLAN, **env: str) -> dict[str, Any]:
     repo.mkdir()
     assert _run(["git", "init", "-q", str(repo)], repo).returncode == 0
     branch = _run(["git", "symbolic-ref", "--short", "HEAD"], repo).stdout.strip()
@@ -66,13 +67,13 @@ def publish_site(repo: Path, windows: list[str], scripts: Path) -> dict[str, Any
     (repo / "conftest.py").write_text(FAKE_CLOCK_CONFTEST)
     (repo / "test_perf.py").write_text(PERF_TEST)
     commits = []
-    for i, (slow, noise) in enumerate(PLAN):
+    for i, (slow, noise) in enumerate(plan):
         (repo / "walker.py").write_text(f"COST = {slow}  # commit {i}\n")
         _run([*GIT, "add", "-A"], repo)
         assert _run([*GIT, "commit", "-q", "-m", f"c{i}"], repo).returncode == 0
         done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--perfgate",
                      "--perfgate-machine=testbox", *windows, "test_perf.py"], repo,
-                    SLOW=str(slow), NOISE=str(noise), PERF_SEED=str(i))
+                    SLOW=str(slow), NOISE=str(noise), PERF_SEED=str(i), **env)
         assert "recorded run" in done.stdout, done.stdout + done.stderr
         commits.append(_run(["git", "rev-parse", "HEAD"], repo).stdout.strip())
     done = _run([sys.executable, "-m", "pytest_perfgate.cli", "publish", "--no-pull",
@@ -124,3 +125,39 @@ def test_regressions_page_lists_a_10_percent_step_still_present(
     (row,) = [r for r in listing if r[0] == gated]
     (change,) = [c for c in row if c.endswith(")") and "%" in c]
     assert float(change.split("%")[0]) == pytest.approx(10.0, abs=3.0), row
+
+
+HOVER_JS = r"""() => {
+  const plot = $('#main-graph').data('plot');
+  const off = plot.getPlotOffset();
+  const box = document.querySelector('#main-graph canvas.flot-base').getBoundingClientRect();
+  const p = plot.getData()[0].data.slice(-1)[0];
+  return {x: box.left + off.left + plot.getXAxes()[0].p2c(p[0]),
+          y: box.top + off.top + plot.getYAxes()[0].p2c(p[1]), value: p[1],
+          ylabel: plot.getYAxes()[0].options.axisLabel,
+          yticks: plot.getYAxes()[0].ticks.map(t => t.label)};
+}"""
+
+
+def test_axis_and_tooltip_read_one_unit_without_exponent_ticks(
+        tmp_path: Path, node_modules: Path) -> None:
+    """A series of 0.6-1.2 us per env-step read 'nanoseconds' with ticks up to 1.00e+3,
+    1.20e+3 while its tooltip said 1.337μs."""
+    chromium_path()
+    plan = [(1.0, 0.005)] * 3 + [(2.0, 0.005)] * 3  # 0.6 us, then 1.2 us per env-step
+    site = publish_site(tmp_path / "proj", ["--perfgate-windows=4",
+                                            "--perfgate-window-time=0.3"], node_modules,
+                        plan, COST="0.0006", TRANSITIONS="1000")
+    gated = f"{BENCH}.track_s_per_step"
+    with serve(site["html"]) as base, browser_page(base) as (page, log):
+        page.goto(f"{base}index.html#{gated}", wait_until="networkidle")
+        page.wait_for_function("() => window.$ && $('#main-graph').data('plot') !== undefined")
+        drawn = page.evaluate(HOVER_JS)
+        page.mouse.move(drawn["x"], drawn["y"])
+        page.wait_for_selector(".tooltip-inner")
+        tip = page.inner_text(".tooltip-inner")
+    assert not log.errors and not log.outside, (log.errors, log.outside)
+    assert drawn["ylabel"] == "microseconds", drawn
+    assert drawn["yticks"] and all("e" not in t for t in drawn["yticks"]), drawn
+    assert 1.0 < max(float(t) for t in drawn["yticks"]) < 2.0, drawn
+    assert tip.startswith(f"{drawn['value'] * 1e6:.3f}μs @ "), (tip, drawn)
