@@ -324,3 +324,11 @@ def test_each_inconclusive_sentence_names_its_true_cause_and_one_thing_to_do() -
     assert loaded.message.endswith(
         "The cause is outside load: 3 window(s) were spoiled by other work on this machine "
         "and kept, which widens the interval; run again when the machine is quiet.")
+
+
+def test_accept_and_forget_name_an_empty_run_id(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for cmd in ("accept", "forget"):
+        assert usage(capsys, cmd, " ", "--results-dir", str(regressed(tmp_path))) == (
+            f"perfgate {cmd}: error: RUN_ID is empty: give an id printed as 'recorded run "
+            "RUN_ID'")

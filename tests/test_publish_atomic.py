@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,3 +225,31 @@ def test_the_time_axis_and_the_tooltip_are_edited_to_read_one_unit(tmp_path: Pat
     (site / "graphdisplay.js").write_text("// another asv\n")
     assert not align_units(site)
     assert (site / "graphdisplay.js").read_text() == "// another asv\n"
+
+
+def test_publish_names_what_it_swept_and_an_asv_it_cannot_edit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    from pytest_perfgate.cli import publish
+
+    repo = project(tmp_path)
+    fake_site(repo / "html")
+    stale = repo / ".html.perfgate-publish-999999999.abcd"  # a publish that was killed
+    stale.mkdir()
+    (repo / ".perfgate-publish-999999999.x.json").write_text("{}")  # its config copy
+
+    def fake_asv(args: Any, config: Path, conf: Any, html: Path, work: Path) -> int:
+        html.mkdir()
+        (html / "index.json").write_text('{"project": "new"}')  # no graphdisplay.js
+        return 0
+
+    monkeypatch.setattr(publish, "_asv_publish", fake_asv)
+    monkeypatch.chdir(repo)
+    assert main(["publish", "--no-pull"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("perfgate publish: removed what an interrupted publish left: "
+                      f"{stale}, {repo / '.perfgate-publish-999999999.x.json'}")
+    assert out[1] == ("perfgate publish: this asv's graphdisplay.js is not the one perfgate "
+                      "knows: its time axis may read nanoseconds with ticks like 1.00e+3 "
+                      "while the tooltip says μs (docs/history-asv-site.md)")
+    assert json.loads((repo / "html" / "index.json").read_text()) == {"project": "new"}
+    assert not (repo / "html" / "graphs").exists() and leftovers(repo) == []

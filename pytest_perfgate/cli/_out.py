@@ -15,10 +15,10 @@ import contextlib
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from pytest_perfgate.core.judged import Judged, failing
+from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 
 OK, FAIL, USAGE, INFRA = 0, 1, 2, 3
@@ -89,11 +89,6 @@ def verdict_json(j: Judged, run_id: str | None) -> dict[str, Any]:
     }
 
 
-def verdicts_json(judged: Sequence[Judged], run: RunRecord) -> dict[str, Any]:
-    return {"run": run_json(run), "passed": not failing(judged),
-            "benchmarks": [verdict_json(j, run.run_id) for j in judged]}
-
-
 def version() -> str:
     from pytest_perfgate.cli import version as _version
 
@@ -143,6 +138,5 @@ __all__ = [
     "run_json",
     "run_with_json",
     "verdict_json",
-    "verdicts_json",
     "warned",
 ]

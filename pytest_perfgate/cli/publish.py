@@ -108,8 +108,8 @@ class Publish(Command):
             return 3
         swept = sweep_stale(html_dir, config.parent)
         if swept:
-            print(f"perfgate publish: removed {len(swept)} folder(s) an interrupted publish "
-                  f"left beside {html_dir}: {', '.join(p.name for p in swept)}")
+            print("perfgate publish: removed what an interrupted publish left: "
+                  + ", ".join(str(p) for p in swept))
         try:
             done_v = cls.build(args, config, conf, html_dir)
         except KeyboardInterrupt:
