@@ -332,3 +332,15 @@ def test_accept_and_forget_name_an_empty_run_id(tmp_path: Path,
         assert usage(capsys, cmd, " ", "--results-dir", str(regressed(tmp_path))) == (
             f"perfgate {cmd}: error: RUN_ID is empty: give an id printed as 'recorded run "
             "RUN_ID'")
+
+
+def test_compare_with_a_base_that_never_measured_the_benchmark_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "r"
+    record(results, [("1" * 40, 10.0, "OK")], name="other")
+    record(results, [("2" * 40, 10.0, "OK")], first=1)
+    assert main(["compare", "1111", "2222", "--results-dir", str(results), "--repo",
+                 str(tmp_path)]) == 0
+    assert ("walk: NO BASELINE: BASE commit 1111111111 has no history-mode run of walk on "
+            "machine 'box': compare with a commit that measured it (perfgate history BENCH "
+            "lists them); compare records nothing") in capsys.readouterr().out

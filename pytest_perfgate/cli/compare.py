@@ -48,12 +48,21 @@ def base_results(args: argparse.Namespace) -> Any:
     return args.found_results
 
 
-def explain_failed_base(j: Judged, base: RunRecord, failed: list[str]) -> Judged:
-    """NO BASELINE because the base's runs failed: say so, and the ways to compare."""
+def explain_failed_base(j: Judged, base: RunRecord, failed: list[str],
+                        base_runs: list[RunRecord]) -> Judged:
+    """NO BASELINE because the base's runs failed, or never measured the benchmark: say
+    so, and the ways to compare (``base_runs``: the base commit's history-mode runs)."""
     from pytest_perfgate.core.gate import Outcome
 
     v = j.verdict
-    if v is None or v.outcome is not Outcome.NO_BASELINE or not failed:
+    if v is None or v.outcome is not Outcome.NO_BASELINE:
+        return j
+    if not failed and not any(j.result.name in r.benchmarks for r in base_runs):
+        message = (f"BASE commit {base.commit[:10]} has no history-mode run of "
+                   f"{j.result.name} on machine {base.machine!r}: compare with a commit that "
+                   "measured it (perfgate history BENCH lists them); compare records nothing")
+        return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message))
+    if not failed:
         return j
     message = (f"the run(s) of BASE commit {base.commit[:10]} with {j.result.name} failed "
                f"the gate themselves ({', '.join(failed)}) and were never accepted, so they "
@@ -119,7 +128,10 @@ class Compare(Command):
         judged = warned(args, lambda: judge_run(args, results, head, base.commit,
                                                 before=False))
         if not args.failed_base:
-            judged = [explain_failed_base(j, base, failed.get(j.result.name, []))
+            from pytest_perfgate.modes.history import is_history_run
+
+            mine = [r for r in runs if r.commit == base.commit and is_history_run(r)]
+            judged = [explain_failed_base(j, base, failed.get(j.result.name, []), mine)
                       for j in judged]
         print(f"perfgate compare: {describe(head)} against the runs of commit "
               f"{base.commit[:10]}" + (" (its failed runs included: --failed-base)"
