@@ -344,3 +344,18 @@ def test_compare_with_a_base_that_never_measured_the_benchmark_says_so(
     assert ("walk: NO BASELINE: BASE commit 1111111111 has no history-mode run of walk on "
             "machine 'box': compare with a commit that measured it (perfgate history BENCH "
             "lists them); compare records nothing") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cmd", HISTORY_COMMANDS[:4], ids=lambda c: c[0])
+def test_a_machine_whose_run_folder_is_a_file_is_exit_3_in_every_command(
+        cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was 2 for compare when <machine>/perfgate is a file, 3 for check."""
+    results = tmp_path / "r"
+    (results / "box").mkdir(parents=True)
+    (results / "box" / "perfgate").write_text("not a folder")
+    argv = [*fill(cmd, tmp_path), "--results-dir", str(results), "--machine", "box"]
+    assert main(argv) == 3
+    assert capsys.readouterr().err == (
+        f"perfgate {cmd[0]}: infrastructure error: no history of machine 'box' in {results} "
+        "(machines with runs: none): record runs under that name first, or pass one of them "
+        "to --machine\n")
