@@ -24,9 +24,8 @@ from conftest import need_tool
 
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
 from pytest_perfgate.history import asv
-from pytest_perfgate.history.asv_machine import write_asv_machine_file
 from pytest_perfgate.history.asv_runs import is_asv_run
-from pytest_perfgate.history.machine import collect_metadata, fingerprint
+from pytest_perfgate.history.machine import collect_metadata, fingerprint, write_asv_machine_file
 from pytest_perfgate.history.store import History
 from pytest_perfgate.history.vcs import git_info
 

@@ -1,4 +1,4 @@
-"""Vendoring asv's CDN scripts into a published site (history/asv_site.py), without a browser.
+"""Vendoring asv's CDN scripts into a published site (cli/_publish_site.py), without a browser.
 
 Fake npm folders stand in for the real one: these tests check which files are copied, how
 the page is rewritten, which integrity hashes survive, and what a wrong folder is told.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.history.asv_site import (
+from pytest_perfgate.cli._publish_site import (
     ASSETS,
     NO_REGRESSIONS,
     NPM_INSTALL,
@@ -206,11 +206,14 @@ def test_publish_config_turns_off_regressions_of_throughput_only() -> None:
 def test_publish_reports_asv_failing_and_leaves_no_config_copy(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "asv.conf.json").write_text('{"version": 1, "project": "x"}')  # no "repo"
+    (tmp_path / "results" / "box").mkdir(parents=True)  # a history, so that asv runs
+    (tmp_path / "results" / "box" / "machine.json").write_text('{"version": 1}')
+    (tmp_path / "results" / "benchmarks.json").write_text('{"version": 2}')
     assert main(["publish", "--config", str(tmp_path / "asv.conf.json")]) == 3
     out = capfd.readouterr()
     assert "No repo specified" in out.out + out.err
     assert "perfgate publish: asv publish failed (exit 1); its output is above" in out.out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["asv.conf.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asv.conf.json", "results"]
 
 
 @pytest.mark.parametrize("name", ["asv.conf.json", "asv.conf.jsonc"])

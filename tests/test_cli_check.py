@@ -60,13 +60,13 @@ def test_a_run_is_judged_again_at_the_threshold_it_was_recorded_with(tmp_path: P
 
 def test_missing_history_is_an_infrastructure_error_not_a_pass(tmp_path: Path, capsys) -> None:
     assert main(["check", "--results-dir", str(tmp_path / "none")]) == 3
-    assert capsys.readouterr().out.startswith(
+    assert capsys.readouterr().err.startswith(
         f"perfgate check: infrastructure error: no history at {tmp_path / 'none'}")
     (tmp_path / "empty").mkdir()
     assert main(["check", "--results-dir", str(tmp_path / "empty")]) == 3
     _record(tmp_path / "ab", BASE, mode="ab")
     assert main(["check", "--results-dir", str(tmp_path / "ab")]) == 3
-    assert "has no recorded history-mode run" in capsys.readouterr().out
+    assert "has no recorded history-mode run" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:

@@ -188,9 +188,11 @@ def test_machines_unknown_or_ambiguous(tmp_path: Path, capsys) -> None:
     assert usage_error(capsys, "walk", "--results-dir", str(tmp_path)) == (
         f"perfgate history: error: {tmp_path} holds runs of several machines (m1, m2): name "
         "one with --machine")
-    assert usage_error(capsys, "walk", "--results-dir", str(tmp_path), "--machine", "m3") == (
-        f"perfgate history: error: no machine 'm3' in {tmp_path} (machines with runs: m1, m2): "
-        "pass one of them to --machine")
+    assert history("walk", "--results-dir", str(tmp_path), "--machine", "m3") == 3
+    assert capsys.readouterr().err == (
+        f"perfgate history: infrastructure error: no history of machine 'm3' in {tmp_path} "
+        "(machines with runs: m1, m2): record runs under that name first, or pass one of "
+        "them to --machine\n")
 
 
 def test_missing_empty_and_garbage_histories(tmp_path: Path, capsys) -> None:
@@ -216,7 +218,8 @@ def test_missing_empty_and_garbage_histories(tmp_path: Path, capsys) -> None:
     assert err[0].startswith(f"perfgate history: warning: skipping history file "
                              f"{garbage / 'bad.pgrun'}: ")
     assert err[1] == (f"perfgate history: infrastructure error: machine 'box' in "
-                      f"{tmp_path / 'g'} has no readable history-mode run")
+                      f"{tmp_path / 'g'} has no readable history-mode run: record runs with "
+                      "`pytest --perfgate` first")
     record(tmp_path / "g", [250.0] * 2)  # the good runs still show, the bad file is named
     assert history("walk", "--results-dir", str(tmp_path / "g")) == 0
     captured = capsys.readouterr()
@@ -224,7 +227,8 @@ def test_missing_empty_and_garbage_histories(tmp_path: Path, capsys) -> None:
     record(tmp_path / "ab", [250.0] * 2, mode="ab")
     assert history("walk", "--results-dir", str(tmp_path / "ab")) == 3
     assert capsys.readouterr().err.endswith(
-        "has no readable history-mode run (2 A/B run(s) are not a history)\n")
+        "has no readable history-mode run (2 A/B run(s) are not a history): record runs "
+        "with `pytest --perfgate` first\n")
 
 
 def test_a_missing_library_is_an_infrastructure_error(tmp_path: Path, capsys,

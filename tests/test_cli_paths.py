@@ -43,21 +43,24 @@ def test_a_results_dir_that_is_a_file_or_one_machines_folder_says_so(
         slow: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "file").write_text("x")
     assert main(["check", "--results-dir", str(tmp_path / "file")]) == 3
-    assert capsys.readouterr().out.splitlines()[0] == (
+    assert capsys.readouterr().err.splitlines()[0] == (
         f"perfgate check: infrastructure error: the history folder {tmp_path / 'file'} is a "
         "file: pass the results folder (with one folder per machine) to --results-dir")
     for given in (slow / "box", slow / "box" / "perfgate"):
         assert main(["check", "--results-dir", str(given)]) == 3
-        assert capsys.readouterr().out.splitlines()[0] == (
+        assert capsys.readouterr().err.splitlines()[0] == (
             f"perfgate check: infrastructure error: no machine in {given} has recorded runs: "
             f"{slow / 'box'} is one machine's folder; pass the folder above it, {slow}, to "
             "--results-dir")
         assert main(["history", "walk", "--results-dir", str(given)]) == 3
         assert f"pass the folder above it, {slow}, to --results-dir" in capsys.readouterr().err
-    assert usage_error(capsys, "accept", "20240101T000005-aaaa05", "--results-dir",
-                       str(tmp_path / "file")) == (
-        f"perfgate accept: error: results dir {tmp_path / 'file'} is a file, not a folder: "
-        "pass the folder your perf runs record into (with one folder per machine)")
+    for cmd in ("accept", "forget"):  # the same condition, the same status and words
+        assert main([cmd, "20240101T000005-aaaa05", "--results-dir",
+                     str(tmp_path / "file")]) == 3
+        assert capsys.readouterr().err == (
+            f"perfgate {cmd}: infrastructure error: the history folder {tmp_path / 'file'} "
+            "is a file: pass the results folder (with one folder per machine) to "
+            "--results-dir\n")
 
 
 def test_a_folder_no_machine_can_be_named_is_named_and_left_out(slow: Path, tmp_path: Path,
@@ -75,7 +78,7 @@ def test_a_folder_no_machine_can_be_named_is_named_and_left_out(slow: Path, tmp_
 def test_check_names_a_machine_without_history_and_the_machines_with(slow: Path,
                                                                      capsys) -> None:
     assert main(["check", "--results-dir", str(slow), "--machine", "nosuch"]) == 3
-    assert capsys.readouterr().out.splitlines()[0] == (
+    assert capsys.readouterr().err.splitlines()[0] == (
         f"perfgate check: infrastructure error: no history of machine 'nosuch' in {slow} "
         "(machines with runs: box): record runs under that name first, or pass one of them "
         "to --machine")
@@ -97,7 +100,7 @@ def test_empty_run_ids_and_commit_prefixes_are_named_as_empty(slow: Path, tmp_pa
 
 def test_compare_names_itself_in_its_infrastructure_errors(tmp_path: Path, capsys) -> None:
     assert main(["compare", "111", "--results-dir", str(tmp_path / "none")]) == 3
-    assert capsys.readouterr().out.startswith(
+    assert capsys.readouterr().err.startswith(
         f"perfgate compare: infrastructure error: no history at {tmp_path / 'none'}")
 
 

@@ -166,7 +166,8 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     said = (ok.artifacts / "perfgate-pr-perf-epyc" / "pr" / "comment.json").read_text()
     assert json.loads(said) == {"pull_request": 1, "head_sha": heads["same"],
                                 "machine": "perf-epyc", "gate": 0}  # for the comment
-    assert f"## perfgate: perf-epyc: PR vs merge base {base[:10]}: passed: " in ok.summary
+    assert (f"## perfgate: perf-epyc: PR vs merge base {base[:10]}: passed, nothing "
+            "failed: ") in ok.summary
     assert (ok.artifacts / "perfgate-pr-perf-epyc" / "pr" / "report.json").is_file()
 
     slow = jobs["slow"]

@@ -44,11 +44,23 @@ def commands() -> list[type[Command]]:
     return sorted(Command.__subclasses__(), key=lambda c: c.name)
 
 
+def version() -> str:
+    """The installed pytest-perfgate's version (the plugin and this command are one)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("pytest-perfgate")
+    except PackageNotFoundError:
+        return "unknown (not installed: run from an installed package)"
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfgate", description="pytest-perfgate's tools beside the pytest plugin: "
         "how far this runner's verdicts can be trusted, how to size a MuJoCo pool, what "
         "this machine looks like to perfgate, which failed runs a person accepted.")
+    parser.add_argument("--version", action="version", version=f"perfgate {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in commands():
         p = cmd.setup_arguments(sub)
@@ -61,7 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     ns = make_parser().parse_args(args)
     ns.command_line = "perfgate " + " ".join(args)
-    return int(ns.run(ns))
+    try:
+        return int(ns.run(ns))
+    except BrokenPipeError:  # `perfgate history X | head`: the reader has all it wants
+        sys.stderr.close()
+        return 0
 
 
 __all__ = ["Command", "commands", "main", "make_parser"]

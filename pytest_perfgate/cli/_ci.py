@@ -30,7 +30,8 @@ def add_ci_arguments(ap: argparse.ArgumentParser) -> None:
                     help="with --report: the exit status of the pytest run that wrote it, so "
                     "a crashed or interrupted run is an infrastructure error, never a pass")
     ap.add_argument("--no-baseline", type=argparse_type(parse_policy("fail", "warn")),
-                    default="warn", help="benchmarks with NO BASELINE: warn (a warning, "
+                    default="warn", metavar="{fail,warn}",
+                    help="benchmarks with NO BASELINE: warn (a warning, "
                     "exit 0) or fail (exit 3: nothing was gated; default warn)")
     ap.add_argument("--github", action=argparse.BooleanOptionalAction, default=None,
                     help="print GitHub Actions annotations: ::error at each failing test's "

@@ -16,19 +16,25 @@ from pytest_perfgate.cli.common_args import add_history_arguments, history_locat
 
 def decide(args: argparse.Namespace, what: str) -> int:
     """Run history.accept's ``what`` ("accept" or "forget") and print its answer."""
+    from pytest_perfgate.cli._out import infra
     from pytest_perfgate.history import accept as decisions
+    from pytest_perfgate.history.lookup import HistoryMissing, check_results_dir
 
     results, machine = history_location(args)
+    if not args.run_id.strip():
+        args.parser.error("RUN_ID is empty: give an id printed as 'recorded run RUN_ID'")
+    try:  # a missing history is the same condition, and status, in every command
+        check_results_dir(results)
+    except HistoryMissing as e:
+        return infra(args, str(e))
     try:
         print(getattr(decisions, what)(results, machine, args.run_id))
     except decisions.AcceptError as e:
         args.parser.error(str(e))
     except decisions.DecisionsUnreadable as e:
-        print(f"perfgate {what}: infrastructure error: {e}")
-        return 3
+        return infra(args, str(e))
     except OSError as e:
-        print(f"perfgate {what}: cannot write the decision into {results}: {e}")
-        return 3
+        return infra(args, f"cannot write the decision into {results}: {e}")
     return 0
 
 

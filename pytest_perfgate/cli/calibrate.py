@@ -94,6 +94,10 @@ class Calibrate(Command):
         try:
             if args.analyse is not None:
                 cfg, trials, meta = cal.load(args.analyse)
+                if not trials:
+                    raise cal.StudyError(f"--analyse {args.analyse}: the study holds no "
+                                         "trials (it was stopped before the first one "
+                                         "ended): measure again with --save FILE")
                 over = {k: v for k, v in (("threshold", args.threshold),
                                           ("alpha", args.alpha)) if v is not None}
                 if over:
@@ -101,9 +105,10 @@ class Calibrate(Command):
             else:
                 cfg = config_from(args)
                 trials, meta = measure(args, cfg)
+            lines = report(cfg, trials, meta, args.estimator, args.levers or ())
         except cal.StudyError as exc:
             args.parser.error(str(exc))
-        for line in report(cfg, trials, meta, args.estimator, args.levers or ()):
+        for line in lines:
             print(line)
         if args.analyse is None and args.save is not None:
             try:

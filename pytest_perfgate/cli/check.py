@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import argparse
 import glob
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._ci import add_ci_arguments
+from pytest_perfgate.cli._out import add_json_argument, run_json
 from pytest_perfgate.cli.common_args import (
     add_history_arguments,
     argparse_type,
-    history_location,
     parse_repo,
 )
 from pytest_perfgate.core.judged import Judged, failing
@@ -45,10 +46,10 @@ T = TypeVar("T")
 
 
 def _infra(args: argparse.Namespace, message: str) -> int:
-    """Print an infrastructure error (kept on ``args`` for the CI outputs); its status."""
-    print(f"{args.parser.prog}: infrastructure error: {message}")
-    args.infra_problem = message
-    return INFRA
+    """An infrastructure error, printed by the one rule of cli/_out.py; its status."""
+    from pytest_perfgate.cli._out import infra
+
+    return infra(args, message)
 
 
 def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
@@ -69,53 +70,30 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
                     help=f"newest N runs form the baseline (default {d.baseline_runs})")
     for what, default in (("unstable", d.unstable), ("inconclusive", d.inconclusive)):
         ap.add_argument(f"--{what}", type=argparse_type(parse_policy("fail", "warn")),
-                        default=default, help=f"{what.upper()} verdicts: fail or warn "
+                        default=default, metavar="{fail,warn}",
+                        help=f"{what.upper()} verdicts: fail or warn "
                         f"(default {default})")
 
 
 def machine_runs(args: argparse.Namespace) -> tuple[Path, str, list[RunRecord]] | int:
-    """(results dir, machine, its runs), or the infrastructure exit status (printed). The
-    run files skipped with a warning are kept in ``args.unreadable`` for :func:`pick_run`."""
-    from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
+    """(results dir, machine, its runs), or the infrastructure exit status (printed): the
+    one machine lookup (history/lookup.py). The run files skipped with a warning are kept in
+    ``args.unreadable`` for :func:`pick_run`."""
+    from pytest_perfgate.cli._out import find_history
 
-    results, machine = history_location(args)
-    if results.exists() and not results.is_dir():
-        return _infra(args, f"the history folder {results} is a file: pass the results "
-                      "folder (with one folder per machine) to --results-dir")
-    if not results.is_dir():
-        return _infra(args, f"no history at {results}: record runs with `pytest --perfgate` "
-                      "first, or pass --results-dir")
-    try:
-        machines = warned(args, lambda: recorded_machines(results))
-    except OSError as e:
-        return _infra(args, f"cannot list the machines in {results}: {e}")
-    if machine is None:
-        if not machines:
-            return _infra(args, no_machine_problem(results))
-        if len(machines) > 1:
-            args.parser.error(f"{results} holds runs of several machines "
-                              f"({', '.join(machines)}): name one with --machine")
-        machine = machines[0]
-    elif machine not in machines:
-        return _infra(args, f"no history of machine {machine!r} in {results} (machines with "
-                      f"runs: {', '.join(machines) or 'none'}): record runs under that name "
-                      "first, or pass one of them to --machine")
-    try:
-        store = History(results, machine)
-        runs = warned(args, store.load_runs)
-        args.unreadable = store.unreadable
-        return results, machine, runs
-    except (OSError, ValueError) as e:
-        return _infra(args, f"cannot read the history of machine {machine!r} in {results}: {e}")
+    found = find_history(args)
+    if isinstance(found, int):
+        return found
+    args.unreadable = found.unreadable
+    return found.results_dir, found.machine, list(found.runs)
 
 
 def warned(args: argparse.Namespace, call: Callable[[], T]) -> T:
     """``call()`` with each skipped history file named once, as one line on stderr."""
-    from pytest_perfgate.cli.history import with_history_warnings
+    from pytest_perfgate.cli._out import warned as _warned
 
-    if not hasattr(args, "warned"):
-        args.warned = set()
-    return with_history_warnings(args.parser.prog, call, args.warned)
+    result: T = _warned(args, call)
+    return result
 
 
 def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
@@ -140,9 +118,13 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
     found = [r for r in runs if r.run_id == wanted] or \
         [r for r in mine if r.commit.startswith(wanted.lower())]
     if not found:
+        found = _by_revision(args, mine, machine, wanted, what)
+    if not found:
         args.parser.error(f"{what} {wanted!r}: no run of machine {machine!r} has that id or "
-                          "commit: give an id printed as 'recorded run RUN_ID' or a commit "
-                          "hash (prefix) of a recorded run")
+                          "commit, and git does not know it as a revision in "
+                          f"{args.repo} (--repo): give an id printed as 'recorded run "
+                          "RUN_ID', a commit hash (prefix) of a recorded run, or a branch, "
+                          "tag or revision such as HEAD~1")
     if len({r.commit for r in found}) > 1:
         args.parser.error(f"{what} {wanted!r} matches several recorded commits: give more "
                           "digits")
@@ -151,6 +133,25 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
         args.parser.error(f"run {run.run_id} was measured in the A/B mode: its verdict was a "
                           "paired comparison; only history-mode runs can be judged again")
     return run
+
+
+def _by_revision(args: argparse.Namespace, mine: list[RunRecord], machine: str,
+                 wanted: str, what: str) -> list[RunRecord]:
+    """The runs of the commit git resolves ``wanted`` to (a branch, tag, HEAD~1: what
+    ``--perfgate-ab`` takes); [] when git does not know it; a usage error when git knows it
+    but no run of that commit is recorded."""
+    from pytest_perfgate.history.vcs import resolve_commit
+
+    full = resolve_commit(args.repo, wanted.strip())
+    if full is None:
+        return []
+    found = [r for r in mine if r.commit == full]
+    if not found:
+        args.parser.error(f"{what} {wanted!r} is commit {full[:10]} in {args.repo}, but "
+                          f"machine {machine!r} has no history-mode run of it: record one "
+                          f"(git checkout {full[:10]} && pytest --perfgate), or give a "
+                          "recorded commit")
+    return found
 
 
 def check_baseline(args: argparse.Namespace, runs: list[RunRecord], machine: str,
@@ -181,6 +182,10 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
     from pytest_perfgate.modes.history import HistoryContext, HistoryMode
 
     ctx = HistoryContext.for_run(results, run, args.repo, before=before)
+    warn_outside_git(args, ctx.git, run)
+    for run_id in getattr(args, "serve_anyway", ()):  # compare --failed-base
+        ctx.decisions = type(ctx.decisions)(ctx.decisions.accepted | {run_id},
+                                            ctx.decisions.forgotten - {run_id})
     judged: list[Judged] = []
     mode = HistoryMode(False, _no_meter, judged.append, lambda: ctx, args.baseline_runs,
                        baseline, records=None)
@@ -191,6 +196,20 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
         mode.judge(b, name, Rule(threshold=threshold, alpha=args.alpha,
                                  unstable=args.unstable, inconclusive=args.inconclusive))
     return judged
+
+
+def warn_outside_git(args: argparse.Namespace, git: Any, run: RunRecord) -> None:
+    """A run recorded in git judged where git cannot place its commit (a wrong --repo)
+    is judged as outside git, where every other commit's runs count: say so, once."""
+    from pytest_perfgate.history.vcs import NO_COMMIT
+
+    if git.available or run.commit == NO_COMMIT or getattr(args, "told_outside_git", False):
+        return
+    args.told_outside_git = True
+    print(f"{args.parser.prog}: warning: commit {run.commit[:10]} of run {run.run_id} is not "
+          f"in the repository at {args.repo} (--repo), so ancestry cannot be asked and the "
+          "runs of every other commit count as its baseline: pass the checkout the runs "
+          "were recorded from, e.g. --repo .", file=sys.stderr)
 
 
 def describe(run: RunRecord) -> str:
@@ -220,21 +239,38 @@ class Check(Command):
         ap.add_argument("--baseline", type=argparse_type(parse_commit), default=None,
                         help="compare with this commit's runs only")
         add_ci_arguments(ap)
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._ci import emit, gate_report
+        from pytest_perfgate.cli._out import run_with_json
 
         if args.report is not None:
             if args.run_id is not None or args.baseline is not None:
                 args.parser.error("--report gates the verdicts in a pytest report: give no "
                                   "RUN_ID and no --baseline with it")
-            return emit(args, gate_report(args))
-        if args.pytest_exit is not None:
+        elif args.pytest_exit is not None:
             args.parser.error("--pytest-exit goes with --report (the report that pytest run "
                               "wrote)")
-        return emit(args, cls.gate_history(args))
+        return run_with_json(args, lambda: cls.gate(args))
+
+    @classmethod
+    def gate(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._ci import emit, gate_report
+        from pytest_perfgate.cli._out import verdict_json
+
+        gate = gate_report(args) if args.report is not None else cls.gate_history(args)
+        status = emit(args, gate)
+        run = getattr(args, "judged_run", None)
+        args.json_body = {
+            "headline": gate.headline, "passed": status == 0,
+            "run": None if run is None else run_json(run),
+            "report": None if args.report is None else str(args.report),
+            "benchmarks": [verdict_json(j, None if run is None else run.run_id)
+                           for j in gate.judged],
+            "not_gated": list(gate.not_gated), "problems": list(gate.problems)}
+        return status
 
     @classmethod
     def gate_history(cls, args: argparse.Namespace) -> GateResult:
@@ -262,6 +298,7 @@ class Check(Command):
             return GateResult(run, problems=[args.infra_problem])
         if args.baseline is not None:
             check_baseline(args, runs, machine, run)
+        args.judged_run = run
         judged = warned(args, lambda: judge_run(args, results, run, args.baseline))
         if not judged:  # the plugin never records such a run: nothing was gated
             return GateResult(_infra(args, f"{describe(run)} holds no benchmark: nothing to "

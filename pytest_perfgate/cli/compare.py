@@ -9,9 +9,11 @@ interval, p-value and verdict per benchmark, then every phase now vs then. Unlik
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import add_json_argument
 from pytest_perfgate.cli.check import (
     add_rule_arguments,
     describe,
@@ -20,35 +22,97 @@ from pytest_perfgate.cli.check import (
     pick_run,
     warned,
 )
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.results import RunRecord
+
+
+def failed_base_runs(args: argparse.Namespace, runs: list[RunRecord], base: RunRecord
+                     ) -> dict[str, list[str]]:
+    """{benchmark: ids of the base commit's runs that failed the gate and wait to be
+    accepted}: such runs never serve as a baseline (docs/design.md §2)."""
+    from pytest_perfgate.history.accept import FAILED_VERDICTS, load_decisions
+    from pytest_perfgate.modes.history import is_history_run
+
+    decisions = load_decisions(base_results(args), base.machine)
+    out: dict[str, list[str]] = {}
+    for r in runs:
+        if r.commit != base.commit or not is_history_run(r) or r.run_id in decisions.accepted:
+            continue
+        for name, b in r.benchmarks.items():
+            if b.verdict in FAILED_VERDICTS and r.run_id not in decisions.forgotten:
+                out.setdefault(name, []).append(r.run_id)
+    return out
+
+
+def base_results(args: argparse.Namespace) -> Any:
+    return args.found_results
+
+
+def explain_failed_base(j: Judged, base: RunRecord, failed: list[str],
+                        base_runs: list[RunRecord]) -> Judged:
+    """NO BASELINE because the base's runs failed, or never measured the benchmark: say
+    so, and the ways to compare (``base_runs``: the base commit's history-mode runs)."""
+    from pytest_perfgate.core.gate import Outcome
+
+    v = j.verdict
+    if v is None or v.outcome is not Outcome.NO_BASELINE:
+        return j
+    if not failed and not any(j.result.name in r.benchmarks for r in base_runs):
+        message = (f"BASE commit {base.commit[:10]} has no history-mode run of "
+                   f"{j.result.name} on machine {base.machine!r}: compare with a commit that "
+                   "measured it (perfgate history BENCH lists them); compare records nothing")
+        return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message))
+    if not failed:
+        return j
+    message = (f"the run(s) of BASE commit {base.commit[:10]} with {j.result.name} failed "
+               f"the gate themselves ({', '.join(failed)}) and were never accepted, so they "
+               "serve no baseline; to compare against them anyway, add --failed-base (this "
+               "comparison only, nothing is recorded), or accept them if that slowdown was "
+               f"intended: perfgate accept {failed[-1]}")
+    return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message))
 
 
 class Compare(Command):
     name = "compare"
     help = "two recorded commits (or a commit and the newest run) side by side"
-    description = ("Judge HEAD's newest run (a commit hash prefix or a run id; default: the "
-                   "machine's newest run) against the runs of commit BASE with the gate's "
-                   "rules, and print ratios, intervals, p-values, verdicts and every phase "
-                   "side by side. Exit 0 (whatever the verdicts), 2 usage error, 3 "
-                   "infrastructure error.")
+    description = ("Judge HEAD's newest run (a run id, a commit hash prefix, or a git "
+                   "revision such as HEAD~1, a branch or a tag, resolved in --repo; default: "
+                   "the machine's newest run) against the runs of BASE (the same forms) with "
+                   "the gate's rules, and print ratios, intervals, p-values, verdicts and "
+                   "every phase side by side. Records nothing. Exit 0 (whatever the "
+                   "verdicts), 2 usage error, 3 infrastructure error.")
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
         ap = super().setup_arguments(subparsers)
-        ap.add_argument("base", metavar="BASE", help="the base commit (hash or prefix)")
+        ap.add_argument("base", metavar="BASE", help="the base: a commit (hash or prefix), a "
+                        "git revision (HEAD~1, a branch, a tag) or a run id")
         ap.add_argument("head", metavar="HEAD", nargs="?",
-                        help="the head: a commit (hash or prefix) or a run id (default: the "
-                        "machine's newest run)")
+                        help="the head: the same forms as BASE (default: the machine's "
+                        "newest run)")
         add_rule_arguments(ap)
+        ap.add_argument("--failed-base", action="store_true",
+                        help="let BASE's runs that failed the gate (and were not accepted) "
+                        "serve as its baseline, for this comparison only")
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import run_with_json
+
+        return run_with_json(args, lambda: cls.compare(args))
+
+    @classmethod
+    def compare(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import run_json, verdict_json
         from pytest_perfgate.report import render
 
         found = machine_runs(args)
         if isinstance(found, int):
             return found
         results, machine, runs = found
+        args.found_results = results
         base = pick_run(args, runs, machine, args.base, "BASE")
         if isinstance(base, int):
             return base
@@ -58,14 +122,28 @@ class Compare(Command):
         if head.commit == base.commit:
             args.parser.error(f"BASE and HEAD are the same commit ({base.commit[:10]}): "
                               "compare two different commits")
+        failed = failed_base_runs(args, runs, base)
+        if args.failed_base:
+            args.serve_anyway = sorted({i for ids in failed.values() for i in ids})
         judged = warned(args, lambda: judge_run(args, results, head, base.commit,
                                                 before=False))
+        if not args.failed_base:
+            from pytest_perfgate.modes.history import is_history_run
+
+            mine = [r for r in runs if r.commit == base.commit and is_history_run(r)]
+            judged = [explain_failed_base(j, base, failed.get(j.result.name, []), mine)
+                      for j in judged]
         print(f"perfgate compare: {describe(head)} against the runs of commit "
-              f"{base.commit[:10]}")
+              f"{base.commit[:10]}" + (" (its failed runs included: --failed-base)"
+                                       if args.failed_base and failed else ""))
         for line in render.table(judged) + render.notes(judged):
             print(line)
         for j in judged:
             if j.verdict is not None and j.baseline_commits:
                 print()
                 print(render.explain(j))
+        args.json_body = {"base": {"commit": base.commit, "runs": [
+            r.run_id for r in runs if r.commit == base.commit]}, "head": run_json(head),
+            "failed_base": bool(args.failed_base),
+            "benchmarks": [verdict_json(j, None) for j in judged]}
         return 0

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import add_json_argument
 from pytest_perfgate.cli.common_args import add_history_arguments, history_location
 from pytest_perfgate.report.series import GATED, MachineHistory, Series
 
@@ -62,19 +63,26 @@ def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
          ) -> MachineHistory | int:
     """The machine's history-mode runs, or the infrastructure exit status (printed); an
     unknown or ambiguous machine is a usage error. ``seen``: see with_history_warnings."""
+    from pytest_perfgate.cli._out import infra
+    from pytest_perfgate.history.lookup import HistoryMissing, MachineAmbiguous
     from pytest_perfgate.modes.history import is_history_run
-    from pytest_perfgate.report.series import SeriesError
 
     results, machine = history_location(args)
     try:
         return with_history_warnings(
             prog, lambda: MachineHistory.load(results, machine, keep=is_history_run), seen)
-    except SeriesError as e:
+    except MachineAmbiguous as e:
         args.parser.error(str(e))
-    except (OSError, ValueError) as e:
-        print(f"{prog}: infrastructure error: {e}", file=sys.stderr)
-        return INFRA
+    except HistoryMissing as e:
+        return infra(args, str(e))
     raise AssertionError("unreachable")  # parser.error exits
+
+
+def no_history_run(where: str, skipped: int) -> str:
+    """The one wording of 'this machine has runs, but none of the history mode'."""
+    return (f"{where} has no readable history-mode run"
+            + (f" ({skipped} A/B run(s) are not a history)" if skipped else "")
+            + ": record runs with `pytest --perfgate` first")
 
 
 def table(s: Series, marks: dict[int, str]) -> Iterator[str]:
@@ -118,10 +126,18 @@ class HistoryCommand(Command):
                         "phase.NAME (one phase's ms per call), counts.est_cycles (estimated "
                         "cycles per env-step) or counts.phase.NAME (one phase's "
                         "instructions per env-step)")
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import run_with_json
+
+        return run_with_json(args, lambda: cls.show(args))
+
+    @classmethod
+    def show(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import infra
         from pytest_perfgate.report import changepoints
         from pytest_perfgate.report.series import (
             SeriesError,
@@ -142,10 +158,7 @@ class HistoryCommand(Command):
         where = f"machine {found.machine!r} in {found.results_dir}"
         names = benchmark_names(found.runs)
         if not names:
-            print(f"{prog}: infrastructure error: {where} has no readable history-mode run"
-                  + (f" ({found.skipped} A/B run(s) are not a history)" if found.skipped
-                     else ""), file=sys.stderr)
-            return INFRA
+            return infra(args, no_history_run(where, found.skipped))
         try:
             bench = resolve_benchmark(args.benchmark, names)
             s = with_history_warnings(prog, lambda: series(found.runs, bench, kind))
@@ -154,11 +167,35 @@ class HistoryCommand(Command):
         try:
             cps = changepoints.detect(s.values)
         except changepoints.MissingLibrary as e:
-            print(f"{prog}: infrastructure error: {e}", file=sys.stderr)
-            return INFRA
+            return infra(args, str(e))
         for line in render(s, cps, where):
             print(line)
+        args.json_body = series_json(s, cps, found.machine, str(found.results_dir))
         return 0
+
+
+def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> dict[str, Any]:
+    """The --json document of ``perfgate history`` (schema: docs/cli.md)."""
+    from pytest_perfgate.report.changepoints import MIN_POINTS, noise
+
+    def num(x: float) -> float | None:
+        return float(x) if x == x and abs(x) != float("inf") else None
+
+    enough = len(s.points) >= MIN_POINTS
+    return {
+        "benchmark": s.benchmark, "series": s.kind, "unit": s.unit,
+        "display_unit": s.display_unit, "machine": machine, "results_dir": results_dir,
+        "points": [{"run_id": p.run.run_id, "commit": p.run.commit, "dirty": p.run.dirty,
+                    "started_at": num(p.run.started_at), "value": num(p.value),
+                    "display": num(s.display(p.value)), "spread": p.spread,
+                    "verdict": p.verdict} for p in s.points],
+        "change_points": [{"index": cp.index, "commit": s.points[cp.index].run.commit,
+                           "run_id": s.points[cp.index].run.run_id,
+                           "before": num(cp.before), "after": num(cp.after),
+                           "display_change": num(s.display(cp.after) / s.display(cp.before)
+                                                 - 1)} for cp in cps],
+        "noise": num(noise(s.values)) if enough else None,
+    }
 
 
 def describe_change(s: Series, cp: Any) -> str:

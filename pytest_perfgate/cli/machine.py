@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
@@ -42,19 +44,26 @@ class Machine(Command):
     def run_from_args(cls, args: argparse.Namespace) -> int:
         from pytest_perfgate.history import machine
 
-        name = args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine)
+        try:  # every value is checked before anything is collected or written
+            name = machine.machine_name(
+                args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine))
+        except ValueError as exc:
+            args.parser.error(str(exc))
+        target = None
+        if args.asv_machine_file is not None:
+            target = Path(args.asv_machine_file).expanduser()
+            problem = machine.asv_machine_file_problem(target)
+            if problem is not None:
+                args.parser.error(problem)
         meta = machine.collect_metadata(name)
         fields = machine.fingerprint_fields(meta)
         fp = machine.fingerprint(meta)
-        if args.asv_machine_file is not None:
-            from pathlib import Path
-
-            from pytest_perfgate.history.asv_machine import write_asv_machine_file
+        if target is not None:
             try:
-                path = write_asv_machine_file(meta, Path(args.asv_machine_file).expanduser())
+                path = machine.write_asv_machine_file(meta, target)
             except (OSError, ValueError) as exc:
-                print(f"perfgate machine: error: {exc}")
-                return 2
+                print(f"perfgate machine: infrastructure error: {exc}", file=sys.stderr)
+                return 3
             print(f"wrote machine {meta['machine']!r} to {path}: record with "
                   f"`asv run --machine {meta['machine']}`")
         if args.json:

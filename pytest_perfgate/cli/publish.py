@@ -8,11 +8,17 @@ artifact opened later behind a firewall) draws the same graphs.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +27,15 @@ from pytest_perfgate.cli.common_args import argparse_type
 from pytest_perfgate.session.options import OptionError, parse_path
 
 PUBLISH_TIMEOUT_S = 1800.0  # asv publish of a long history takes minutes, never hours
+# What asv publish copies into the html dir before anything else (asv/www): a folder with
+# these and no index.json is a site a stopped publish left half-written.
+ASV_PAGE_FILES = ("index.html", "asv.js", "swallow.ico")
+CONFIG_PREFIX = ".perfgate-publish-"  # asv's config copy, beside the config while asv runs
 
 
 def parse_scripts_dir(text: str) -> Path:
     """A folder holding asv's scripts at the versions its page names (npm's layout)."""
-    from pytest_perfgate.history.asv_site import SiteError, check_scripts
+    from pytest_perfgate.cli._publish_site import SiteError, check_scripts
 
     path = Path(parse_path(text)).expanduser().resolve()
     if not (path / "jquery").exists() and (path / "node_modules").is_dir():
@@ -77,8 +87,6 @@ class Publish(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.history.asv_site import SiteError, vendor_site
-
         config, conf = _read_config(args)
         problem = _branch_problem(config, conf)
         if problem is not None:
@@ -90,21 +98,30 @@ class Publish(Command):
             if not isinstance(html, str) or not html:
                 args.parser.error(f"{config}: html_dir {html!r} is not a folder name")
             html_dir = (config.parent / Path(html).expanduser()).resolve()
-        problem = _html_dir_problem(config, conf, html_dir)
+        problem = _html_dir_problem(config, conf, html_dir) or _range_problem(
+            config, conf, args.range)
         if problem is not None:
             args.parser.error(problem)
-        code = _asv_publish(args, config, conf, html_dir)
-        if code != 0:
-            return code
-        if args.scripts is None:
+        problem = _history_problem(config, conf)
+        if problem is not None:
+            print(f"perfgate publish: infrastructure error: {problem}", file=sys.stderr)
+            return 3
+        swept = sweep_stale(html_dir, config.parent)
+        if swept:
+            print("perfgate publish: removed what an interrupted publish left: "
+                  + ", ".join(str(p) for p in swept))
+        try:
+            done_v = cls.build(args, config, conf, html_dir)
+        except KeyboardInterrupt:
+            print(f"perfgate publish: stopped (Ctrl-C or SIGTERM): asv was ended, the site in "
+                  f"{html_dir} is left as it was", file=sys.stderr)
+            return 3
+        if isinstance(done_v, int):
+            return done_v
+        if done_v is None:
             print(f"perfgate publish: site in {html_dir}; its page loads scripts from "
                   "public CDNs (pass --scripts DIR to view it offline)")
             return 0
-        try:
-            done_v = vendor_site(html_dir, args.scripts)
-        except (SiteError, OSError) as exc:
-            print(f"perfgate publish: infrastructure error: {exc}")
-            return 3
         print(f"perfgate publish: site in {html_dir}, {done_v.files} files (scripts, "
               f"styles, fonts, licenses) copied into {html_dir / 'vendor'}; the page's "
               f"integrity hashes hold for {len(done_v.verified)} of them (the CDN's exact bytes)"
@@ -113,6 +130,34 @@ class Publish(Command):
         print("perfgate publish: view it over http (Chromium refuses asv's data files from "
               f"file://): python -m http.server --directory {html_dir}")
         return 0
+
+    @classmethod
+    def build(cls, args: argparse.Namespace, config: Path, conf: dict[str, Any],
+              html_dir: Path) -> Any:
+        """asv publish into a build folder, the scripts copied in, then the swap: the site
+        in ``html_dir`` changes only when everything succeeded. Returns the vendoring
+        result (None without --scripts) or the failure's exit status."""
+        from pytest_perfgate.cli._publish_site import SiteError, align_units, vendor_site
+
+        with building(html_dir) as work:
+            code = _asv_publish(args, config, conf, work / "html", work)
+            if code != 0:
+                print(f"perfgate publish: the site in {html_dir} is left as it was")
+                return code
+            if not align_units(work / "html"):
+                print("perfgate publish: this asv's graphdisplay.js is not the one perfgate "
+                      "knows: its time axis may read nanoseconds with ticks like 1.00e+3 "
+                      "while the tooltip says μs (docs/history-asv-site.md)")
+            done_v = None
+            if args.scripts is not None:
+                try:
+                    done_v = vendor_site(work / "html", args.scripts)
+                except (SiteError, OSError) as exc:
+                    print(f"perfgate publish: infrastructure error: {exc}; the site in "
+                          f"{html_dir} is left as it was", file=sys.stderr)
+                    return 3
+            swap(work, html_dir)
+        return done_v
 
 
 def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
@@ -153,10 +198,137 @@ def _html_dir_problem(config: Path, conf: dict[str, Any], html_dir: Path) -> str
     if inside:
         return (f"html dir {str(html_dir)!r} overlaps {str(inside[0])!r}: asv publish "
                 "deletes the html dir first; give a folder of its own, e.g. .perfgate/html")
-    if html_dir.is_dir() and any(html_dir.iterdir()) and not (html_dir / "index.json").is_file():
+    if html_dir.is_dir() and any(html_dir.iterdir()) and not is_asv_site(html_dir):
         return (f"html dir {str(html_dir)!r} holds files that are not an asv site: asv "
                 "publish deletes it first; give a new or empty folder")
     return None
+
+
+def is_asv_site(folder: Path) -> bool:
+    """A site asv published, or began to: its index.json, or the page files asv copies
+    first (a publish stopped half-way leaves those without index.json; it is rebuilt)."""
+    return (folder / "index.json").is_file() or all(
+        (folder / name).is_file() for name in ASV_PAGE_FILES)
+
+
+def _range_problem(config: Path, conf: dict[str, Any], text: str | None) -> str | None:
+    """Every revision of the range must be one git knows, asked before asv runs: asv stops
+    with a traceback (git rev-list ... status 128) after it has begun the site."""
+    from pytest_perfgate.history.vcs import resolve_commit
+
+    repo = conf.get("repo")
+    if text is None or not isinstance(repo, str):
+        return None
+    path = (config.parent / repo).resolve()
+    if not (path / ".git").exists():
+        return None  # a URL or a bare repository: asv fetches it and says
+    for token in text.split():
+        for part in re.split(r"\.\.\.?", token.lstrip("^")):
+            if part and resolve_commit(path, part) is None:
+                return (f"commit range {text!r}: {part!r} is not a branch, tag or commit of "
+                        f"the repository {path}: give a range git knows, e.g. "
+                        "HEAD~200..HEAD (git branch -a lists the branches)")
+    return None
+
+
+def _history_problem(config: Path, conf: dict[str, Any]) -> str | None:
+    """What would stop asv after it began: no history, or a machine file asv cannot read."""
+    from pytest_perfgate.core.files import load_json
+    from pytest_perfgate.history.lookup import HistoryMissing, find_machine
+
+    results = conf.get("results_dir", "results")
+    if not isinstance(results, str) or not results:
+        return f"{config}: results_dir {results!r} is not a folder name"
+    folder = (config.parent / results).resolve()
+    try:
+        find_machine(folder, None)
+    except HistoryMissing as e:
+        return str(e)
+    except ValueError:
+        pass  # several machines: asv publishes them all
+    if not (folder / "benchmarks.json").is_file():
+        return (f"no benchmarks.json in {folder}: record runs with `pytest --perfgate` (or "
+                "`asv run`) first")
+    for path in sorted(folder.glob("*/machine.json")):
+        try:
+            data = load_json(path)
+        except (OSError, ValueError) as e:
+            return (f"{path} cannot be read ({e}): fix or delete it (the next recorded run "
+                    "writes it again), then publish")
+        if not isinstance(data, dict):
+            return (f"{path} holds {type(data).__name__}, not asv's machine object: fix or "
+                    "delete it (the next recorded run writes it again), then publish")
+    return None
+
+
+def _work_prefix(html_dir: Path) -> str:
+    return f".{html_dir.name}.perfgate-publish-"
+
+
+def sweep_stale(html_dir: Path, config_dir: Path | None = None) -> list[Path]:
+    """Remove the build folders and config copies of publishes that were killed (their
+    process is gone): names carry the publishing process's pid."""
+    import shutil
+
+    import psutil
+
+    gone: list[Path] = []
+    found: list[Path] = []
+    if html_dir.parent.is_dir():
+        found += html_dir.parent.glob(glob.escape(_work_prefix(html_dir)) + "*")
+    if config_dir is not None and config_dir.is_dir():
+        found += config_dir.glob(glob.escape(CONFIG_PREFIX) + "*.json")
+    for p in sorted(set(found)):
+        pid = p.name.rsplit("-", 1)[-1].split(".")[0]
+        if pid.isdigit() and psutil.pid_exists(int(pid)):
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        gone.append(p)
+    return gone
+
+
+@contextlib.contextmanager
+def building(html_dir: Path) -> Iterator[Path]:
+    """A build folder beside ``html_dir`` (one filesystem: the swap is a rename), removed
+    however the publish ends; SIGTERM unwinds like Ctrl-C so that it is."""
+    import shutil
+
+    html_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=html_dir.parent,
+                                 prefix=f"{_work_prefix(html_dir)}{os.getpid()}."))
+    restore = _term_as_interrupt()
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        restore()
+
+
+def swap(work: Path, html_dir: Path) -> None:
+    """Put the new site in place of the old one: two renames, the old site removed after."""
+    if html_dir.exists():
+        html_dir.rename(work / "old")
+    (work / "html").rename(html_dir)
+
+
+def _term_as_interrupt() -> Callable[[], None]:
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt("SIGTERM: publish stopped; the site is left as it was")
+
+    signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    return restore
 
 
 def _branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
@@ -180,37 +352,52 @@ def _branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
 
 
 def _asv_publish(args: argparse.Namespace, config: Path, conf: dict[str, Any],
-                 html_dir: Path) -> int:
-    """Run asv publish on a copy of the config beside it (asv runs in the config's folder)
-    that keeps the higher-is-better series out of asv's regression list."""
-    from pytest_perfgate.history.asv_site import publish_config
+                 html_dir: Path, work: Path) -> int:
+    """Run asv publish into ``html_dir`` on a copy of the config in ``work`` (asv runs in
+    the config's folder) that keeps the higher-is-better series out of asv's regression
+    list. asv runs in its own process group, ended with it on Ctrl-C or SIGTERM."""
+    from pytest_perfgate.cli._publish_site import publish_config
 
-    tmp: Path | None = None
+    # beside the config: asv changes into the config's folder and reads paths from there
+    fd, name = tempfile.mkstemp(dir=config.parent, suffix=".json",
+                                prefix=f"{CONFIG_PREFIX}{os.getpid()}.")
+    copy = Path(name)
     try:
-        fd, name = tempfile.mkstemp(dir=config.parent, prefix=".perfgate-publish-",
-                                    suffix=".json")
-        tmp = Path(name)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(publish_config(conf), fh, indent=2)
-    except OSError as exc:
-        print(f"perfgate publish: cannot write beside {config} ({exc.strerror}): asv's "
-              "Regressions page will list env-steps/s gains as regressions")
-    cmd = [sys.executable, "-m", "asv", "publish", "--config", str(tmp or config),
-           "--html-dir", str(html_dir)]
-    cmd += ["--no-pull"] * args.no_pull + [args.range] * (args.range is not None)
-    print(f"perfgate publish: asv publish (config {config}) into {html_dir}", flush=True)
-    try:
-        done = subprocess.run(cmd, cwd=config.parent, timeout=PUBLISH_TIMEOUT_S,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    except subprocess.TimeoutExpired:
-        print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
-              "stopped: publish a range (e.g. HEAD~200..HEAD)")
-        return 3
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(copy),
+               "--html-dir", str(html_dir)]
+        cmd += ["--no-pull"] * args.no_pull + [args.range] * (args.range is not None)
+        print(f"perfgate publish: asv publish (config {config}) into a new site", flush=True)
+        proc = subprocess.Popen(cmd, cwd=config.parent, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            code = proc.wait(timeout=PUBLISH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _end(proc)
+            print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
+                  "stopped: publish a range (e.g. HEAD~200..HEAD)")
+            return 3
+        except BaseException:
+            _end(proc)
+            raise
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-    if done.returncode != 0:
-        print(f"perfgate publish: asv publish failed (exit {done.returncode}); its output "
-              "is above")
+        copy.unlink(missing_ok=True)
+    if code != 0:
+        print(f"perfgate publish: asv publish failed (exit {code}); its output is above")
         return 3
     return 0
+
+
+def _end(proc: subprocess.Popen[Any]) -> None:
+    """End asv and every process it started (its process group), then reap it."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue

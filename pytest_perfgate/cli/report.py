@@ -12,14 +12,14 @@ a file that could not be written).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import add_json_argument
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
 from pytest_perfgate.cli.common_args import folder_problem
-from pytest_perfgate.cli.history import INFRA, load, with_history_warnings
+from pytest_perfgate.cli.history import load, with_history_warnings
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series, hidden_message
@@ -77,17 +77,19 @@ def band_of(j: Judged, s: Series, current: int | None) -> Any:
     used = used[-len(j.baseline_commits):]
     if not used:
         return None
-    return Band(j.baseline_steps_per_s, j.rule.threshold, used[0], used[-1])
+    return Band(j.baseline_steps_per_s, j.rule.threshold, used[0], used[-1], tuple(used))
 
 
 def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) -> list[Any]:
     """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
+    from pytest_perfgate.history.accept import load_decisions
     from pytest_perfgate.history.asv import COUNTS_SOURCE
     from pytest_perfgate.report import changepoints, plots
     from pytest_perfgate.report.markdown import Counts, Entry
     from pytest_perfgate.report.series import COUNTS, series
 
     made, taken = [], set[str]()
+    accepted = load_decisions(h.results_dir, h.machine).accepted
     for j in judged:
         name = j.result.name
         if j.result.source == COUNTS_SOURCE:
@@ -99,7 +101,7 @@ def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) 
         png = png_name(name, taken)
         verdict = "SMOKE" if j.verdict is None else j.verdict.outcome.value
         plots.plot(s, out / png, current, band, cps,
-                   f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})")
+                   f"{name}: {verdict}, run {run.run_id} ({run.commit[:7]})", accepted)
         c = run.benchmarks.get(name + COUNTS_SUFFIX)
         counts: Any = None
         if c is not None:  # instructions per env-step: where small steps show (§11)
@@ -133,10 +135,19 @@ class Report(Command):
                         help="the run to report: an id printed as 'recorded run RUN_ID' or a "
                         "commit prefix (default: the machine's newest history-mode run)")
         add_rule_arguments(ap)
+        add_json_argument(ap)
         return ap
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import run_with_json
+
+        return run_with_json(args, lambda: cls.write(args))
+
+    @classmethod
+    def write(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.cli._out import infra, run_json, verdict_json
+        from pytest_perfgate.cli.history import no_history_run
         from pytest_perfgate.core.files import atomic_write
         from pytest_perfgate.report import changepoints, markdown
 
@@ -150,24 +161,18 @@ class Report(Command):
                 __import__(need)
             except ImportError:
                 fix = changepoints.INSTALL.replace("ruptures", need)
-                print(f"{PROG}: infrastructure error: {need} is not installed: {fix}",
-                      file=sys.stderr)
-                return INFRA
+                return infra(args, f"{need} is not installed: {fix}")
         seen: set[str] = set()  # each bad file is named once, though read twice
         h = load(args, PROG, seen)
         if isinstance(h, int):
             return h
         where = f"machine {h.machine!r} in {h.results_dir}"
         if not h.runs:
-            print(f"{PROG}: infrastructure error: {where} has no readable history-mode run",
-                  file=sys.stderr)
-            return INFRA
+            return infra(args, no_history_run(where, h.skipped))
         run = pick(args, h)
         hidden = h.hidden_newest(run) if args.run_id is None else None
         if hidden is not None:
-            print(f"{PROG}: infrastructure error: {hidden_message(hidden, run)}",
-                  file=sys.stderr)
-            return INFRA
+            return infra(args, hidden_message(hidden, run))
         judged = with_history_warnings(
             PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
         try:
@@ -178,10 +183,13 @@ class Report(Command):
             for f in (out / SUMMARY, out / REPORT):
                 f.chmod(0o644)  # an artifact others read; atomic_write makes 0600 files
         except OSError as e:
-            print(f"{PROG}: infrastructure error: cannot write the report in {out}: {e}",
-                  file=sys.stderr)
-            return INFRA
+            return infra(args, f"cannot write the report in {out}: {e}")
         pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
+        files = [out / REPORT, out / SUMMARY] + [out / e.png for e in made if e.png] + [
+            out / e.counts_series.png for e in made if e.counts_series is not None]
+        args.json_body = {"run": run_json(run), "out": str(out),
+                          "files": [str(f) for f in files],
+                          "benchmarks": [verdict_json(j, run.run_id) for j in judged]}
         print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
               f"wrote {out / REPORT}, {out / SUMMARY} and {pngs} PNG(s)")
         return 0

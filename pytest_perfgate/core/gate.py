@@ -289,7 +289,7 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
                        f"measured {_signed(drop)}, but the noise {where} can only resolve "
                        f"drops of {_drop(resolvable)} or more, above the "
                        f"{percent(rule.threshold)} "
-                       f"threshold. {_advice(ev)}")
+                       f"threshold. {_advice(ev, rule)}")
     return verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
                    f"{percent(rule.threshold)} threshold (resolves drops >= "
                    f"{_drop(resolvable)})")
@@ -327,12 +327,33 @@ def _basis(ev: Evidence) -> str:
     return text
 
 
-def _advice(ev: Evidence) -> str:
+def _advice(ev: Evidence, rule: Rule) -> str:
+    """The true reason the evidence cannot resolve the threshold, and the one thing to do:
+    too few runs (the spread is small but its estimate has few degrees of freedom), outside
+    load (the slack of kept spoiled windows), or the spread itself."""
     if ev.method == "paired":
         return "Measure more turns (--perfgate-ab-turns) or raise the threshold."
-    return ("This runner's speed drifts between runs more than the threshold; use the "
-            "interleaved A/B mode (--perfgate-ab BASE_REV) for a paired comparison, "
-            "or raise the threshold.")
+    limit = -math.log1p(-rule.threshold)  # the threshold as a log drop
+    spread = max(ev.between or 0.0, ev.within or 0.0)
+    room = math.sqrt(1 + 1 / ev.n_base)
+    if ev.slack > 0 and _t_ppf(1 - rule.alpha, ev.df) * ev.se <= limit:
+        return (f"The cause is outside load: {ev.polluted} window(s) were spoiled by other "
+                "work on this machine and kept, which widens the interval; run again when "
+                "the machine is quiet.")
+    need = next((k for k in range(int(ev.df) + 2, 200)
+                 if _t_ppf(1 - rule.alpha, k - 1) * spread * room + ev.slack <= limit), None)
+    if need is not None:
+        return (f"The cause is too few runs: the run-to-run spread ({spread:.1%}) is below "
+                f"the threshold, but {int(ev.df) + 1} earlier run(s) estimate it too loosely "
+                f"to resolve {percent(rule.threshold)}; record runs of earlier commits until "
+                f"about {need} have been measured (or compare now with --perfgate-ab "
+                "BASE_REV).")
+    most = (limit - ev.slack) / (_t_ppf(1 - rule.alpha, 1e6) * room)
+    return (f"The cause is the spread: this runner's run medians scatter by {spread:.1%}, "
+            f"and resolving {percent(rule.threshold)} at alpha={rule.alpha:g} needs a "
+            f"spread below {max(most, 0.0):.1%} however many runs are recorded; use the "
+            "interleaved A/B mode (--perfgate-ab BASE_REV) for a paired comparison, or "
+            "raise the threshold.")
 
 
 def no_baseline(message: str) -> Verdict:

@@ -276,3 +276,69 @@ def asv_machine_json(meta: Mapping[str, Any]) -> dict[str, Any]:
         else "",
         "version": 1,
     }
+
+
+# One machine for asv and perfgate: `asv run --machine NAME` takes the machine's fields from
+# ~/.asv-machine.json into every result file's params; asv publish draws one line per
+# distinct params, so perfgate writes the same fields under the same NAME (docs/design.md §6).
+
+
+def default_asv_machine_file() -> Path:
+    """Where asv looks (its Machine.get_machine_file_path)."""
+    return Path("~/.asv-machine.json").expanduser()
+
+
+def asv_machine_file_problem(path: Path) -> str | None:
+    """Why asv's machine file cannot be written at ``path`` (None: it can). Its folder must
+    exist: a typo in the path must not leave new folders behind."""
+    if path.is_dir():
+        return f"asv machine file {path} is a folder: give a file path, e.g. ~/.asv-machine.json"
+    if not path.parent.is_dir():
+        return (f"asv machine file {path}: its folder {path.parent} does not exist: give a "
+                "path in an existing folder, e.g. ~/.asv-machine.json")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return f"asv machine file {path}: cannot write in {path.parent}: give a writable folder"
+    return None
+
+
+def machine_name(given: str | None) -> str:
+    """The machine name runs record under: ``given`` (checked by the caller's parser), else
+    the hostname through the one name rule (core/names.py): a hostname that is not a usable
+    folder name (``../evil``, an RTL mark) is refused, never written anywhere. ValueError
+    names it and the fix."""
+    from pytest_perfgate.core.names import safe_name
+
+    if given:
+        return safe_name(given, "machine name", "runner-gpu-03")
+    host = socket.gethostname() or platform.node() or "unknown"
+    try:
+        return safe_name(host, "machine name", "runner-gpu-03", shown=f"the hostname {host!r}")
+    except ValueError as e:
+        raise ValueError(f"{e}: set --machine (or PERFGATE_MACHINE)") from None
+
+
+def write_asv_machine_file(meta: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Add or replace the entry for ``meta["machine"]`` in asv's machine file, keeping every
+    other machine in it. A file that is not asv's format is left alone: ValueError names it."""
+    from pytest_perfgate.core.files import atomic_write, load_json
+    from pytest_perfgate.history.files import describe, dump_json
+
+    path = path or default_asv_machine_file()
+    problem = asv_machine_file_problem(path)
+    if problem is not None:
+        raise ValueError(problem)
+    try:
+        data = load_json(path)
+    except FileNotFoundError:
+        data = {"version": 1}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"asv machine file {path} is unreadable ({exc}): fix or move it, "
+                         "then run this again") from None
+    if not isinstance(data, dict) or data.get("version", 1) != 1:
+        raise ValueError(f"asv machine file {path} holds {describe(data)} without asv's "
+                         "\"version\": 1: fix or move it, then run this again")
+    entry = {k: v for k, v in asv_machine_json(meta).items() if k != "version"}
+    data[entry["machine"]] = entry
+    data["version"] = 1
+    atomic_write(path, dump_json(data))
+    return path

@@ -60,13 +60,15 @@ class GateResult:
             return "USAGE ERROR: not judged"
         open_ = [j.result.name for j in self.judged if j.verdict is not None
                  and j.verdict.outcome is Outcome.INCONCLUSIVE]
-        caveats = ([f"{len(self.not_gated)} NOT GATED (no baseline: not a pass for those)"]
-                   if self.not_gated else []) + \
-            ([f"{len(open_)} INCONCLUSIVE (the noise hides a drop of the threshold's size)"]
-             if open_ else [])
         judged = len(self.judged) - len(self.not_gated) - len(open_)
-        return (f"passed: {judged} of {len(self.judged)} benchmark(s) OK or better"
-                + (f"; {'; '.join(caveats)}" if caveats else ""))
+        # what passed first; the benchmarks left undecided after it, never as a count of 0
+        parts = ([f"{judged} of {len(self.judged)} benchmark(s) OK or better"]
+                 if judged else []) + \
+            ([f"{len(self.not_gated)} NOT GATED (no baseline: not a pass for those)"]
+             if self.not_gated else []) + \
+            ([f"{len(open_)} INCONCLUSIVE, not a failure (undecided: its reason above "
+              "says what to do)"] if open_ else [])
+        return "passed, nothing failed: " + "; ".join(parts)
 
 
 def annotation_lines(outcome: GateResult, context: str = "") -> list[str]:

@@ -106,6 +106,17 @@ def notes(entries: Sequence[Entry]) -> list[str]:
     return out
 
 
+def accept_line(run: RunRecord, entries: Sequence[Entry]) -> list[str]:
+    """What pytest and ``perfgate check`` print under a failed run: how to accept it."""
+    failed = [e.judged.result.name for e in entries
+              if e.judged.verdict is not None and e.judged.verdict.fails(e.judged.rule)]
+    if not failed:
+        return []
+    names = ", ".join(f"`{n}`" for n in failed)
+    return [f"- this run failed the gate ({names}) and never serves as a baseline; if the "
+            f"slowdown is intended, accept it: `perfgate accept {run.run_id}`"]
+
+
 def _date(run: RunRecord) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.started_at))
 
@@ -120,7 +131,7 @@ def header(run: RunRecord, where: str) -> list[str]:
 def summary(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
     """For ``cat summary.md >> "$GITHUB_STEP_SUMMARY"``: no images."""
     lines = header(run, where) + verdict_table(entries)
-    extra = notes(entries)
+    extra = notes(entries) + accept_line(run, entries)
     lines += ["", *extra] if extra else []
     lines += ["", "### Change points", "", *change_points(entries), ""]
     return "\n".join(lines)
@@ -137,9 +148,12 @@ def report(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
         if e.counts_series is not None:
             lines += [f"![{_cell(e.series.benchmark)}: instruction counts]"
                       f"({e.counts_series.png})", ""]
-    lines.append("Grey: each run's median (whiskers: its windows, min to max); red: this "
-                 "run; blue band: the gate's baseline level ± threshold over the baseline "
-                 "runs; orange: change points and each segment's level.")
+    lines.append("Grey: each run's median (whiskers: its windows, min to max); red dot: "
+                 "this run; red x: a run that failed the gate (never a baseline), green "
+                 "square: one a person accepted; blue band: the gate's baseline level ± "
+                 "threshold over the baseline runs only, and at this run the level it had to "
+                 "stay above; orange: change points and each segment's level. The y axis "
+                 "starts at 0 unless the title says it does not.")
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ protocol whose level is not comparable (docs/design.md §3).
 from __future__ import annotations
 
 import difflib
+import re
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +113,9 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     if wanted in names:
         return wanted
     hits = [n for n in names if wanted.lower() in n.lower()]
+    whole = [n for n in hits if _has_parts(n, wanted)]
+    if len(whole) == 1:  # a whole name part wins: 'sync' names ..._sync_4, not ..._async_4
+        return whole[0]
     if len(hits) == 1:
         return hits[0]
     if hits:
@@ -128,6 +132,19 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
     label = "near names" if near else "recorded benchmarks"
     raise SeriesError(f"no benchmark {wanted!r} in this history; {label}: {', '.join(shown)}"
                       + (" ..." if not near and len(names) > 10 else ""))
+
+
+def _parts(text: str) -> list[str]:
+    """A name's parts: its runs of letters and digits ('test_walk[sync-4]' -> test, walk,
+    sync, 4)."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _has_parts(name: str, wanted: str) -> bool:
+    """Whether ``wanted``'s parts are whole, consecutive parts of ``name``."""
+    want, have = _parts(wanted), _parts(name)
+    return bool(want) and any(have[i:i + len(want)] == want
+                              for i in range(len(have) - len(want) + 1))
 
 
 def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
@@ -243,32 +260,14 @@ class MachineHistory:
     def load(cls, results_dir: Path, machine: str | None,
              keep: Callable[[RunRecord], bool] = lambda r: True) -> MachineHistory:
         """Read the sidecars (a bad one is skipped with a HistoryWarning naming it) and keep
-        the runs ``keep`` accepts. OSError / SeriesError say why there is no history to read,
-        and the fix."""
-        from pytest_perfgate.history.store import History, no_machine_problem, recorded_machines
+        the runs ``keep`` accepts; the machine is found by history/lookup.py, whose
+        HistoryMissing / MachineAmbiguous say why there is no history to read."""
+        from pytest_perfgate.history.lookup import machine_runs
 
-        if results_dir.exists() and not results_dir.is_dir():
-            raise OSError(f"the history folder {results_dir} is a file: pass the results "
-                          "folder (with one folder per machine) to --results-dir")
-        if not results_dir.is_dir():
-            raise OSError(f"no history at {results_dir}: record runs with `pytest --perfgate` "
-                          "first, or pass --results-dir")
-        machines = recorded_machines(results_dir)
-        if machine is None:
-            if not machines:
-                raise OSError(no_machine_problem(results_dir))
-            if len(machines) > 1:
-                raise SeriesError(f"{results_dir} holds runs of several machines "
-                                  f"({', '.join(machines)}): name one with --machine")
-            machine = machines[0]
-        elif machine not in machines:
-            known = ", ".join(machines) or "none"
-            raise SeriesError(f"no machine {machine!r} in {results_dir} (machines with runs: "
-                              f"{known}): pass one of them to --machine")
-        store = History(results_dir, machine)
-        runs = store.load_runs()
-        kept = tuple(r for r in runs if keep(r))
-        return cls(results_dir, machine, kept, len(runs) - len(kept), tuple(store.unreadable))
+        found = machine_runs(results_dir, machine)
+        kept = tuple(r for r in found.runs if keep(r))
+        return cls(found.results_dir, found.machine, kept, len(found.runs) - len(kept),
+                   found.unreadable)
 
     def hidden_newest(self, run: RunRecord) -> Unreadable | None:
         """A skipped run file that may be newer than ``run`` (see :class:`Unreadable`)."""
