@@ -37,7 +37,7 @@ class Bisect(Command):
         "everything after BAD goes to pytest (e.g. perfgate bisect v1.2 HEAD perf/ -k "
         "humanoid). Exit 0 when every step found is named, 1 when GOOD and BAD do not differ "
         "or a verdict stayed inconclusive, 2 on a usage error, 3 when the ends could not be "
-        "measured.")
+        "measured, 130 when stopped (Ctrl-C, SIGTERM; the worktrees are removed).")
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
@@ -117,13 +117,19 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
         if p is not None and n == 1 and p.failure is None:
             print(wording.estimate(len(commits), total, p.seconds, measured=True), flush=True)
 
-    with head_worktree(repo) as workdir:
-        probe = PytestProbe(workdir, args.pytest_args, read_report, threshold=args.threshold,
-                            turn_s=args.turn_time, setup=args.setup)
-        bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
-                            max_probes=args.max_probes, on_probe=on_probe)
-        state["bisector"] = bisector
-        result = bisector.run()
+    try:
+        with head_worktree(repo) as workdir:
+            probe = PytestProbe(workdir, args.pytest_args, read_report,
+                                threshold=args.threshold, turn_s=args.turn_time,
+                                setup=args.setup)
+            bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
+                                max_probes=args.max_probes, on_probe=on_probe)
+            state["bisector"] = bisector
+            result = bisector.run()
+    except KeyboardInterrupt:
+        done = len(state["bisector"].result.probes) if state["bisector"] else 0
+        print(wording.interrupted(done, time.monotonic() - start), flush=True)
+        return wording.EXIT_INTERRUPTED
     for line in wording.summary(result, labels, _subjects(repo, good, bad), threshold,
                                 time.monotonic() - start):
         print(line)

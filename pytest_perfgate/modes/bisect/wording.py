@@ -13,6 +13,7 @@ OVERHEAD_GUESS_S = 10.0
 
 EXIT_FOUND = 0  # every step found was named (or narrowed to commits that could not be judged)
 EXIT_NOT_FOUND = 1  # GOOD and BAD do not differ, or a verdict stayed inconclusive
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (2 is argparse's usage error)
 EXIT_INFRA = 3  # BAD or GOOD could not be measured at all
 
 
@@ -43,7 +44,9 @@ def estimate(n_commits: int, probes: int, per_probe_s: float, measured: bool) ->
 
 def short(commit: str, labels: Mapping[str, str]) -> str:
     label = labels.get(commit)
-    return f"{label} ({commit[:10]})" if label else commit[:10]
+    if not label or commit.startswith(label):  # a hash given as the revision
+        return commit[:10]
+    return f"{label} ({commit[:10]})"
 
 
 def reading_text(r: Reading) -> str:
@@ -160,6 +163,12 @@ def _readings(p: Probe) -> str:
     return "; ".join(f"{n} {reading_text(rd)}" for n, rd in p.readings.items()) or "no verdict"
 
 
+def interrupted(probes: int, elapsed_s: float) -> str:
+    return (f"perfgate bisect: stopped ({probes} probe{'s' if probes != 1 else ''} finished "
+            f"in {duration(elapsed_s)}); the running probe was stopped and the worktrees "
+            "removed")
+
+
 def exit_status(r: BisectResult) -> int:
     if r.stop in (Stop.DONE, Stop.REST_UNKNOWN) and r.steps:
         return EXIT_FOUND
@@ -168,4 +177,4 @@ def exit_status(r: BisectResult) -> int:
     return EXIT_NOT_FOUND
 
 
-__all__ = ["estimate", "exit_status", "probe_guess_s", "probe_line", "summary"]
+__all__ = ["estimate", "exit_status", "interrupted", "probe_guess_s", "probe_line", "summary"]
