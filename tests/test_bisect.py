@@ -192,6 +192,18 @@ def test_an_unmeasurable_bad_end_is_an_infrastructure_error() -> None:
     assert "BAD c03 against GOOD G could not be measured: pytest measured nothing" in text
 
 
+def test_a_test_missing_at_good_says_so() -> None:
+    cs = commits(4)
+    missing = Reading("NO BASELINE", message="the base revision G has no test test_walk")
+    r = Bisector("G", cs[-1], cs, lambda c, b, t: Probe(c, b, t, {BENCH: missing}), 96).run()
+    assert r.stop is Stop.ENDPOINT_UNMEASURED
+    (line, *_) = wording.summary(r, {}, {}, 0.02, 1)
+    assert line == ("perfgate bisect: BAD c03 against GOOD G could not be measured: "
+                    "test_perf.test_walk NO BASELINE (the base revision G has no test "
+                    "test_walk); check that the tests select a perf test that exists at both "
+                    "ends")
+
+
 def test_a_spread_slowdown_reports_the_crossing_honestly() -> None:
     cs = commits(8)
     probe = FakeProbe(cs, {c: 0.99 for c in cs})  # 1% per commit, each under 2%

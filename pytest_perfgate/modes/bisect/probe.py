@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT
 from pytest_perfgate.modes.bisect.search import Probe, Reading
 
 STOP_TIMEOUT_S = 60.0  # a stopped probe ends its sides and removes its base worktree
-TAIL_CHARS = 1500
+TAIL_CHARS = 800
 # Settings that would make a probe's pytest do something other than the comparison asked.
 _ENV_DROP = ("PERFGATE_AB", "PERFGATE_BASELINE", "GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS")
 
@@ -81,10 +82,15 @@ def head_worktree(repo: Path) -> Iterator[Path]:
     """The one worktree every candidate is checked out into (removed afterwards, also on
     SIGTERM; a SIGKILLed run's is swept at the next start, as the A/B mode's are)."""
     restore = term_as_interrupt()
+    # In a folder of its own, not the temp dir's top: it lives for the whole bisection, and a
+    # sweep of the temp dir's worktree folders by any other run must not reach it. A SIGKILLed
+    # run's is still found, through `git worktree list`.
+    parent = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))
     try:
-        with _worktree(repo, "HEAD") as path:
+        with _worktree(repo, "HEAD", parent) as path:
             yield path
     finally:
+        shutil.rmtree(parent, ignore_errors=True)
         restore()
 
 

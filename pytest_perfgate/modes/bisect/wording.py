@@ -51,7 +51,7 @@ def short(commit: str, labels: Mapping[str, str]) -> str:
 
 def reading_text(r: Reading) -> str:
     if r.ratio is None:
-        return r.outcome
+        return f"{r.outcome} ({r.message})" if r.message else r.outcome
     ci = f" [{r.ci[0]:.3f}-{r.ci[1]:.3f}]" if r.ci else ""
     return f"throughput ratio {r.ratio:.3f}{ci}, {r.outcome}"
 
@@ -127,7 +127,7 @@ def summary(r: BisectResult, labels: Mapping[str, str], subjects: Mapping[str, s
                    "a larger --threshold.")
     elif r.stop is Stop.ENDPOINT_UNMEASURED and e is not None:
         out.append(f"perfgate bisect: BAD {b} against GOOD {g} could not be measured: "
-                   f"{e.failure or 'no verdict'}; check that the tests select a perf test "
+                   f"{e.failure or _readings(e)}; check that the tests select a perf test "
                    "that exists at both ends")
         out.append(f"  reproduce: {e.command}")
     else:
