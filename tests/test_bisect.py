@@ -331,3 +331,42 @@ def test_good_on_a_merged_branch_bisects_bads_first_parent_line(repo: Path) -> N
     # commit 2 and the merge, not the side commit's ancestors.
     _, _, cs = commit_range(repo, side, "HEAD")
     assert cs == [git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")]
+
+
+def test_options_go_before_good_and_the_rest_goes_to_pytest() -> None:
+    from pytest_perfgate.cli import make_parser
+
+    ns = make_parser().parse_args(["bisect", "--threshold", "5%", "v1.2", "HEAD", "perf/",
+                                   "-k", "humanoid", "--perfgate-warmup-max=9"])
+    assert (ns.good, ns.bad, ns.threshold) == ("v1.2", "HEAD", 0.05)
+    assert ns.pytest_args == ["perf/", "-k", "humanoid", "--perfgate-warmup-max=9"]
+    assert (ns.turns, ns.turn_time, ns.retries, ns.setup) == (96, 0.1, 2, None)
+
+
+def test_a_bad_option_value_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["bisect", "--turns", "1", "v1", "HEAD"])
+    assert e.value.code == 2
+    assert "argument --turns: '1' is too small" in capsys.readouterr().err
+
+
+# --- the real probe's skips (real pytest and git; nothing is timed) ----------------------
+
+def test_a_commit_without_the_test_or_whose_setup_fails_is_skipped(repo: Path) -> None:
+    from pytest_perfgate.modes.bisect.probe import PytestProbe, head_worktree
+    from pytest_perfgate.report.readback import read_report
+
+    head = git(repo, "rev-parse", "HEAD")
+    with head_worktree(repo) as wt:
+        missing = PytestProbe(wt, ["test_perf.py"], read_report)(head, "HEAD~1", 8)
+        failing = PytestProbe(wt, ["test_perf.py"], read_report, setup="exit 7")(
+            head, "HEAD~1", 8)
+        assert git(wt, "rev-parse", "HEAD") == head
+    assert missing.failure is not None and missing.status() is Status.SKIP
+    assert missing.failure.startswith("pytest measured nothing (exit 4): ")
+    assert "file or directory not found: test_perf.py" in missing.failure
+    assert missing.command == (f"git checkout --detach {head[:12]} && python -m pytest "
+                               "--perfgate '--perfgate-ab=HEAD~1' --perfgate-ab-turns=8 "
+                               "test_perf.py")
+    assert failing.failure == "the set-up command 'exit 7' failed here (exit 7): "
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
