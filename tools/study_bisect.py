@@ -178,6 +178,8 @@ def main() -> int:
         good, hashes = build(repo, args.commits, slow_at, step)
         truth = hashes[slow_at]
         pg = run_perfgate(repo, good, args.bisect_args)
+        (top / f"trial-{t}-perfgate.txt").write_text(str(pg["output"]))
+        retried = str(pg["output"]).count("-> inconclusive")
         hit = pg["named"] == [truth[:10]]
         tally["perfgate"] += hit
         probes.append(pg["probes"])
@@ -185,13 +187,16 @@ def main() -> int:
         ranges = f" (ranges of {pg['ranges']} commits)" if pg["ranges"] else ""
         line = (f"trial {t}: slow commit #{slow_at} {truth[:10]}; perfgate bisect named "
                 f"{pg['named'] or 'nothing'}{ranges} {'HIT' if hit else 'MISS'}, exit "
-                f"{pg['rc']}, {pg['probes']} probes, {pg['seconds']:.0f} s")
+                f"{pg['rc']}, {pg['probes']} probes ({retried} inconclusive), "
+                f"{pg['seconds']:.0f} s")
         if not hit:
             print(pg["output"], flush=True)
+        print(f"  ({top / f'trial-{t}-perfgate.txt'}: its output)", flush=True)
         if not args.no_asv:
             home = repo.parent / f"home-{t}"
             home.mkdir(exist_ok=True)
             a = run_asv(repo, good, home)
+            (top / f"trial-{t}-asv.txt").write_text(str(a["output"]))
             ahit = a["named"] == [truth[:8]]
             tally["asv"] += ahit
             asv_walls.append(a["seconds"])

@@ -119,8 +119,9 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
 
     try:
         with head_worktree(repo) as workdir:
+            # The threshold always given: a project's ini may set another one.
             probe = PytestProbe(workdir, args.pytest_args, read_report,
-                                threshold=args.threshold, turn_s=args.turn_time,
+                                threshold=threshold, turn_s=args.turn_time,
                                 setup=args.setup)
             bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
                                 max_probes=args.max_probes, on_probe=on_probe)
