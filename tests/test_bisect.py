@@ -370,3 +370,21 @@ def test_a_commit_without_the_test_or_whose_setup_fails_is_skipped(repo: Path) -
                                "test_perf.py")
     assert failing.failure == "the set-up command 'exit 7' failed here (exit 7): "
     assert len(git(repo, "worktree", "list").splitlines()) == 1
+
+
+def test_an_unknown_rest_says_how_to_search_on() -> None:
+    cs = commits(8)
+    fake = FakeProbe(cs, {cs[3]: 0.9})
+    noise = Reading("INCONCLUSIVE", 0.99, (0.967, 1.012), "")
+
+    def probe(c: str, base: str, turns: int) -> Probe:  # noisy against anything but GOOD
+        return fake(c, base, turns) if base in ("G", cs[2]) else Probe(c, base, turns,
+                                                                        {BENCH: noise})
+
+    r = Bisector("G", cs[-1], cs, probe, 96).run()
+    assert r.stop is Stop.REST_UNKNOWN and [s.first_bad for s in r.steps] == [cs[3]]
+    text = "\n".join(wording.summary(r, {cs[-1]: "HEAD"}, {}, 0.02, 9, ["perf/", "-k", "x y"]))
+    assert ("whether more steps follow c03 is unknown: BAD against it was inconclusive "
+            "(test_perf.test_walk throughput ratio 0.990 [0.967-1.012], INCONCLUSIVE); to "
+            "search on from it: perfgate bisect --turns 768 c03 HEAD perf/ -k 'x y'") in text
+    assert wording.exit_status(r) == wording.EXIT_FOUND

@@ -132,6 +132,6 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
         print(wording.interrupted(done, time.monotonic() - start), flush=True)
         return wording.EXIT_INTERRUPTED
     for line in wording.summary(result, labels, _subjects(repo, good, bad), threshold,
-                                time.monotonic() - start):
+                                time.monotonic() - start, args.pytest_args):
         print(line)
     return wording.exit_status(result)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 
 from pytest_perfgate.modes.bisect.search import BisectResult, Probe, Reading, Status, Step, Stop
 
@@ -107,7 +108,7 @@ def step_lines(step: Step, labels: Mapping[str, str], subjects: Mapping[str, str
 
 
 def summary(r: BisectResult, labels: Mapping[str, str], subjects: Mapping[str, str],
-            threshold: float, elapsed_s: float) -> list[str]:
+            threshold: float, elapsed_s: float, tests: Sequence[str] = ()) -> list[str]:
     g, b = short(r.good, labels), short(r.bad, labels)
     out: list[str] = []
     e = r.endpoint
@@ -140,7 +141,10 @@ def summary(r: BisectResult, labels: Mapping[str, str], subjects: Mapping[str, s
         if r.stop is Stop.REST_UNKNOWN and r.rest is not None:
             out.append(f"whether more steps follow {short(r.rest.base, labels)} is unknown: "
                        f"BAD against it was {r.rest.status(r.tracked).value} "
-                       f"({r.rest.failure or _readings(r.rest)})")
+                       f"({r.rest.failure or _readings(r.rest)}); to search on from it: "
+                       + shlex.join(["perfgate", "bisect", "--turns", str(2 * r.rest.turns),
+                                     r.rest.base[:12], labels.get(r.bad) or r.bad[:12],
+                                     *tests]))
         if r.stop is Stop.PROBE_LIMIT:
             out.append("stopped at the probe limit (--max-probes) before the search ended")
     for c, why in r.skipped.items():
