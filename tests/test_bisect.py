@@ -226,9 +226,10 @@ def test_progress_lines_and_the_estimate() -> None:
     cs = commits(8)
     probe = FakeProbe(cs, {cs[5]: 0.9})
 
-    def on(n: int, c: str, base: str, turns: int, p: Probe | None) -> None:
+    def on(n: int, c: str, base: str, turns: int, p: Probe | None,
+           status: Status | None) -> None:
         seen.append(wording.probe_line(n, 5, c, base, turns, p, {"G": "v1"},
-                                       (BENCH,), 65.0))
+                                       (BENCH,), 65.0, status))
 
     Bisector("G", cs[-1], cs, probe, 96, on_probe=on).run()
     assert seen[0] == "[probe 1/~5] c07 against v1 (G), 96 turns per side (elapsed " \
@@ -388,3 +389,53 @@ def test_an_unknown_rest_says_how_to_search_on() -> None:
             "(test_perf.test_walk throughput ratio 0.990 [0.967-1.012], INCONCLUSIVE); to "
             "search on from it: perfgate bisect --turns 768 c03 HEAD perf/ -k 'x y'") in text
     assert wording.exit_status(r) == wording.EXIT_FOUND
+
+
+class NarrowProbe(FakeProbe):
+    """As FakeProbe, but ``noisy`` commits are INCONCLUSIVE with a +-3% interval around
+    their true ratio (what 96 turns gave on the shared runner at load average ~5)."""
+
+    def __call__(self, commit: str, base: str, turns: int) -> Probe:
+        if commit not in self.noisy:
+            return super().__call__(commit, base, turns)
+        self.calls.append((commit, base, turns))
+        ratio = self.speed(commit) / self.speed(base)
+        r = Reading("INCONCLUSIVE", ratio, (ratio * 0.97, ratio * 1.03), "")
+        return Probe(commit, base, turns, {BENCH: r})
+
+
+def test_an_inconclusive_candidate_clearly_above_halfway_counts_as_not_slower() -> None:
+    cs = commits(16)
+    noisy = {c: 1 for c in cs[:8]}  # every unchanged commit is INCONCLUSIVE at 2%
+    probe = NarrowProbe(cs, {cs[8]: 0.92}, noisy=noisy)
+    r = Bisector("G", cs[-1], cs, probe, 96, threshold=THRESHOLD).run()
+    assert [s.first_bad for s in r.steps] == [cs[8]] and r.steps[0].exact
+    assert not r.unknown and all(t == 96 for _, _, t in probe.calls)  # no retries
+    # Without the level the same probes are retried and stepped over: a range, not a name.
+    again = NarrowProbe(cs, {cs[8]: 0.92}, noisy=noisy)
+    r2 = Bisector("G", cs[-1], cs, again, 96).run()
+    assert not r2.steps[0].exact and cs[7] in r2.unknown
+
+
+def test_halfway_never_decides_between_two_steps() -> None:
+    cs = commits(32)
+    # Between the two 3% steps a candidate sits at 0.97, on the halfway level of BAD's
+    # 0.941: its +-3% interval straddles it, so it is retried, never called good.
+    noisy = {c: 1 for c in cs[9:19]}
+    probe = NarrowProbe(cs, {cs[9]: 0.97, cs[19]: 0.97}, noisy=noisy)
+    r = Bisector("G", cs[-1], cs, probe, 96, threshold=THRESHOLD).run()
+    # None of them is called good (which would have hidden the first step): when all stay
+    # inconclusive, the result is the honest range holding both steps.
+    assert set(r.unknown) == set(cs[9:19])
+    (step,) = r.steps
+    assert step.last_good == cs[8] and step.candidates == tuple(cs[9:20])
+
+
+def test_the_progress_line_says_why_an_inconclusive_probe_counts_as_not_slower() -> None:
+    r = Reading("INCONCLUSIVE", 1.002, (0.964, 1.042), "")
+    p = Probe("c01", "G", 96, {BENCH: r}, seconds=27)
+    line = wording.probe_line(2, 7, "c01", "G", 96, p, {}, (BENCH,), 31, Status.GOOD)
+    assert line == ("[probe 2/~7]   -> not slower: test_perf.test_walk throughput ratio "
+                    "1.002 [0.964-1.042], INCONCLUSIVE, but its interval lies above the level "
+                    "halfway to the slower end: nearer the good level than the step searched "
+                    "for (27 s)")

@@ -109,11 +109,11 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
     start = time.monotonic()
     state: dict[str, Any] = {"bisector": None}
 
-    def on_probe(n: int, commit: str, base: str, turns: int, p: Any) -> None:
+    def on_probe(n: int, commit: str, base: str, turns: int, p: Any, status: Any) -> None:
         b = state["bisector"]
         tracked = b.result.tracked if b is not None else ()
         print(wording.probe_line(n, total, commit, base, turns, p, labels, tracked,
-                                 time.monotonic() - start), flush=True)
+                                 time.monotonic() - start, status), flush=True)
         if p is not None and n == 1 and p.failure is None:
             print(wording.estimate(len(commits), total, p.seconds, measured=True), flush=True)
 
@@ -124,7 +124,8 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
                                 threshold=threshold, turn_s=args.turn_time,
                                 setup=args.setup)
             bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
-                                max_probes=args.max_probes, on_probe=on_probe)
+                                max_probes=args.max_probes, on_probe=on_probe,
+                                threshold=threshold)
             state["bisector"] = bisector
             result = bisector.run()
     except KeyboardInterrupt:

@@ -48,19 +48,23 @@ class Probe:
     seconds: float = 0.0
     command: str = ""  # how to run this comparison by hand
 
-    def status(self, tracked: Sequence[str] | None = None) -> Status:
+    def status(self, tracked: Sequence[str] | None = None,
+               levels: Mapping[str, float] | None = None) -> Status:
         """Slower when any tracked benchmark regressed; not slower when all are OK or
-        improved; skipped when a tracked benchmark has no verdict; else inconclusive."""
+        improved, or INCONCLUSIVE with an interval wholly above that benchmark's ``levels``
+        entry (halfway to the slower end: :func:`halfway`); skipped when a tracked
+        benchmark has no verdict; else inconclusive."""
         if self.failure is not None:
             return Status.SKIP
         names = list(self.readings) if tracked is None else list(tracked)
-        got = [self.readings.get(n) for n in names]
-        if not got or any(r is None or r.outcome == "NO BASELINE" for r in got):
+        got = [(n, self.readings.get(n)) for n in names]
+        if not got or any(r is None or r.outcome == "NO BASELINE" for _, r in got):
             return Status.SKIP
-        outcomes = {r.outcome for r in got if r is not None}
+        outcomes = {r.outcome for _, r in got if r is not None}
         if "REGRESSION" in outcomes:
             return Status.BAD
-        if outcomes <= {"OK", "IMPROVEMENT"}:
+        if all(r is not None and (r.outcome in ("OK", "IMPROVEMENT") or above(r, n, levels))
+               for n, r in got):
             return Status.GOOD
         return Status.INCONCLUSIVE
 
@@ -70,6 +74,26 @@ class Probe:
         have = [(n, self.readings[n]) for n in names if n in self.readings]
         have.sort(key=lambda nr: nr[1].ratio if nr[1].ratio is not None else math.inf)
         return have[0] if have else None
+
+
+def above(r: Reading, name: str, levels: Mapping[str, float] | None) -> bool:
+    """An INCONCLUSIVE reading whose interval lies wholly above ``levels[name]``."""
+    level = (levels or {}).get(name)
+    return (r.outcome == "INCONCLUSIVE" and level is not None and r.ci is not None
+            and r.ci[0] > level)
+
+
+def halfway(end: Probe, tracked: Sequence[str], threshold: float) -> dict[str, float]:
+    """Per tracked benchmark, the ratio halfway (geometrically) between the base's level
+    and the slower end's (``end``: the slower end against the base), never closer to 1
+    than the threshold: a candidate whose interval lies above it is nearer the base's
+    level than the step searched for can explain (docs/bisect.md)."""
+    out = {}
+    for n in tracked:
+        r = end.readings.get(n)
+        if r is not None and r.ratio is not None and 0 < r.ratio < 1:
+            out[n] = min(1 - threshold, math.sqrt(r.ratio))
+    return out
 
 
 class ProbeFn(Protocol):
@@ -137,14 +161,16 @@ class Bisector:
 
     ``probe`` runs one comparison; ``retries`` reruns an inconclusive one with twice the
     turns each time before the commit counts as unknown (and is stepped over like a skipped
-    one); ``on_probe(index, commit, base, turns, probe)`` is told before (probe None) and
-    after each probe, for progress. ``max_probes`` bounds the whole run.
+    one); ``on_probe(index, commit, base, turns, probe, status)`` is told before (probe and
+    status None) and after each probe, for progress. ``max_probes`` bounds the whole run.
+    With ``threshold``, an INCONCLUSIVE candidate whose interval lies above the level
+    halfway to BAD's (:func:`halfway`) counts as not slower.
     """
 
     def __init__(self, good: str, bad: str, commits: Sequence[str], probe: ProbeFn,
                  turns: int, retries: int = 2, max_probes: int = 64,
-                 on_probe: Callable[[int, str, str, int, Probe | None], None] | None = None
-                 ) -> None:
+                 on_probe: Callable[[int, str, str, int, Probe | None, Status | None], None]
+                 | None = None, threshold: float | None = None) -> None:
         if not commits or commits[-1] != bad:
             raise ValueError("commits must end with BAD")
         self.good = good
@@ -155,6 +181,7 @@ class Bisector:
         self.retries = retries
         self.max_probes = max_probes
         self.on_probe = on_probe or (lambda *a: None)
+        self.threshold = threshold
         self.result = BisectResult(good, bad, self.commits)
         self._done: dict[tuple[str, str], Probe] = {}
 
@@ -201,14 +228,17 @@ class Bisector:
         base = self._name(base_i)
         lo, hi = base_i, len(self.commits) - 1
         out: set[int] = set()  # skipped or unknown: stepped over
+        end = self._done[(self.bad, base)]
+        levels = ({} if self.threshold is None else
+                  halfway(end, self.result.tracked, self.threshold))
         while True:
             left = [i for i in range(lo + 1, hi) if i not in out]
             if not left:
                 break
             mid = (lo + hi) / 2
             i = min(left, key=lambda j: (abs(j - mid), j))
-            p = self._judge(self.commits[i], base)
-            status = p.status(self.result.tracked)
+            p = self._judge(self.commits[i], base, levels=levels)
+            status = p.status(self.result.tracked, levels)
             if status is Status.BAD:
                 hi = i
             elif status is Status.GOOD:
@@ -225,7 +255,8 @@ class Bisector:
         return Step(last_good, first_bad, tuple(self.commits[lo + 1:hi]), own,
                     self.result.tracked)
 
-    def _judge(self, commit: str, base: str, tracked: Sequence[str] | None = ()) -> Probe:
+    def _judge(self, commit: str, base: str, tracked: Sequence[str] | None = (),
+               levels: Mapping[str, float] | None = None) -> Probe:
         """Probe ``commit`` against ``base`` (once: repeated pairs reuse the answer); an
         inconclusive answer is measured again with twice the turns, ``retries`` times."""
         if (commit, base) in self._done:
@@ -236,11 +267,12 @@ class Bisector:
             if len(self.result.probes) >= self.max_probes:
                 raise _ProbeLimit
             n = len(self.result.probes) + 1
-            self.on_probe(n, commit, base, turns, None)
+            self.on_probe(n, commit, base, turns, None, None)
             p = self.probe(commit, base, turns)
             self.result.probes.append(p)
-            self.on_probe(n, commit, base, turns, p)
-            if p.status(names) is not Status.INCONCLUSIVE or attempt == self.retries:
+            status = p.status(names, levels)
+            self.on_probe(n, commit, base, turns, p, status)
+            if status is not Status.INCONCLUSIVE or attempt == self.retries:
                 break
             turns *= 2
         self._done[(commit, base)] = p
@@ -259,4 +291,4 @@ def _why_skipped(p: Probe, tracked: Sequence[str]) -> str:
 
 
 __all__ = ["BisectResult", "Bisector", "Probe", "ProbeFn", "Reading", "Status", "Step", "Stop",
-           "estimate_probes"]
+           "above", "estimate_probes", "halfway"]

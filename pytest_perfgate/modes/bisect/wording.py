@@ -58,17 +58,21 @@ def reading_text(r: Reading) -> str:
 
 
 def probe_line(n: int, total: int, commit: str, base: str, turns: int, p: Probe | None,
-               labels: Mapping[str, str], tracked: tuple[str, ...], elapsed_s: float) -> str:
+               labels: Mapping[str, str], tracked: tuple[str, ...], elapsed_s: float,
+               status: Status | None = None) -> str:
     head = f"[probe {n}/~{max(total, n)}]"
     if p is None:
         return (f"{head} {short(commit, labels)} against {short(base, labels)}, "
                 f"{turns} turns per side (elapsed {duration(elapsed_s)})")
-    status = p.status(tracked or None)
+    status = status or p.status(tracked or None)
     if status is Status.SKIP:
         what = f"skipped: {p.failure or 'no verdict for the benchmark'}"
     else:
         worst = p.worst(tracked or None)
         what = f"{status.value}" + (f": {worst[0]} {reading_text(worst[1])}" if worst else "")
+        if status is Status.GOOD and worst is not None and worst[1].outcome == "INCONCLUSIVE":
+            what += (", but its interval lies above the level halfway to the slower end: "
+                     "nearer the good level than the step searched for")
     return f"{head}   -> {what} ({duration(p.seconds)})"
 
 
