@@ -18,6 +18,7 @@ from pytest_perfgate.modes.bisect.search import (
     Probe,
     Reading,
     Status,
+    Step,
     Stop,
     estimate_probes,
 )
@@ -439,3 +440,29 @@ def test_the_progress_line_says_why_an_inconclusive_probe_counts_as_not_slower()
                     "1.002 [0.964-1.042], INCONCLUSIVE, but its interval lies above the level "
                     "halfway to the slower end: nearer the good level than the step searched "
                     "for (27 s)")
+
+
+def test_outside_git_is_named(tmp_path: Path) -> None:
+    with pytest.raises(RangeError) as e:
+        commit_range(tmp_path, "HEAD~1", "HEAD")
+    assert str(e.value) == (f"{tmp_path} is not a git checkout: run perfgate bisect inside "
+                            "the repository whose history to search")
+
+
+def test_the_rarer_lines_read_as_intended() -> None:
+    cs = commits(32)
+    p = Probe("c01", "G", 96, failure="the set-up command 'make' failed here (exit 2): x")
+    assert wording.probe_line(3, 7, "c01", "G", 96, p, {}, (BENCH,), 1) == (
+        "[probe 3/~7]   -> skipped: the set-up command 'make' failed here (exit 2): x (0 s)")
+    _, r = bisect(cs, FakeProbe(cs, {cs[20]: 0.9}), max_probes=3)
+    assert wording.summary(r, {}, {}, 0.02, 1)[-2] == (
+        "stopped at the probe limit (--max-probes) before the search ended")
+    noisy = Reading("INCONCLUSIVE", 0.97, (0.9, 1.05), "")
+    step = Step("c04", "c05", (), Probe("c05", "c04", 384, {BENCH: noisy}, command="r"),
+                (BENCH,))
+    assert wording.step_lines(step, {}, {}, 0.02)[2] == (
+        "  its own step was inconclusive: the noise hid the threshold")
+    gone = Step("c04", "c05", (), Probe("c05", "c04", 96, failure="a side crashed",
+                                        command="r"), (BENCH,))
+    assert wording.step_lines(gone, {}, {}, 0.02)[1] == (
+        "  its own step against its parent c04 could not be measured: a side crashed")

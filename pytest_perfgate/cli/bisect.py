@@ -61,7 +61,8 @@ class Bisect(Command):
                         help="stop after this many probes (default 64)")
         ap.add_argument("--setup", type=argparse_type(parse_command), default=None,
                         help="shell command run in each checked-out commit before it is "
-                        "measured, building in place (e.g. 'make build'); a failure skips the commit")
+                        "measured, building in place (e.g. 'make build'); a failure skips the "
+                        "commit")
         return ap
 
     @classmethod
