@@ -11,7 +11,8 @@ from pytest_perfgate.cli import Command, commands, main
 
 
 def test_every_module_is_one_command() -> None:
-    assert [c.name for c in commands()] == ["accept", "calibrate", "check", "compare", "forget",
+    assert [c.name for c in commands()] == ["accept", "bisect",
+                                            "calibrate", "check", "compare", "forget",
                                             "history",
                                             "machine", "publish",
                                             "report",

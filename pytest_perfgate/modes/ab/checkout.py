@@ -118,12 +118,13 @@ def _remove(repo: Path, folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def worktree(repo: Path, commit: str) -> Iterator[Path]:
+def worktree(repo: Path, commit: str, parent: Path | None = None) -> Iterator[Path]:
     """A detached temporary git worktree of ``commit``, removed afterwards (also on SIGTERM
-    when :func:`term_as_interrupt` is in force; swept at the next start after SIGKILL)."""
+    when :func:`term_as_interrupt` is in force; swept at the next start after SIGKILL).
+    ``parent``: the folder to make it in (default: the temp dir)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         sweep_stale(repo)
-    folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
     try:
         owner = {**_owner(), "repo": str(Path(repo).resolve())}
         (folder / MARKER).write_text(json.dumps(owner), encoding="utf-8")

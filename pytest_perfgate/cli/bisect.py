@@ -1,0 +1,139 @@
+"""``perfgate bisect GOOD BAD [pytest args]``: which commit cost the throughput.
+
+A binary search over the first-parent commits after GOOD up to BAD, each probe the
+interleaved A/B comparison of the candidate with the known-good end (docs/bisect.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_perfgate.cli import Command
+from pytest_perfgate.cli.common_args import parse_count
+from pytest_perfgate.session.options import (
+    AB_THRESHOLD,
+    argparse_type,
+    parse_command,
+    parse_fraction,
+    parse_positive_int,
+    parse_seconds,
+    parse_turns,
+)
+
+
+class Bisect(Command):
+    name = "bisect"
+    help = "find the commits that cost throughput (interleaved A/B probes, binary search)"
+    description = (
+        "Binary search over the first-parent commits after GOOD up to BAD. Every probe is the "
+        "interleaved A/B comparison (pytest --perfgate --perfgate-ab BASE) of a candidate "
+        "with the known-good end, so the machine's drift cancels. Commits where the test is "
+        "missing or the set-up fails are skipped; inconclusive probes get twice the turns, "
+        "then are stepped over; each step above the threshold is reported with its own ratio "
+        "against its neighbour and the command to reproduce it. Options go before GOOD; "
+        "everything after BAD goes to pytest (e.g. perfgate bisect v1.2 HEAD perf/ -k "
+        "humanoid). Exit 0 when every step found is named, 1 when GOOD and BAD do not differ "
+        "or a verdict stayed inconclusive, 2 on a usage error, 3 when the ends could not be "
+        "measured, 130 when stopped (Ctrl-C, SIGTERM; the worktrees are removed).")
+
+    @classmethod
+    def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
+        ap = super().setup_arguments(subparsers)
+        ap.add_argument("good", metavar="GOOD", help="a commit known to be fast enough")
+        ap.add_argument("bad", metavar="BAD", help="a later commit known to be slower")
+        ap.add_argument("pytest_args", metavar="PYTEST_ARGS", nargs=argparse.REMAINDER,
+                        help="tests to run and pytest options (select one perf test or a "
+                        "few: every probe runs them all)")
+        ap.add_argument("--threshold", type=argparse_type(parse_fraction), default=None,
+                        help=f"throughput drop that makes a commit bad (default "
+                        f"{AB_THRESHOLD:.0%}, the A/B mode's)")
+        ap.add_argument("--turns", type=argparse_type(parse_turns), default=96,
+                        help="A/B turns per side in a probe (default 96)")
+        ap.add_argument("--turn-time", type=argparse_type(parse_seconds), default=0.1,
+                        help="seconds per A/B turn (default 0.1)")
+        ap.add_argument("--retries", type=argparse_type(parse_count), default=2,
+                        help="an inconclusive probe is run again this many times, with "
+                        "twice the turns each time (default 2)")
+        ap.add_argument("--max-probes", type=argparse_type(parse_positive_int), default=64,
+                        help="stop after this many probes (default 64)")
+        ap.add_argument("--setup", type=argparse_type(parse_command), default=None,
+                        help="shell command run in each checked-out commit before it is "
+                        "measured, building in place (e.g. 'make build'); a failure skips the "
+                        "commit")
+        return ap
+
+    @classmethod
+    def run_from_args(cls, args: argparse.Namespace) -> int:
+        from pytest_perfgate.modes.bisect.probe import RangeError, commit_range
+
+        repo = Path.cwd()
+        try:
+            good, bad, commits = commit_range(repo, args.good, args.bad)
+        except RangeError as e:
+            args.parser.error(str(e))
+        labels = {good: args.good, bad: args.bad}
+        return run(args, repo, good, bad, commits, labels)
+
+
+def _subjects(repo: Path, good: str, bad: str) -> dict[str, str]:
+    import subprocess
+
+    p = subprocess.run(["git", "log", "--first-parent", "--format=%H %s", f"{good}^!", bad],
+                       cwd=repo, capture_output=True, text=True)
+    out = {}
+    for line in p.stdout.splitlines():
+        h, _, s = line.partition(" ")
+        out[h] = s
+    return out
+
+
+def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list[str],
+        labels: dict[str, str]) -> int:
+    from pytest_perfgate.modes.bisect import wording
+    from pytest_perfgate.modes.bisect.probe import PytestProbe, head_worktree
+    from pytest_perfgate.modes.bisect.search import Bisector, estimate_probes
+    from pytest_perfgate.report.readback import read_report
+
+    threshold = args.threshold if args.threshold is not None else AB_THRESHOLD
+    total = estimate_probes(len(commits))
+    print(f"perfgate bisect: {len(commits)} first-parent commits after GOOD "
+          f"{wording.short(good, labels)} up to BAD {wording.short(bad, labels)}; each probe "
+          f"compares a commit with the known-good end in interleaved A/B turns "
+          f"({args.turns} turns x {args.turn_time:g} s per side, threshold {threshold:.0%})",
+          flush=True)
+    print(wording.estimate(len(commits), total, wording.probe_guess_s(args.turns,
+                                                                       args.turn_time),
+                           measured=False), flush=True)
+    start = time.monotonic()
+    state: dict[str, Any] = {"bisector": None}
+
+    def on_probe(n: int, commit: str, base: str, turns: int, p: Any, status: Any) -> None:
+        b = state["bisector"]
+        tracked = b.result.tracked if b is not None else ()
+        print(wording.probe_line(n, total, commit, base, turns, p, labels, tracked,
+                                 time.monotonic() - start, status), flush=True)
+        if p is not None and n == 1 and p.failure is None:
+            print(wording.estimate(len(commits), total, p.seconds, measured=True), flush=True)
+
+    try:
+        with head_worktree(repo) as workdir:
+            # The threshold always given: a project's ini may set another one.
+            probe = PytestProbe(workdir, args.pytest_args, read_report,
+                                threshold=threshold, turn_s=args.turn_time,
+                                setup=args.setup)
+            bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
+                                max_probes=args.max_probes, on_probe=on_probe,
+                                threshold=threshold)
+            state["bisector"] = bisector
+            result = bisector.run()
+    except KeyboardInterrupt:
+        done = len(state["bisector"].result.probes) if state["bisector"] else 0
+        print(wording.interrupted(done, time.monotonic() - start), flush=True)
+        return wording.EXIT_INTERRUPTED
+    for line in wording.summary(result, labels, _subjects(repo, good, bad), threshold,
+                                time.monotonic() - start, args.pytest_args):
+        print(line)
+    return wording.exit_status(result)
