@@ -116,9 +116,10 @@ class WindowSource(Protocol):
 class LoopSource:
     """Calls ``step()`` (which advances ``transitions`` env-steps) until the window closes.
 
-    With the system clock, a window's CPU time, its phases' and its memory are those of the
-    process tree (:mod:`.tree`: this process and its descendants, read at the window's
-    edges); ``tree=None`` (or a fake clock) counts this process's CPU alone.
+    A window's memory is the process tree's (:mod:`.tree`: this process and its
+    descendants, read at the window's edges), and with the system clock so are its CPU time
+    and its phases' (a fake clock's CPU time is the test's to script); ``tree=None`` counts
+    this process's CPU alone and samples no memory.
     """
 
     def __init__(self, step: Callable[[], object], transitions: int,
@@ -134,19 +135,19 @@ class LoopSource:
         self.transitions = transitions
         self.recorder = recorder or PhaseRecorder(clock)
         self._clock = clock
-        if tree is True:
-            tree = ProcessTree() if clock is SYSTEM_CLOCK else None
-        self.tree: ProcessTree | None = tree or None
+        self.tree: ProcessTree | None = ProcessTree() if tree is True else (tree or None)
+        self._tree_cpu = self.tree is not None and clock is SYSTEM_CLOCK
         self.peak = PeakMemory()
         self._started = False
-        if self.tree is not None:
+        if self._tree_cpu and self.tree is not None:
             self.recorder.count_children(self.tree)
 
     def run_window(self, duration_s: float) -> RawWindow:
         wall, cpu, step = self._clock.wall_ns, self._clock.cpu_ns, self.step
         tree = self.tree
         if tree is not None:
-            cpu = tree.cpu_ns
+            if self._tree_cpu:
+                cpu = tree.cpu_ns
             if not self._started:
                 self._started = True
                 tree.start()  # this measurement's memory peak starts here
@@ -167,7 +168,8 @@ class LoopSource:
             t1 = wall()
             c1 = cpu()
         if tree is not None and tree.refresh():
-            c1 += tree.newcomers_ns  # started during the window
+            if self._tree_cpu:
+                c1 += tree.newcomers_ns  # started during the window
             self.peak.add(tree.memory)
         return RawWindow(calls * self.transitions, (t1 - t0) / 1e9, (c1 - c0) / 1e9,
                          self.recorder.take(), calls, memory=self.peak.summary())
