@@ -11,8 +11,8 @@ from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.memory import decide_memory, memory_line, memory_result
 from pytest_perfgate.core.results import BenchResult, RunRecord
-from pytest_perfgate.history.asv import asv_entries, rss_series
 from pytest_perfgate.history.asv import _asv_rows as asv_rows
+from pytest_perfgate.history.asv import asv_entries, rss_series
 from pytest_perfgate.report.render import explain, notes, row
 
 MiB = 2**20
