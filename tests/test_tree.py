@@ -71,6 +71,42 @@ def test_a_reaped_child_still_counts() -> None:
     assert w.cpu_s > mine + 0.02
 
 
+SERVER = """
+import resource, subprocess, sys
+for line in sys.stdin:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", {spin!r}], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    sys.stdout.write(f"{{used}}\\n"); sys.stdout.flush()
+"""
+
+
+def test_a_grandchild_reaped_by_a_child_counts_in_its_window() -> None:
+    """A server process that runs and reaps a helper per request: the helper's CPU time
+    moves into the server's children times, and the window that saw it counts it."""
+    server = subprocess.Popen([sys.executable, "-c", SERVER.format(spin=SPIN.format(s=0.15))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    helpers: list[float] = []
+    assert server.stdin is not None and server.stdout is not None
+
+    def step() -> None:
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        helpers.append(float(server.stdout.readline()))
+
+    try:
+        src = LoopSource(step, 1)
+        src.run_window(0.01)  # lists the server
+        helpers.clear()
+        w = src.run_window(0.4)
+        assert sum(helpers) > 0.02
+        assert w.cpu_s > 0.8 * sum(helpers)
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_grandchildren_are_listed(tmp_path) -> None:
     code = (f"import subprocess, sys, time\n"
             f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"

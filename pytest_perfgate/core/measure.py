@@ -167,10 +167,13 @@ class LoopSource:
                     break
             t1 = wall()
             c1 = cpu()
-        if tree is not None and tree.refresh():
+        if tree is not None:
             if self._tree_cpu:
-                c1 += tree.newcomers_ns  # started during the window
-            self.peak.add(tree.memory)
+                c1 += tree.settle()  # reaped by a descendant meanwhile
+            if tree.refresh():
+                if self._tree_cpu:
+                    c1 += tree.late_ns  # started meanwhile
+                self.peak.add(tree.memory)
         return RawWindow(calls * self.transitions, (t1 - t0) / 1e9, (c1 - c0) / 1e9,
                          self.recorder.take(), calls, memory=self.peak.summary())
 

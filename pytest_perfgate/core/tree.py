@@ -90,7 +90,10 @@ class ProcessTree:
         self._refresh_cost = 0.0
         self._hwm_reset = False
         self.memory: MemorySample | None = None  # the last sample taken
-        self.newcomers_ns = 0  # CPU time of the processes the last refresh found new
+        # CPU time the last refresh found that a reading with the older list missed: new
+        # processes, and descendants reaped by descendants (see settle); a window's end
+        # reading adds it
+        self.late_ns = 0
 
     # ---- listing -----------------------------------------------------------------
     def _psutil(self) -> Any:
@@ -130,19 +133,29 @@ class ProcessTree:
                 new.append(m)
             seen[p.pid] = m
         self._members = seen
-        for m in seen.values():
-            try:
-                t = m.proc.cpu_times()
-                m.reaped_ns = int((t.children_user + t.children_system) * 1e9)
-            except psutil.Error:
-                pass
-        # born since the last listing, so all their CPU time is since then (a window's end
-        # reading adds it: it was read with the older list)
-        self.newcomers_ns = sum(m.own_ns() + m.reaped_ns for m in new)
+        # processes born since the last listing: all their CPU time is since then
+        self.late_ns = self.settle() + sum(m.own_ns() for m in new)
         self.memory = self._sample_memory(psutil)
         self._last_refresh = time.monotonic()
         self._refresh_cost = self._last_refresh - now
         return True
+
+    def settle(self) -> int:
+        """Re-read the listed descendants' children times (one psutil read each, no
+        listing): returns the CPU time of descendants that a descendant reaped since the
+        last read, which a reading before had not seen."""
+        import psutil
+
+        late = 0
+        for m in self._members.values():
+            try:
+                t = m.proc.cpu_times()
+            except psutil.Error:
+                continue
+            reaped = int((t.children_user + t.children_system) * 1e9)
+            late += reaped - m.reaped_ns
+            m.reaped_ns = reaped
+        return late
 
     # ---- CPU ---------------------------------------------------------------------
     def cpu_ns(self) -> int:

@@ -142,9 +142,11 @@ def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
                 if stop_requested(t):
                     raise _Stopped
         cb = cpu()
-    if tree is not None and peak is not None and tree.refresh():
-        cb += tree.newcomers_ns
-        peak.add(tree.memory)
+    if tree is not None and peak is not None:
+        cb += tree.settle()  # reaped by a descendant meanwhile
+        if tree.refresh():
+            cb += tree.late_ns  # started meanwhile
+            peak.add(tree.memory)
     phases = rec.take() if count else {}
     window = RawWindow(count * transitions, d, (cb - ca) / 1e9 if count else 0.0, phases,
                        count, memory=peak.summary() if peak is not None else {})
