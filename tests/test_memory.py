@@ -9,7 +9,7 @@ from fake_session import FAKE_CLOCK_CONFTEST
 
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.memory import decide_memory, memory_line, memory_result
+from pytest_perfgate.core.memory import decide_memory, memory_line, memory_result, not_sampled
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history.asv import _asv_rows as asv_rows
 from pytest_perfgate.history.asv import asv_entries, rss_series
@@ -37,9 +37,21 @@ def test_the_rule_and_its_words() -> None:
         "run(s)' peaks)")
     less = decide_memory(50 * MiB, [100 * MiB], rule)
     assert less.outcome is Outcome.IMPROVEMENT and not less.fails(rule)
+    assert less.message == ("peak memory fell 50.0% (50 MiB now vs 100 MiB, the median of "
+                            "1 baseline run(s)' peaks)")
     none = decide_memory(50 * MiB, [0.0], rule)  # older runs recorded no memory
-    assert none.outcome is Outcome.NO_BASELINE and none.message.startswith(
-        "no baseline run recorded peak memory")
+    assert none.outcome is Outcome.NO_BASELINE and none.message == (
+        "no baseline run recorded peak memory (runs before this version did not); this run's "
+        "is recorded and becomes the baseline of later commits")
+
+
+def test_a_workload_without_memory_figures_is_named_not_passed() -> None:
+    result, verdict, commits = not_sampled(bench({}))
+    assert result.name == "humanoid.rss" and commits == []
+    assert verdict.outcome is Outcome.NO_BASELINE
+    assert verdict.message == ("this workload's memory was not sampled (only perfgate.measure "
+                               "steps and worker groups report it), so memory_threshold= "
+                               "cannot gate it")
 
 
 def test_memory_is_recorded_and_read_back_and_garbage_is_named() -> None:

@@ -207,3 +207,39 @@ def test_the_fixture_measures_a_vector_env_and_names_bad_input(pytester: pytest.
         "return an array of shape (3,) and dtype int64*",
         "*PerfgateUsageError: extra key 'vector_env' is recorded by perfgate itself*",
     ])
+
+
+class DictActions(gym.vector.VectorEnv):
+    """A vector env whose actions are a Dict space: checked by the space itself."""
+
+    def __init__(self) -> None:
+        self.num_envs = 2
+        self.single_action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(3)})
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, 2)
+        self.single_observation_space = gym.spaces.Box(-1, 1, (1,))
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, 2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros((2, 1), np.float32), {}
+
+    def step(self, actions):
+        z = np.zeros(2, bool)
+        return np.zeros((2, 1), np.float32), np.zeros(2), z, z, {}
+
+
+def test_a_structured_action_space_is_asked_whether_it_contains_the_actions() -> None:
+    envs = DictActions()
+    VectorEnvStep(envs, lambda obs: envs.action_space.sample())
+    msg = errors(envs, lambda obs: {"move": np.array([5, 7])})
+    assert msg.startswith("policy(obs) returned dict {'move': array([5, 7])}, which is not in "
+                          "envs.action_space Dict('move': MultiDiscrete([3 3])): return one "
+                          "action per env (2)")
+
+
+def test_without_gymnasium_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gymnasium", None)
+    assert errors(object(), lambda obs: obs) == (
+        "measuring a vector env needs gymnasium (import of gymnasium halted; None in "
+        "sys.modules): pip install 'pytest-perfgate[mujoco]' (or gymnasium)")
