@@ -118,6 +118,9 @@ def _axis_ok(site: dict[str, Any], series: str, drawn: dict[str, Any]) -> None:
         # asv scales to the unit below the smallest value: a series spanning 600-1000 us
         # reads "1.00e+3 microseconds" at the top, never thousands of minutes
         assert all(0 <= float(t) < 1e4 for t in drawn["yticks"]), (series, drawn)
+    elif unit == "bytes":  # asv scales a memory series like a time one (<bench>.rss)
+        assert drawn["ylabel"] in ("bytes", "kilobytes", "megabytes", "gigabytes"), \
+            (series, drawn)
     else:
         assert drawn["ylabel"] == unit, (series, drawn)
 

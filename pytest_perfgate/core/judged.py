@@ -40,7 +40,7 @@ def summarize(name: str, m: Measurement, transitions: int,
                        cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
                        warmup_windows=m.warmup_windows, remeasured=m.remeasured,
                        polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
-                       extra=dict(extra or {}))
+                       extra=dict(extra or {}), memory=m.memory)
 
 
 def failing(judged: Sequence[Judged]) -> list[Judged]:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from pytest_perfgate.core.load import LoadProbe, LoadSample, ProcStatProbe
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
+from pytest_perfgate.core.tree import PeakMemory, ProcessTree
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,15 @@ class RawWindow:
     phases: Mapping[str, PhaseStats] = field(default_factory=dict)
     calls: int = 0
     streams: int = 1  # stepping loops that ran in parallel (workers); phases sum over them
+    # the workload tree's memory in bytes up to this window's end (core/tree.py PeakMemory:
+    # peak_rss, rss, uss, pss, processes); empty where the source does not sample it
+    memory: Mapping[str, int] = field(default_factory=dict, kw_only=True)
 
     def to_wire(self) -> dict[str, Any]:
         """The one encoding of a window, in plain types: worker pipes and A/B side pipes
         send this, so no path can drop a field (``streams``) another keeps."""
         return {"transitions": self.transitions, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
-                "calls": self.calls, "streams": self.streams,
+                "calls": self.calls, "streams": self.streams, "memory": dict(self.memory),
                 "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] for n, p in self.phases.items()}}
 
     @classmethod
@@ -54,8 +58,9 @@ class RawWindow:
         try:
             phases = {str(n): PhaseStats(int(c), int(w), int(u))
                       for n, (c, w, u) in dict(d.get("phases") or {}).items()}
+            memory = {str(k): int(v) for k, v in dict(d.get("memory") or {}).items()}
             return cls(int(d["transitions"]), float(d["wall_s"]), float(d["cpu_s"]), phases,
-                       int(d.get("calls", 0)), int(d.get("streams", 1)))
+                       int(d.get("calls", 0)), int(d.get("streams", 1)), memory=memory)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed window {d!r}: {type(exc).__name__}: {exc}") from None
 
@@ -64,11 +69,15 @@ class RawWindow:
         """Windows of loops that ran side by side over the same ``wall_s``: counts, CPU time
         and phases add up; ``streams`` says how many there were (shares divide by it)."""
         phases: dict[str, PhaseStats] = {}
+        memory: dict[str, int] = {}
         for w in windows:
             for name, st in w.phases.items():
                 phases[name] = phases[name] + st if name in phases else st
+            for key, v in w.memory.items():  # processes side by side: their memory adds up
+                memory[key] = memory.get(key, 0) + v
         return cls(sum(w.transitions for w in windows), wall_s, sum(w.cpu_s for w in windows),
-                   phases, sum(w.calls for w in windows), sum(w.streams for w in windows))
+                   phases, sum(w.calls for w in windows), sum(w.streams for w in windows),
+                   memory=memory)
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,8 @@ class Window(RawWindow):
 
     @classmethod
     def of(cls, raw: RawWindow) -> Window:
-        return cls(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls, raw.streams)
+        return cls(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls, raw.streams,
+                   memory=raw.memory)
 
     @property
     def steps_per_s(self) -> float:
@@ -104,10 +114,17 @@ class WindowSource(Protocol):
 
 
 class LoopSource:
-    """Calls ``step()`` (which advances ``transitions`` env-steps) until the window closes."""
+    """Calls ``step()`` (which advances ``transitions`` env-steps) until the window closes.
+
+    A window's memory is the process tree's (:mod:`.tree`: this process and its
+    descendants, read at the window's edges), and with the system clock so are its CPU time
+    and its phases' (a fake clock's CPU time is the test's to script); ``tree=None`` counts
+    this process's CPU alone and samples no memory.
+    """
 
     def __init__(self, step: Callable[[], object], transitions: int,
-                 recorder: PhaseRecorder | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 recorder: PhaseRecorder | None = None, clock: Clock = SYSTEM_CLOCK,
+                 tree: ProcessTree | bool | None = True) -> None:
         if isinstance(transitions, bool) or not isinstance(transitions, int) or transitions < 1:
             raise ValueError(f"transitions={transitions!r}: pass the number of env-steps one "
                              "call of step() advances, a positive int (e.g. num_envs)")
@@ -118,9 +135,25 @@ class LoopSource:
         self.transitions = transitions
         self.recorder = recorder or PhaseRecorder(clock)
         self._clock = clock
+        self.tree: ProcessTree | None = ProcessTree() if tree is True else (tree or None)
+        self._tree_cpu = self.tree is not None and clock is SYSTEM_CLOCK
+        self.peak = PeakMemory()
+        self._started = False
+        if self._tree_cpu and self.tree is not None:
+            self.recorder.count_children(self.tree)
 
     def run_window(self, duration_s: float) -> RawWindow:
         wall, cpu, step = self._clock.wall_ns, self._clock.cpu_ns, self.step
+        tree = self.tree
+        if tree is not None:
+            if self._tree_cpu:
+                cpu = tree.cpu_ns
+            if not self._started:
+                self._started = True
+                tree.start()  # this measurement's memory peak starts here
+            else:
+                tree.refresh()
+            self.peak.add(tree.memory)
         limit = int(duration_s * 1e9)
         self.recorder.take()
         calls = 0
@@ -134,8 +167,15 @@ class LoopSource:
                     break
             t1 = wall()
             c1 = cpu()
+        if tree is not None:
+            if self._tree_cpu:
+                c1 += tree.settle()  # reaped by a descendant meanwhile
+            if tree.refresh():
+                if self._tree_cpu:
+                    c1 += tree.late_ns  # started meanwhile
+                self.peak.add(tree.memory)
         return RawWindow(calls * self.transitions, (t1 - t0) / 1e9, (c1 - c0) / 1e9,
-                         self.recorder.take(), calls)
+                         self.recorder.take(), calls, memory=self.peak.summary())
 
 
 MAX_WIDENINGS = 6  # a window with no completed step is re-run up to 2**6 = 64x longer
@@ -204,6 +244,16 @@ class Measurement:
     @property
     def cores(self) -> float:
         return statistics.median(w.cores for w in self.windows)
+
+    @property
+    def memory(self) -> dict[str, int]:
+        """The workload tree's memory (bytes): a source's windows carry its running peak, so
+        the last window's figures cover the whole measurement, warm-up included."""
+        if not self.windows or not self.windows[-1].memory:
+            return {}
+        out = dict(self.windows[-1].memory)
+        out["peak_rss"] = max(w.memory.get("peak_rss", 0) for w in self.windows)
+        return out
 
     @property
     def phases(self) -> dict[str, PhaseStats]:
@@ -334,7 +384,7 @@ class Meter:
                 other = max(0.0, busy - raw.cpu_s / raw.wall_s) if raw.wall_s > 0 else None
                 polluted = other is not None and other > self.config.load_limit
         return Window(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls,
-                      raw.streams, busy, other, polluted)
+                      raw.streams, busy, other, polluted, memory=raw.memory)
 
 
 __all__ = [

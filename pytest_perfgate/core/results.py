@@ -68,6 +68,9 @@ class BenchResult:
     # annotations point at it (docs/design.md §12).
     test_file: str | None = None
     test_line: int | None = None
+    # The workload process tree's memory in bytes (peak_rss, rss, uss, pss, processes;
+    # core/tree.py); empty where it was not sampled (older records, pytest-benchmark's).
+    memory: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def value(self) -> float:
@@ -110,6 +113,13 @@ class BenchResult:
         if t is not None and not (math.isfinite(t) and 0 < t < 1):
             raise ValueError(f"{where}field 'threshold' is {t!r}, expected a fraction "
                              "between 0 and 1")
+        memory = kw.get("memory") or {}
+        for k, v in memory.items():
+            if not (isinstance(k, str) and _is_kind(v, int) and 0 <= v < MEMORY_LIMIT):
+                raise ValueError(f"{where}field 'memory' holds {k!r}: {_shorten(v)}, expected "
+                                 f"a byte count between 0 and {MEMORY_LIMIT:g}")
+        if memory:
+            kw["memory"] = {k: int(v) for k, v in memory.items()}
         return cls(samples=tuple(float(x) for x in raw), phases=phases, **kw)
 
 
@@ -118,7 +128,8 @@ _BENCH_KINDS: dict[str, Any] = {
     "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
     "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
-    "test_line": (int, None), "threshold": (float, None)}
+    "test_line": (int, None), "threshold": (float, None), "memory": dict}
+MEMORY_LIMIT = 1e18  # bytes: a larger figure in a sidecar is garbage
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from pytest_perfgate.core.names import is_safe_name, safe_name
+
+
+class _Children(Protocol):
+    def children_ns(self) -> int: ...
 
 
 class Clock(Protocol):
@@ -106,9 +111,9 @@ class _Phase:
 
     __slots__ = ("_c0", "_cpu", "_w0", "_wall", "calls", "s_cpu_ns", "s_wall_ns", "wall_ns")
 
-    def __init__(self, clock: Clock) -> None:
-        self._wall = clock.wall_ns
-        self._cpu = clock.cpu_ns
+    def __init__(self, wall: Callable[[], int], cpu: Callable[[], int]) -> None:
+        self._wall = wall
+        self._cpu = cpu
         self.calls = 0
         self.wall_ns = 0
         self.s_wall_ns = 0  # wall time of the CPU-sampled entries
@@ -147,7 +152,22 @@ class PhaseRecorder:
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
+        self._cpu: Callable[[], int] = clock.cpu_ns
         self._phases: dict[str, _Phase] = {}
+
+    def count_children(self, tree: _Children) -> None:
+        """Count the live descendants' CPU time in each phase too (read on the sampled
+        entries from their kernel CPU clocks, core/tree.py), so a phase whose work runs in
+        worker processes shows the cores it really used."""
+        own = self._clock.cpu_ns
+        children = tree.children_ns
+
+        def cpu() -> int:
+            return own() + children()
+
+        self._cpu = cpu
+        for ph in self._phases.values():
+            ph._cpu = cpu
 
     def phase(self, name: str) -> _Phase:
         try:  # the hot path: one dict lookup (try is free); names are checked on a miss
@@ -155,7 +175,7 @@ class PhaseRecorder:
         except TypeError:  # unhashable, so not a name: check_phase_name says so
             ph = None
         if ph is None:
-            ph = self._phases[check_phase_name(name)] = _Phase(self._clock)
+            ph = self._phases[check_phase_name(name)] = _Phase(self._clock.wall_ns, self._cpu)
         return ph
 
     def take(self) -> dict[str, PhaseStats]:

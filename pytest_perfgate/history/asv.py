@@ -14,7 +14,8 @@ strict JSON written atomically.
 Series per perfgate benchmark N (asv is lower-is-better throughout, docs/design.md §6):
 ``N.track_s_per_step`` seconds per env-step (the gated series; asv_runner discovers a
 benchmark only when the last part of its name starts with ``track_``, so asv's own runs of
-the suite land on the same name), ``N.phase.<phase>`` seconds per call of each phase. A
+the suite land on the same name), ``N.phase.<phase>`` seconds per call of each phase,
+``N.rss`` the workload process tree's peak resident memory in bytes. A
 counts result ``N.counts`` has ``N.counts`` and ``N.counts.phase.<phase>`` (instructions
 per env-step) and ``N.counts.est_cycles``.
 Throughput (env-steps/s) is higher-is-better and asv 0.6.6 has no way to mark a series
@@ -185,6 +186,11 @@ def phase_series(name: str, phase: str) -> str:
     return f"{asv_name(name)}.phase.{asv_name(phase)}"
 
 
+def rss_series(name: str) -> str:
+    """The asv series of a benchmark's peak resident memory in bytes (lower is better)."""
+    return f"{asv_name(name)}.rss"
+
+
 def asv_env_name(python: Any) -> str:
     """asv's name for a virtualenv of this Python minor: "virtualenv-py3.11"."""
     return f"{ASV_ENV_TYPE}-py{python_minor(python)}"
@@ -231,6 +237,9 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
         for phase in bench.phases:
             pname = phase_series(name, phase)
             out[pname] = _bench_entry(pname, "track", "seconds", name, extra)
+        if bench.memory.get("peak_rss"):
+            rss = rss_series(name)
+            out[rss] = _bench_entry(rss, "track", "bytes", name, extra)
     return out
 
 
@@ -377,6 +386,9 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
         put(gated_series(name), value, stats, per_step)
         for phase, summary in bench.phases.items():  # 6 significant digits: readable tables
             put(phase_series(name, phase), float(f"{summary.ms_per_call / 1e3:.6g}"))
+        peak = bench.memory.get("peak_rss")
+        if peak:
+            put(rss_series(name), float(peak))
     return rows
 
 
@@ -402,6 +414,7 @@ __all__ = [
     "merge_benchmarks_json",
     "phase_series",
     "python_minor",
+    "rss_series",
     "write_asv_result",
     "write_machine_json",
 ]

@@ -41,6 +41,7 @@ class BenchCall:
     window_time: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata to record
     counts: bool = False  # also count instructions under callgrind (docs/design.md §10)
+    memory_threshold: float | None = None  # gate peak memory too (core/memory.py)
 
 
 class Mode(Protocol):

@@ -140,8 +140,41 @@ class HistoryMode:
         meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
         if callable(meta):
             extra = {**meta(), **dict(extra)}
-        return self.judge(summarize(call.name, m, call.transitions, extra=extra),
-                          call.test_id, call.rule)
+        j = self.judge(summarize(call.name, m, call.transitions, extra=extra),
+                       call.test_id, call.rule)
+        if call.memory_threshold is not None and not self.smoke:
+            self.judge_memory(j.result, call.test_id, Rule(threshold=call.memory_threshold))
+        return j
+
+    def judge_memory(self, result: BenchResult, test_id: str, rule: Rule) -> Judged:
+        """The memory gate (core/memory.py) on ``result``'s peak against the same baseline
+        runs the wall-time verdict uses; delivered as ``<name>.rss``."""
+        from pytest_perfgate.core.memory import decide_memory, memory_result, not_sampled
+
+        mem = memory_result(result)
+        if mem is None:
+            mem, verdict, commits = not_sampled(result)
+        else:
+            base = self._baseline(self.context(), result.name)[:self.baseline_runs]
+            commits = [run.commit for run, _ in base]
+            verdict = decide_memory(mem.samples[0],
+                                    [float(b.memory.get("peak_rss", 0)) for _, b in base], rule)
+        j = Judged(mem, verdict, rule, test_id, commits)
+        self.sink(j)
+        return j
+
+    def _baseline(self, ctx: HistoryContext, name: str
+                  ) -> list[tuple[RunRecord, BenchResult]]:
+        """The runs that may judge ``name``, newest first (the level takes the first n)."""
+        from pytest_perfgate.history import store as history
+
+        wide = history.select_baseline(
+            [r for r in ctx.runs if is_history_run(r)], name,
+            fingerprint=ctx.fingerprint, head_commit=ctx.git.commit,
+            is_ancestor=ctx.is_ancestor, n=max(self.baseline_runs, SPREAD_RUNS),
+            explicit_commit=self.baseline, head_dirty=ctx.git.dirty, decisions=ctx.decisions)
+        wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
+        return wide
 
     def judge(self, result: BenchResult, test_id: str, rule: Rule) -> Judged:
         """Judge a finished result (also pytest-benchmark's) and deliver the verdict."""
@@ -154,16 +187,10 @@ class HistoryMode:
         pass
 
     def _judge(self, result: BenchResult, rule: Rule, test_id: str) -> Judged:
-        from pytest_perfgate.history import store as history
 
         ctx = self.context()
         n = self.baseline_runs
-        wide = history.select_baseline(
-            [r for r in ctx.runs if is_history_run(r)], result.name,
-            fingerprint=ctx.fingerprint, head_commit=ctx.git.commit,
-            is_ancestor=ctx.is_ancestor, n=max(n, SPREAD_RUNS), explicit_commit=self.baseline,
-            head_dirty=ctx.git.dirty, decisions=ctx.decisions)
-        wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
+        wide = self._baseline(ctx, result.name)
         base = wide[:n]
         commits = [run.commit for run, _ in base]
         if not result.steady or base:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseRecorder, activate
+from pytest_perfgate.core.tree import PeakMemory, ProcessTree
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
 
@@ -92,13 +93,20 @@ class _Stopped(Exception):
 
 
 def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
-            conn: Any, transitions: int) -> dict[str, Any]:
+            conn: Any, transitions: int, tree: ProcessTree | None = None,
+            peak: PeakMemory | None = None) -> dict[str, Any]:
     """Count calls completed in [t0, t0 + d); CPU and phases cover exactly those calls.
 
-    The pipe is polled every ~0.1 s (not every call): the parent sends nothing mid-window
-    except "stop", which must not wait for a long window to end.
+    CPU time and memory are this worker's process tree's (the worker and what it started,
+    core/tree.py): the parent adds up its workers, so nothing is counted twice. The pipe is
+    polled every ~0.1 s (not every call): the parent sends nothing mid-window except
+    "stop", which must not wait for a long window to end.
     """
-    now, cpu = time.monotonic_ns, time.process_time_ns
+    now = time.monotonic_ns
+    cpu = tree.cpu_ns if tree is not None else time.process_time_ns
+    if tree is not None and peak is not None:
+        tree.refresh()
+        peak.add(tree.memory)
     check = now() + 100_000_000
 
     def stop_requested(t: int) -> bool:
@@ -134,9 +142,14 @@ def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
                 if stop_requested(t):
                     raise _Stopped
         cb = cpu()
+    if tree is not None and peak is not None:
+        cb += tree.settle()  # reaped by a descendant meanwhile
+        if tree.refresh():
+            cb += tree.late_ns  # started meanwhile
+            peak.add(tree.memory)
     phases = rec.take() if count else {}
     window = RawWindow(count * transitions, d, (cb - ca) / 1e9 if count else 0.0, phases,
-                       count)
+                       count, memory=peak.summary() if peak is not None else {})
     return {"window": window.to_wire(), "late_s": late}
 
 
@@ -223,6 +236,9 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
             torch.set_num_threads(spec.thread_cap)  # the env cap is read only at load time
         conn.send(("ready", info))
         rec = PhaseRecorder()
+        tree, peak = ProcessTree(), PeakMemory()
+        tree.start()
+        rec.count_children(tree)
         while True:
             if not conn.poll(1.0):
                 if os.getppid() != parent_pid:
@@ -233,7 +249,7 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
             if msg[0] == "stop":
                 return
             if msg[0] == "window":
-                body = _window(step, rec, msg[1], msg[2], conn, spec.transitions)
+                body = _window(step, rec, msg[1], msg[2], conn, spec.transitions, tree, peak)
             elif msg[0] == "steps":
                 body = _latency(step, rec, msg[1])
             elif msg[0] == "proof":

@@ -161,7 +161,7 @@ def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     session = request.config.stash[session_key]
     item = request.node
     gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item),
-                    markers.marker_counts(item))
+                    markers.marker_counts(item), markers.marker_memory_threshold(item))
     note_location(item, session)
     why = session.counts_unavailable(gate.counts)
     if why:  # never a silent pass without the counts the test asked for (§10)

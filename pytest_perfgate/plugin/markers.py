@@ -8,7 +8,7 @@ import pytest
 
 from pytest_perfgate.session.options import OptionError, parse_fraction
 
-KWARGS = ("threshold", "counts")
+KWARGS = ("threshold", "counts", "memory_threshold")
 EXAMPLE = "@pytest.mark.perfgate(threshold=0.1)"
 
 
@@ -43,7 +43,22 @@ def problems(item: pytest.Item) -> list[str]:
                 parse_threshold(mark.kwargs["threshold"])
             except OptionError as e:
                 out.append(f"{where}: {e}")
+        if "memory_threshold" in mark.kwargs:
+            try:
+                parse_threshold(mark.kwargs["memory_threshold"])
+            except OptionError as e:
+                out.append(f"{where}: memory_threshold: {e}; it is the rise of peak memory "
+                           "that fails the test, e.g. memory_threshold=0.10 (or \"10%\")")
     return out
+
+
+def marker_memory_threshold(item: pytest.Item) -> float | None:
+    """The closest perfgate marker's memory_threshold= (None: peak memory is not gated).
+    Checked at collection (:func:`problems`)."""
+    mark = item.get_closest_marker("perfgate")
+    if mark is None or "memory_threshold" not in mark.kwargs:
+        return None
+    return parse_threshold(mark.kwargs["memory_threshold"])
 
 
 def marker_counts(item: pytest.Item) -> bool | None:
@@ -54,4 +69,4 @@ def marker_counts(item: pytest.Item) -> bool | None:
     return bool(mark.kwargs["counts"])
 
 
-__all__ = ["KWARGS", "marker_counts", "parse_threshold", "problems"]
+__all__ = ["KWARGS", "marker_counts", "marker_memory_threshold", "parse_threshold", "problems"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.memory import MEMORY_SOURCE, memory_line, mib
 from pytest_perfgate.history.asv import COUNTS_SOURCE, counts_phases
 from pytest_perfgate.placement.spec import placement_line
 
@@ -59,6 +60,8 @@ def row(j: Judged) -> tuple[str, ...]:
         if v.ci is not None:
             ratio += f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}]"
         p = f"{v.p_value:.2g}" if v.p_value is not None else "-"
+    if j.result.source == MEMORY_SOURCE:  # a memory verdict: peak memory in place of steps/s
+        return (j.result.name, mib(j.result.samples[0]), "-", ratio, p, verdict, "-")
     return (j.result.name, _num(j.result.steps_per_s), _num(j.baseline_steps_per_s), ratio,
             p, verdict, top_phase(j))
 
@@ -88,6 +91,9 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         by_phase = counts_phases(r.extra) if r.source == COUNTS_SOURCE else {}
         if by_phase:
             out.append(f"{r.name}: {phase_line(by_phase)}")
+        mem = memory_line(r.memory) if r.source != MEMORY_SOURCE else None
+        if mem:
+            out.append(f"{r.name}: {mem}; cores used {r.cores:.2f}")
         if r.remeasured or r.polluted_kept:
             out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
                        + (f", {r.polluted_kept} polluted window(s) kept (re-measure budget "
@@ -110,6 +116,11 @@ def explain(j: Judged, run_id: str | None = None) -> str:
     v, r = j.verdict, j.result
     assert v is not None
     lines = [f"perfgate {v.outcome.value}: {r.name}", f"  {v.message}"]
+    if r.source == MEMORY_SOURCE:
+        shown = ", ".join(c[:10] for c in j.baseline_commits)
+        return "\n".join([*lines, f"  {memory_line(r.memory) or 'no memory sampled'}",
+                          *([f"  baseline: {len(j.baseline_commits)} run(s) at {shown}"]
+                            if shown else [])])
     if v.ratio is not None:
         ci = f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}] ({1 - 2 * j.rule.alpha:.0%} CI)" if v.ci else ""
         p = f", p={v.p_value:.2g} (one-sided, alpha={j.rule.alpha:g})" \
@@ -148,6 +159,9 @@ def explain(j: Judged, run_id: str | None = None) -> str:
     else:
         lines.append(f"  warm-up {r.warmup_s:.1f}s, {len(r.samples)} windows, "
                      f"cores used {r.cores:.2f}")
+        mem = memory_line(r.memory)
+        if mem:
+            lines.append(f"  {mem}")
     if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
         lines.append("  this run never serves as a baseline (re-running cannot pass it); if "
                      "the slowdown is intended, accept it: "

@@ -21,6 +21,7 @@ from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
+from pytest_perfgate.core.memory import MEMORY_SOURCE
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress, verdict_summary
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
@@ -215,9 +216,11 @@ class GateSession:
         tag = self.mode.tag
         if tag is None or not self.options.record or not self.judged:
             return None  # smoke mode, an A/B side (its controller records), or nothing
+        # a memory verdict's figures are in its benchmark's own result (core/memory.py)
         benches = {j.result.name: replace(j.result, verdict=j.verdict.outcome.value,
                                           threshold=j.rule.threshold)
-                   if j.verdict is not None else j.result for j in self.judged}
+                   if j.verdict is not None else j.result for j in self.judged
+                   if j.result.source != MEMORY_SOURCE}
         run, self.record_path = self.open_history().record(
             self.run_id, self.started_at, benches, tag)
         return run
@@ -227,8 +230,10 @@ class PerfGate:
     """What a perf test holds: ``measure()`` a step, and ``phase()`` inside it."""
 
     def __init__(self, session: GateSession, test_id: str, default_name: str,
-                 threshold: float | None = None, counts: bool | None = None) -> None:
+                 threshold: float | None = None, counts: bool | None = None,
+                 memory_threshold: float | None = None) -> None:
         self.session = session
+        self.memory_threshold = memory_threshold  # the marker's: gate peak memory too
         # instruction counts for this test: the marker's counts=, else --perfgate-counts
         self.counts = bool(session.options.counts) if counts is None else counts
         self.test_id = test_id
@@ -261,6 +266,28 @@ class PerfGate:
         return self.measure_source(source, transitions, name, windows=windows,
                                    window_time=window_time, threshold=threshold, extra=extra)
 
+    def measure_vector_env(self, envs: Any, policy: Callable[[Any], Any], name: str | None = None,
+                           *, seed: int | None = None, windows: int | None = None,
+                           window_time: float | None = None, threshold: float | None = None,
+                           extra: Mapping[str, Any] | None = None) -> Judged:
+        """Measure a gymnasium VectorEnv stepped by ``policy(obs) -> actions``: num_envs
+        env-steps per call, phases ``policy`` and ``env_step`` (sim/vector_env.py). The env
+        and the policy are checked first, before anything is measured."""
+        from pytest_perfgate.sim.vector_env import VectorEnvError, VectorEnvStep
+
+        check_windows(windows, window_time)
+        check_threshold(threshold)
+        user = check_extra(extra, frozenset({"vector_env"}))
+        if name is not None:
+            check_name(name)
+        try:
+            step = VectorEnvStep(envs, policy, seed=seed)
+        except VectorEnvError as e:
+            raise PerfgateUsageError(str(e)) from e.__cause__
+        return self.measure(step, step.transitions, name, windows=windows,
+                            window_time=window_time, threshold=threshold,
+                            extra={**step.metadata(), **user})
+
     def measure_source(self, source: WindowSource, transitions: int, name: str | None = None,
                        *, windows: int | None = None, window_time: float | None = None,
                        threshold: float | None = None, extra: Mapping[str, Any] | None = None,
@@ -276,7 +303,7 @@ class PerfGate:
         self.session.claim_name(bench, self.test_id)
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
         call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
-                         counts=self.counts)
+                         counts=self.counts, memory_threshold=self.memory_threshold)
         before = len(self.session.judged)
         progress = self.session.progress
         progress.started(bench)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 MUJOCO_EXTRA = "pip install 'pytest-perfgate[mujoco]'"
@@ -50,8 +52,48 @@ class MujocoUnavailable(ImportError):
     """mujoco is missing or too old for mujoco.batch; the message says what to install."""
 
 
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (None when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def mujoco_clash(version: Callable[[str], str | None] = installed_version) -> str | None:
+    """Why the installed MuJoCo is two builds in one folder, or None when it is one.
+
+    The ``mujoco`` distribution below 4 is a whole build; from 4.0 the build is
+    ``mujoco-core`` and ``mujoco`` a meta package over it. Both a 3.x ``mujoco`` and
+    ``mujoco-core`` write site-packages/mujoco/, and whichever pip wrote last runs. Adding
+    gymnasium[mujoco] beside mujoco-core 4.0.1 ends so (docs/vector-envs.md).
+    """
+    old, core = version("mujoco"), version("mujoco-core")
+    if old is None or core is None or not old.split(".")[0].isdigit() or \
+            int(old.split(".")[0]) >= 4:
+        return None
+    return (f"two MuJoCo builds are installed into one site-packages/mujoco folder: mujoco "
+            f"{old} and mujoco-core {core}, so which one runs is an accident of install "
+            "order. It happens when gymnasium[mujoco] is installed beside "
+            "pytest-perfgate[mujoco]: gymnasium's `mujoco` requirement cannot take 4.0.0 (it "
+            "pins mujoco-core 4.0.0) and pip falls back to a 3.x build. Fix: "
+            "pip uninstall -y mujoco mujoco-core && pip install 'pytest-perfgate[mujoco]' "
+            "(it brings gymnasium and what its MuJoCo envs import; leave out "
+            "gymnasium[mujoco])")
+
+
+@cache
+def _installed_clash() -> str | None:
+    return mujoco_clash()
+
+
 def require_mujoco() -> Any:
     """Import mujoco and mujoco.batch, or raise a message naming the version and the extra."""
+    clash = _installed_clash()
+    if clash:
+        raise MujocoUnavailable(clash)
     try:
         import mujoco
     except ImportError as exc:
@@ -190,9 +232,11 @@ __all__ = [
     "compiled_sha256",
     "g1_scene_path",
     "humanoid_xml_path",
+    "installed_version",
     "is_xml",
     "load_model",
     "model_fingerprint",
+    "mujoco_clash",
     "require_mujoco",
     "tiny_xml",
 ]

@@ -1,0 +1,89 @@
+"""The memory gate: a run's peak resident memory against its baseline runs' (opt-in).
+
+Asked for per test by ``@pytest.mark.perfgate(memory_threshold=0.10)``. Peak memory of a
+deterministic workload barely moves between runs, unlike its speed (docs/design.md §1), so
+the rule is a plain ratio: REGRESSION when this run's peak exceeds the median of the
+baseline runs' peaks by more than the threshold, IMPROVEMENT when it is below it by as
+much, else OK; NO BASELINE when no baseline run recorded memory (never a pass in
+disguise). The verdict is delivered as its own result ``<benchmark>.rss`` beside the
+wall-time one; the figures themselves are recorded with the wall-time result
+(``BenchResult.memory``) whether or not they are gated.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict
+from pytest_perfgate.core.results import BenchResult
+
+MEMORY_SOURCE = "perfgate-memory"  # BenchResult.source of a memory verdict's result
+SUFFIX = ".rss"  # as the asv series of the figure: <benchmark>.rss
+
+
+def mib(n: float) -> str:
+    """Bytes as the report shows them."""
+    return f"{n / 2**20:.0f} MiB" if n >= 10 * 2**20 else f"{n / 2**20:.1f} MiB"
+
+
+def memory_line(memory: Mapping[str, int]) -> str | None:
+    """The report's one line on a result's memory, or None when none was sampled."""
+    peak = memory.get("peak_rss")
+    if not peak:
+        return None
+    parts = [f"peak memory {mib(peak)}"]
+    n = memory.get("processes")
+    if n:
+        parts.append(f"over {n} process{'es' if n != 1 else ''}")
+    shared = [f"{k} {mib(memory[k])}" for k in ("uss", "pss") if memory.get(k)]
+    if shared:
+        parts.append(f"(at the end: {', '.join(shared)})")
+    return " ".join(parts)
+
+
+def memory_result(result: BenchResult) -> BenchResult | None:
+    """The result a memory verdict is about (None when the run sampled no memory)."""
+    peak = result.memory.get("peak_rss")
+    if not peak:
+        return None
+    return BenchResult(name=result.name + SUFFIX, samples=(float(peak),), steps_per_s=0.0,
+                       transitions=result.transitions, source=MEMORY_SOURCE,
+                       memory=dict(result.memory), test_file=result.test_file,
+                       test_line=result.test_line)
+
+
+def not_sampled(result: BenchResult) -> tuple[BenchResult, Verdict, list[str]]:
+    """The memory verdict of a workload whose memory was not sampled (a ring pair): named,
+    never a silent pass."""
+    placeholder = BenchResult(name=result.name + SUFFIX, samples=(1.0,), steps_per_s=0.0,
+                              source=MEMORY_SOURCE)
+    return placeholder, Verdict(Outcome.NO_BASELINE, "this workload's memory was not "
+                                "sampled (only perfgate.measure steps and worker groups "
+                                "report it), so memory_threshold= cannot gate it"), []
+
+
+def decide_memory(peak: float, baseline: Sequence[float], rule: Rule) -> Verdict:
+    """The verdict on ``peak`` bytes against the baseline runs' peaks at ``rule.threshold``."""
+    base = [b for b in baseline if b > 0]
+    t = rule.threshold
+    if not base:
+        return Verdict(Outcome.NO_BASELINE,
+                       "no baseline run recorded peak memory (runs before this version did "
+                       "not); this run's is recorded and becomes the baseline of later commits")
+    ref = statistics.median(base)
+    change = peak / ref - 1.0
+    figures = (f"{mib(peak)} now vs {mib(ref)}, the median of {len(base)} baseline run(s)' "
+               f"peaks")
+    if change > t:
+        return Verdict(Outcome.REGRESSION, f"peak memory rose {change:.1%} ({figures}), more "
+                       f"than the {t:.0%} memory threshold", ratio=ref / peak)
+    if change < -t:
+        return Verdict(Outcome.IMPROVEMENT, f"peak memory fell {-change:.1%} ({figures})",
+                       ratio=ref / peak)
+    return Verdict(Outcome.OK, f"peak memory within {t:.0%} ({change:+.1%}: {figures})",
+                   ratio=ref / peak)
+
+
+__all__ = ["MEMORY_SOURCE", "SUFFIX", "decide_memory", "memory_line", "memory_result", "mib",
+           "not_sampled"]
