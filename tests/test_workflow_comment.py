@@ -183,20 +183,21 @@ def test_two_machines_one_comment_and_a_job_that_stopped_early(
 
 
 def test_the_script_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
-    """As the hosted runner runs it: a file, no project environment (-s -E, no PYTHONPATH)."""
-    done = subprocess.run([sys.executable, "-s", "-E", "-S", str(SCRIPT), "--artifacts",
+    """As the hosted runner runs it: a file, no project environment (-s -E, no PYTHONPATH),
+    and -P, so no module beside it (cli/bisect.py) can shadow the standard library's."""
+    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(SCRIPT), "--artifacts",
                            str(tmp_path), "--repository", "acme/proj", "--head-sha", "nope",
                            "--run-url", "u"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
     assert done.returncode == 2
     assert "error: --head-sha 'nope' is not a 40-digit commit id" in done.stderr
-    done = subprocess.run([sys.executable, "-s", "-E", "-S", str(SCRIPT), "--artifacts",
+    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(SCRIPT), "--artifacts",
                            str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
                            "--run-url", "u"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
     assert done.returncode == 0 and "nothing posted: no perfgate-pr-*" in done.stdout
     _artifact(tmp_path)
-    done = subprocess.run([sys.executable, "-s", "-E", "-S", str(SCRIPT), "--artifacts",
+    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(SCRIPT), "--artifacts",
                            str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
                            "--run-url", "u"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
@@ -237,7 +238,8 @@ def test_the_script_talks_to_the_rest_api(tmp_path: Path) -> None:
     try:
         _artifact(tmp_path / "artifacts")
         done = subprocess.run(
-            [sys.executable, "-s", "-E", str(SCRIPT), "--artifacts", str(tmp_path / "artifacts"),
+            [sys.executable, "-s", "-E", "-P", str(SCRIPT), "--artifacts",
+             str(tmp_path / "artifacts"),
              "--repository", "acme/proj", "--head-sha", SHA, "--run-url", "https://r/9"],
             capture_output=True, text=True, timeout=60,
             env={"PATH": "/usr/bin:/bin", "GH_TOKEN": "s3cret",

@@ -641,7 +641,7 @@ def test_the_comment_workflow_runs_no_code_of_the_pull_request() -> None:
     assert "ref" not in checkout["with"] and "repository" not in checkout["with"]  # default branch
     assert checkout["with"]["sparse-checkout"] == "pytest_perfgate/cli/_pr_comment.py"
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
-    assert comment["run"].strip().startswith("python3 -s -E pytest_perfgate/cli/_pr_comment.py")
+    assert comment["run"].strip().startswith("python3 -s -E -P pytest_perfgate/cli/_pr_comment.py")
 
 
 def _quick(retries: str) -> str:

@@ -9,8 +9,9 @@ named in the artifact must have the head commit that the event names; benchmark 
 into code spans, where GitHub makes no link, mention or reference of them; one comment,
 found by its marker and author, is updated in place.
 
-Standard library only, run as a script (``python3 -s -E _pr_comment.py ...``): the hosted
-runner has no project environment. Not a command module (leading underscore).
+Standard library only, run as a script (``python3 -s -E -P _pr_comment.py ...``): the hosted
+runner has no project environment; -P keeps its folder off sys.path, where cli/bisect.py
+would shadow the standard library's bisect. Not a command module (leading underscore).
 """
 
 from __future__ import annotations
