@@ -41,6 +41,7 @@ class BenchCall:
     window_time: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata to record
     counts: bool = False  # also count instructions under callgrind (docs/design.md §10)
+    unit: str = "env-steps/s"  # what one transition is, as a rate (core/metric.py)
 
 
 class Mode(Protocol):

@@ -19,6 +19,7 @@ from pathlib import Path
 from pytest_perfgate.core.gate import decide, no_baseline, paired_evidence, unstable
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
@@ -126,13 +127,15 @@ class ABController:
         pair.done()
         info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
                 "ab_base_samples": mb.samples}
-        result = summarize(call.name, mh, call.transitions, extra=info)
+        result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
+        metric = metric_for(call.unit)
         if not (mb.steady and mh.steady):
             side = "base" if not mb.steady else "head"
-            verdict = unstable(f"the {side} side never reached steady state during warm-up")
+            verdict = unstable(f"the {side} side never reached steady state during warm-up",
+                               metric)
         else:
-            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule)
-        base = summarize(call.name, mb, call.transitions)
+            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule, metric)
+        base = summarize(call.name, mb, call.transitions, unit=call.unit)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
                    {n: p.ms_per_call for n, p in base.phases.items()})
         self.sink(j)
@@ -148,11 +151,11 @@ class ABController:
             pair.head.conn.send(("done",))
         result = summarize(call.name, m, call.transitions,
                            extra={**dict(call.extra), "ab_base": ab.base_label,
-                                  "ab_base_commit": ab.base_commit})
+                                  "ab_base_commit": ab.base_commit}, unit=call.unit)
         verdict = no_baseline(
             f"the base revision {ab.base_label} ({ab.base_commit[:10]}) has no test "
             f"{call.test_id}: a benchmark new in this revision has nothing to compare with; "
-            "measured and recorded, not gated")
+            "measured and recorded, not gated", metric_for(call.unit))
         j = Judged(result, verdict, call.rule, call.test_id, [], None, {})
         self.sink(j)
         return j

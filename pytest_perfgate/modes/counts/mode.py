@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.measure import LoopSource, WindowSource
+from pytest_perfgate.core.metric import INSTRUCTIONS
 from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.history.asv import COUNTS_PHASES_KEY, COUNTS_SOURCE  # asv series
 from pytest_perfgate.modes.base import BenchCall
@@ -40,7 +41,7 @@ def counts_result(c: Counts, name: str) -> BenchResult:
     return BenchResult(
         name=name + SUFFIX, samples=tuple(float(x) for x in ipe),
         steps_per_s=1e6 / statistics.median(ipe), transitions=c.transitions,
-        source=COUNTS_SOURCE,
+        source=COUNTS_SOURCE, unit=INSTRUCTIONS.unit,
         extra={"instructions_per_step": statistics.median(ipe),
                "est_cycles_per_step": statistics.median(cyc),
                "est_cycles_samples": [float(x) for x in cyc], "est_cycles_formula": FORMULA,
@@ -85,7 +86,7 @@ class CountsMode:
                               f"{sorted(counts)}, not {call.name!r}: does the test measure "
                               "the same benchmarks each time it runs?")
         result = counts_result(c, call.name)
-        self.history.judge(result, call.test_id, call.rule)  # worded as counts there
+        self.history.judge(result, call.test_id, call.rule)  # its unit words the verdict
         return j
 
     def end_test(self, test_id: str) -> None:
