@@ -32,6 +32,7 @@ from pytest_perfgate.session.checks import (
     check_extra,
     check_name,
     check_threshold,
+    check_unit,
     check_windows,
 )
 from pytest_perfgate.session.naming import derive_name, find_repo_root, stable_nodeid, stable_root
@@ -227,8 +228,10 @@ class PerfGate:
     """What a perf test holds: ``measure()`` a step, and ``phase()`` inside it."""
 
     def __init__(self, session: GateSession, test_id: str, default_name: str,
-                 threshold: float | None = None, counts: bool | None = None) -> None:
+                 threshold: float | None = None, counts: bool | None = None,
+                 unit: str | None = None) -> None:
         self.session = session
+        self.unit = unit  # the unit of work of its measure() calls (None: env-steps)
         # instruction counts for this test: the marker's counts=, else --perfgate-counts
         self.counts = bool(session.options.counts) if counts is None else counts
         self.test_id = test_id
@@ -255,20 +258,23 @@ class PerfGate:
     def measure(self, step: Callable[[], object], transitions: int, name: str | None = None,
                 *, windows: int | None = None, window_time: float | None = None,
                 threshold: float | None = None, extra: Mapping[str, Any] | None = None,
-                ) -> Judged:
-        """Measure ``step`` (advancing ``transitions`` env-steps per call) at steady state."""
+                unit: str | None = None) -> Judged:
+        """Measure ``step`` (advancing ``transitions`` env-steps per call) at steady state;
+        ``unit`` names what a transition is when it is not an env-step ("frames")."""
         source = LoopSource(step, transitions, self.recorder, self.session.clock)
         return self.measure_source(source, transitions, name, windows=windows,
-                                   window_time=window_time, threshold=threshold, extra=extra)
+                                   window_time=window_time, threshold=threshold, extra=extra,
+                                   unit=unit)
 
     def measure_source(self, source: WindowSource, transitions: int, name: str | None = None,
                        *, windows: int | None = None, window_time: float | None = None,
                        threshold: float | None = None, extra: Mapping[str, Any] | None = None,
-                       ) -> Judged:
+                       unit: str | None = None) -> Judged:
         """Measure any WindowSource (worker group, collector/learner pair) the same way.
 
         Every argument is checked here, before anything is measured."""
         check_windows(windows, window_time)
+        rate = check_unit(unit if unit is not None else self.unit)
         threshold = check_threshold(threshold)
         meta = getattr(source, "metadata", None)  # keys the source records itself
         extra = check_extra(extra, frozenset(meta()) if callable(meta) else frozenset())
@@ -276,7 +282,7 @@ class PerfGate:
         self.session.claim_name(bench, self.test_id)
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
         call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
-                         counts=self.counts)
+                         counts=self.counts, unit=rate)
         before = len(self.session.judged)
         progress = self.session.progress
         progress.started(bench)
@@ -285,7 +291,7 @@ class PerfGate:
         except BaseException as e:
             progress.finished(bench, f"stopped by {type(e).__name__}")
             raise
-        progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict))
+        progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict, rate))
         # every verdict this call delivered (--perfgate-counts adds <name>.counts to the
         # wall-time one), so each can fail the test; a mode that delivers none: its result
         delivered = [x for x in self.session.judged[before:] if x.test_id == self.test_id]

@@ -1,0 +1,192 @@
+"""pytest-benchmark suites under --perfgate: the ``benchmark`` fixture measured by perfgate,
+whatever pytest-benchmark's own options say (fake clock: exact, no real timing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_session import FAKE_CLOCK_CONFTEST
+
+pytest.importorskip("pytest_benchmark")
+
+SUITE = """
+import os
+import pytest
+from conftest import CLOCK
+
+SLOW = float(os.environ.get("SLOW", "1"))
+
+def work(n):
+    CLOCK.advance(0.001 * SLOW)
+    return n * 2
+
+def test_double(benchmark):
+    assert benchmark(work, 21) == 42
+
+@pytest.mark.parametrize("size", [10, 1000])
+def test_sized(benchmark, size):
+    benchmark(lambda: CLOCK.advance(1e-6 * size))
+
+def test_pedantic(benchmark):
+    made = []
+    def setup():
+        CLOCK.advance(0.5)  # untimed
+        made.append(1)
+        return (3,), {}
+    def target(x):
+        CLOCK.advance(0.002)
+        return x
+    assert benchmark.pedantic(target, setup=setup, teardown=lambda x: None, rounds=3) == 3
+    assert made
+
+@pytest.mark.perfgate(unit="rows")
+def test_rows(benchmark):
+    benchmark(lambda: CLOCK.advance(0.0005))
+"""
+
+ARGS = ["--perfgate", "--perfgate-machine=pb", "--perfgate-windows=4",
+        "--perfgate-window-time=0.05", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
+    pytester.makepyfile(test_bench=SUITE)
+    # the everyday setting of a pytest-benchmark suite: measuring off
+    pytester.makeini("[pytest]\naddopts = --benchmark-disable\n"
+                     "perfgate_results_dir = results\n")
+    return pytester
+
+
+def _record(p: pytest.Pytester) -> dict:
+    runs = sorted((p.path / "results" / "pb" / "perfgate").glob("*.pgrun"))
+    return json.loads(runs[-1].read_text())
+
+
+def test_benchmark_disable_in_addopts_is_measured_under_perfgate(
+        suite: pytest.Pytester) -> None:
+    res = suite.runpytest_inprocess(*ARGS)
+    res.assert_outcomes(passed=5)
+    assert "Benchmark fixture was not used" not in res.stdout.str()
+    res.stdout.fnmatch_lines([
+        "*= perfgate =*",
+        "benchmark * now *baseline*",
+        "test_bench.test_double *1000 calls/s*NO BASELINE*",
+        "test_bench.test_sized-10 *100.0k calls/s*NO BASELINE*",
+        "test_bench.test_sized-1000 *1000 calls/s*NO BASELINE*",
+        "test_bench.test_pedantic *500 calls/s*NO BASELINE*",
+        "test_bench.test_rows *2000 rows/s*NO BASELINE*",
+        "recorded run *"])
+    benches = _record(suite)["benchmarks"]
+    assert sorted(benches) == ["test_bench.test_double", "test_bench.test_pedantic",
+                               "test_bench.test_rows", "test_bench.test_sized-10",
+                               "test_bench.test_sized-1000"]
+    double = benches["test_bench.test_double"]
+    assert double["unit"] == "calls/s" and double["source"] == "perfgate"
+    assert double["cores"] > 0.5 and len(double["samples"]) == 4  # perfgate's own windows
+    assert benches["test_bench.test_rows"]["unit"] == "rows/s"
+
+
+def test_without_perfgate_pytest_benchmark_is_left_alone(suite: pytest.Pytester) -> None:
+    res = suite.runpytest_inprocess("-p", "no:cacheprovider")
+    res.assert_outcomes(passed=5)
+    assert "= perfgate =" not in res.stdout.str()
+    assert not (suite.path / "results").exists()
+
+
+def test_a_slowed_benchmark_is_a_regression_worded_in_calls(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in range(3):
+        suite.runpytest_inprocess(*ARGS).assert_outcomes(passed=5)
+    monkeypatch.setenv("SLOW", "2")
+    res = suite.runpytest_inprocess(*ARGS, "-k", "double or rows")
+    res.assert_outcomes(failed=1, passed=1)
+    res.stdout.fnmatch_lines([
+        "*perfgate REGRESSION: test_bench.test_double",
+        "*throughput fell 50.0% (threshold 5%)*",
+        "*calls/s: 500 now (median window) vs 1000 baseline*",
+        "*warm-up *, 4 windows, cores used 1.00*"])
+
+
+def test_a_noisy_cheap_call_says_what_to_do(pytester: pytest.Pytester,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
+    pytester.makepyfile(test_noisy="""
+        import os
+        from conftest import CLOCK
+        LEVEL = float(os.environ["LEVEL"])
+        def test_cheap(benchmark):
+            benchmark(lambda: CLOCK.advance(1e-4 * LEVEL))
+    """)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    for level in (1.0, 1.3, 0.8, 1.25, 1.0):  # ~25% run-to-run spread
+        monkeypatch.setenv("LEVEL", str(level))
+        res = pytester.runpytest_inprocess(*ARGS)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines([
+        "*test_noisy.test_cheap: INCONCLUSIVE: measured *, but the noise against 4 baseline "
+        "run(s), run-to-run spread *% can only resolve drops of *% or more, above the 5% "
+        "threshold. A cheap call's speed drifts between runs more than the threshold: compare "
+        "in one run with the interleaved A/B mode (--perfgate-ab BASE_REV), or gate its "
+        "instruction counts, which do not drift with the machine (--perfgate-counts), or "
+        "raise the threshold."])
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("benchmark(42)", "*benchmark(42, ...): the first argument is the function to measure, "
+                      "e.g. benchmark(sorted, data)*"),
+    ("benchmark.pedantic(len, args=([1],), setup=lambda: None)",
+     "*benchmark.pedantic(..., setup=..., args=...): the arguments come either from "
+     "args/kwargs or from what setup() returns, not both: have setup() return (args, kwargs)*"),
+    ("benchmark.pedantic(len, setup=lambda: 5)",
+     "*benchmark.pedantic(setup=...) returned 5: return None or (args, kwargs), e.g. "
+     "((data,), {})*"),
+    ("benchmark.pedantic(len, args=([1],), teardown=3)",
+     "*benchmark.pedantic(..., teardown=3): pass a function, or leave it out*"),
+    ("benchmark.weave(len)",
+     "*benchmark.weave(...) is not measured under --perfgate (it times calls of a patched "
+     "function while the test runs, with no step perfgate can repeat): call benchmark(f, "
+     "*args) or benchmark.pedantic(f, ...) instead, or run this test without --perfgate*"),
+])
+def test_bad_benchmark_calls_are_clear_errors(pytester: pytest.Pytester, body: str,
+                                              message: str) -> None:
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
+    pytester.makepyfile(test_bad=f"def test_bad(benchmark):\n    {body}\n")
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    res = pytester.runpytest_inprocess(*ARGS)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([message])
+
+
+def test_a_bad_unit_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bad="""
+        import pytest
+        @pytest.mark.perfgate(unit="rows/s")
+        def test_bad(benchmark):
+            benchmark(len, [1])
+    """)
+    res = pytester.runpytest_inprocess("--perfgate", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([
+        "*@pytest.mark.perfgate(unit='rows/s') on test_bad.py::test_bad: unit='rows/s' is not "
+        "a unit of work: use 1-32 letters, digits, '_' or '-', starting with a letter, the "
+        "plural of what one call does, e.g. unit='rows'"])
+
+
+def test_a_perf_test_may_name_its_unit(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
+    pytester.makepyfile(test_frames="""
+        from conftest import CLOCK
+        def test_frames(perfgate):
+            perfgate.measure(lambda: CLOCK.advance(0.001), transitions=4, unit="frames")
+        def test_bad(perfgate):
+            perfgate.measure(lambda: None, transitions=4, unit="2 frames")
+    """)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    res = pytester.runpytest_inprocess(*ARGS)
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines([
+        "*unit='2 frames' is not a unit of work: use 1-32 letters, digits, '_' or '-', "
+        "starting with a letter, the plural of what one call does, e.g. unit='frames'*",
+        "test_frames.test_frames *4000 frames/s*NO BASELINE*"])
