@@ -95,6 +95,7 @@ def test_without_perfgate_pytest_benchmark_is_left_alone(suite: pytest.Pytester)
     assert not (suite.path / "results").exists()
 
 
+@pytest.mark.slow  # several full pytest runs in a row
 def test_a_slowed_benchmark_is_a_regression_worded_in_calls(
         suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(3):
@@ -109,6 +110,7 @@ def test_a_slowed_benchmark_is_a_regression_worded_in_calls(
         "*warm-up *, 4 windows, cores used 1.00*"])
 
 
+@pytest.mark.slow  # several full pytest runs in a row
 def test_a_noisy_cheap_call_says_what_to_do(pytester: pytest.Pytester,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeconftest(FAKE_CLOCK_CONFTEST)
@@ -190,3 +192,49 @@ def test_a_perf_test_may_name_its_unit(pytester: pytest.Pytester) -> None:
         "*unit='2 frames' is not a unit of work: use 1-32 letters, digits, '_' or '-', "
         "starting with a letter, the plural of what one call does, e.g. unit='frames'*",
         "test_frames.test_frames *4000 frames/s*NO BASELINE*"])
+
+
+AB_SUITE = """
+import time
+SLOW = {slow}
+def test_steady(benchmark):
+    benchmark(time.sleep, 0.002)
+def test_changed(benchmark):
+    assert benchmark(lambda: time.sleep(0.002 * SLOW) or 7) == 7
+"""
+
+
+@pytest.mark.slow  # real side processes and a git worktree (sleep-based steps, 2x margin)
+def test_ab_measures_pytest_benchmark_tests_in_both_revisions(
+        pytester: pytest.Pytester) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=pytester.path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    pytester.makeini("[pytest]\naddopts = --benchmark-disable\n"
+                     "perfgate_results_dir = results\n")
+    pytester.makepyfile(test_pb=AB_SUITE.format(slow=1.0))
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    pytester.makepyfile(test_pb=AB_SUITE.format(slow=2.0))
+    git("commit", "-qam", "head: test_changed twice as slow")
+    res = pytester.runpytest_subprocess(
+        "--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1",
+        "--perfgate-threshold=10%", "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05",
+        "--perfgate-warmup-max=5", "-p", "no:cacheprovider", timeout=300)
+    res.assert_outcomes(failed=1, passed=1)
+    res.stdout.fnmatch_lines(["*perfgate REGRESSION: test_pb.test_changed",
+                              "*over 6 interleaved turns*",
+                              "*calls/s: * now (median window) vs * baseline (base side's "
+                              "median)*"])
+    assert "REGRESSION: test_pb.test_steady" not in res.stdout.str()
+    (run,) = (pytester.path / "results" / "ab" / "perfgate").glob("*.pgrun")
+    rec = json.loads(run.read_text())
+    assert rec["metadata"]["mode"] == "ab"
+    for name in ("test_pb.test_steady", "test_pb.test_changed"):  # both sides measured
+        assert rec["benchmarks"][name]["extra"]["ab_base"] == "HEAD~1"
+        assert rec["benchmarks"][name]["unit"] == "calls/s"
