@@ -78,7 +78,7 @@ class GateSession:
         side = is_side_process()
         self.counts_side = is_counts_side()  # a counting worker holds the real state too
         self.smoke = not options.enabled and not side and not self.counts_side
-        # Judges in-process results in every mode (pytest-benchmark's too).
+        # Judges in-process results in every mode (the counts mode's too).
         self.history_mode = HistoryMode(self.smoke, self.meter, self.add, self.open_history,
                                         options.baseline_runs, options.baseline,
                                         records=options.record)
@@ -205,7 +205,7 @@ class GateSession:
             self._on_verdict(judged)
 
     def judge(self, result: BenchResult, test_id: str, threshold: float | None = None) -> Judged:
-        """Judge a result measured elsewhere (pytest-benchmark's) against history."""
+        """Judge a result measured elsewhere (an asv row, a tool's) against history."""
         check_name(result.name)
         self.claim_name(result.name, test_id)
         return self.history_mode.judge(result, test_id, self.rule(threshold))
