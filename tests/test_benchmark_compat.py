@@ -238,3 +238,24 @@ def test_ab_measures_pytest_benchmark_tests_in_both_revisions(
     for name in ("test_pb.test_steady", "test_pb.test_changed"):  # both sides measured
         assert rec["benchmarks"][name]["extra"]["ab_base"] == "HEAD~1"
         assert rec["benchmarks"][name]["unit"] == "calls/s"
+
+
+def test_a_pedantic_setup_cannot_be_counted_and_says_what_to_do(
+        pytester: pytest.Pytester) -> None:
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind not installed: apt-get install valgrind")
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
+    pytester.makepyfile(test_bad="""
+        def test_bad(benchmark):
+            benchmark.pedantic(len, setup=lambda: (([1],), {}))
+    """)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    res = pytester.runpytest_inprocess(*ARGS, "--perfgate-counts")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([
+        "*benchmark.pedantic(..., setup=/teardown=...) cannot be counted: callgrind counts one "
+        "call of a plain step, and setup's instructions would count as the call's. Mark the "
+        "test @pytest.mark.perfgate(counts=False) to keep its wall-time verdict, or call "
+        "benchmark(f, *args)*"])

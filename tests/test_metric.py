@@ -123,3 +123,17 @@ def test_benchmark_names_stay_unique_and_short() -> None:
     long = readable_name("a/" * 40 + "t.py::test_" + "x" * 60 + "[p]")
     other = readable_name("a/" * 40 + "t.py::test_" + "x" * 60 + "[q]")
     assert len(long) <= 80 and long != other and not long.endswith("_")
+
+
+def test_counts_of_a_call_are_per_call() -> None:
+    from pytest_perfgate.modes.counts.mode import counts_result
+    from pytest_perfgate.modes.counts.runner import Counts
+
+    c = Counts("f", 1, (1200,), (1500,), {"Ir": 1200})
+    per_call = counts_result(c, "f", CALLS.unit)
+    assert per_call.unit == "instructions/call" and per_call.name == "f.counts"
+    assert counts_result(c, "w").unit == INSTRUCTIONS.unit
+    v = evaluate([20.0] * 4, BASE, RULE, metric=metric_for(per_call.unit))
+    assert v.message.startswith("instruction counts: instructions per call grew by the "
+                                "equivalent of a throughput drop of 50.0%")
+    assert BenchResult.from_json(per_call.to_json()).unit == "instructions/call"

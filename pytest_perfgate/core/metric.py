@@ -56,18 +56,33 @@ CALLS = Metric(
            "one run with the interleaved A/B mode (--perfgate-ab BASE_REV), or gate its "
            "instruction counts, which do not drift with the machine (--perfgate-counts), "
            "or raise the threshold."))
-INSTRUCTIONS = Metric(
-    "instructions/env-step", higher_is_better=False, subject="instruction counts: ",
-    fell="instructions per env-step grew by the equivalent of a throughput drop of",
-    rose="instructions per env-step fell: a throughput rise of",
-    drift="whether this workload's instruction counts vary between runs",
-    noisy=("For instruction counts this means the counts themselves vary between runs: "
-           "make the step deterministic (one thread, a held state, no time-dependent "
-           "work) so the threshold, not the noise, decides."),
-    method="counted under callgrind, one call of the step after warm-up",
-    asv_suffix="", asv_unit="instructions/env-step", asv_scale=1.0)
+COUNTS_PREFIX = "instructions/"
+
+
+def counts_metric(per: str) -> Metric:
+    """Instructions per unit of work (``per``: "env-step", "call"), a cost: lower is better."""
+    return Metric(
+        f"{COUNTS_PREFIX}{per}", higher_is_better=False, subject="instruction counts: ",
+        fell=f"instructions per {per} grew by the equivalent of a throughput drop of",
+        rose=f"instructions per {per} fell: a throughput rise of",
+        drift="whether this workload's instruction counts vary between runs",
+        noisy=("For instruction counts this means the counts themselves vary between runs: "
+               "make the step deterministic (one thread, a held state, no time-dependent "
+               "work) so the threshold, not the noise, decides."),
+        method="counted under callgrind, one call of the step after warm-up",
+        asv_suffix="", asv_unit=f"{COUNTS_PREFIX}{per}", asv_scale=1.0)
+
+
+INSTRUCTIONS = counts_metric("env-step")
 _KNOWN = {m.unit: m for m in (ENV_STEPS, CALLS, INSTRUCTIONS)}
 _UNIT = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+
+
+def counted_per(rate: str) -> str:
+    """The unit a counts result is per, from its wall-time result's rate unit:
+    "env-steps/s" -> "env-step", "calls/s" -> "call", "rows/s" -> "row"."""
+    work = rate.removesuffix("/s")
+    return work[:-1] if len(work) > 1 and work.endswith("s") else work
 UNIT_RULE = "1-32 letters, digits, '_' or '-', starting with a letter"
 
 
@@ -75,13 +90,19 @@ def metric_for(unit: str) -> Metric:
     """The metric a result's unit names; any other ``<unit>/s`` is a rate worded like
     env-steps/s."""
     known = _KNOWN.get(unit)
-    return known if known is not None else Metric(unit)
+    if known is not None:
+        return known
+    if unit.startswith(COUNTS_PREFIX):
+        return counts_metric(unit.removeprefix(COUNTS_PREFIX))
+    return Metric(unit)
 
 
 def is_unit(text: object) -> bool:
     """A unit a result may carry: a built-in metric's or a user's ``<unit>/s``."""
     if not isinstance(text, str):
         return False
+    if text.startswith(COUNTS_PREFIX):
+        return _UNIT.fullmatch(text.removeprefix(COUNTS_PREFIX)) is not None
     return text in _KNOWN or (text.endswith("/s") and _UNIT.fullmatch(text[:-2]) is not None)
 
 
@@ -94,5 +115,5 @@ def rate_unit(unit: object, where: str, example: str) -> str:
     return f"{unit}/s"
 
 
-__all__ = ["CALLS", "ENV_STEPS", "INSTRUCTIONS", "RATE_SCALE", "UNIT_RULE", "Metric",
-           "is_unit", "metric_for", "rate_unit"]
+__all__ = ["CALLS", "COUNTS_PREFIX", "ENV_STEPS", "INSTRUCTIONS", "RATE_SCALE", "UNIT_RULE",
+           "Metric", "counted_per", "counts_metric", "is_unit", "metric_for", "rate_unit"]

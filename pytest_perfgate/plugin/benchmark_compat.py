@@ -132,6 +132,13 @@ class PerfgateBenchmark:
             self._original._mode = "measured by pytest-perfgate"
         name = self._name if self._calls == 1 else f"{self._name}.{self._calls}"
         last: list[Any] = []
+        session = self._gate.session
+        if (setup or teardown) and session.mode_for(self._gate.counts) is not session.mode:
+            raise PerfgateUsageError(
+                "benchmark.pedantic(..., setup=/teardown=...) cannot be counted: callgrind "
+                "counts one call of a plain step, and setup's instructions would count as "
+                "the call's. Mark the test @pytest.mark.perfgate(counts=False) to keep its "
+                "wall-time verdict, or call benchmark(f, *args)")
         if setup is None and teardown is None:
             def step() -> None:
                 last[:] = [target(*args, **kwargs)]
