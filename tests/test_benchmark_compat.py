@@ -259,3 +259,27 @@ def test_a_pedantic_setup_cannot_be_counted_and_says_what_to_do(
         "call of a plain step, and setup's instructions would count as the call's. Mark the "
         "test @pytest.mark.perfgate(counts=False) to keep its wall-time verdict, or call "
         "benchmark(f, *args)*"])
+
+
+def test_a_kept_fixture_object_is_never_a_silent_pass(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
+    pytester.makepyfile(test_kept="""
+        import pytest
+
+        class TestKept:
+            @pytest.fixture(autouse=True)
+            def setup(self, benchmark):
+                self.benchmark = benchmark
+
+            def test_kept(self):
+                self.benchmark(len, [1])
+    """)
+    pytester.makeini("[pytest]\naddopts = --benchmark-disable\n"
+                     "perfgate_results_dir = results\n")
+    res = pytester.runpytest_inprocess(*ARGS)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([
+        "*this test called pytest-benchmark's own fixture object (kept by another fixture, "
+        "e.g. self.benchmark = benchmark), which perfgate does not measure, so nothing was "
+        "measured: call the benchmark argument the test itself receives, or run this test "
+        "without --perfgate*"])

@@ -23,6 +23,10 @@ from pytest_perfgate.session.naming import readable_name
 from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError, stable_nodeid
 
 UNSUPPORTED = ("weave", "patch")  # pytest-benchmark's aspect mode: no step to measure
+BYPASSED = ("this test called pytest-benchmark's own fixture object (kept by another fixture, "
+            "e.g. self.benchmark = benchmark), which perfgate does not measure, so nothing "
+            "was measured: call the benchmark argument the test itself receives, or run this "
+            "test without --perfgate")
 
 
 def is_pytest_benchmark(fixture: object) -> bool:
@@ -59,14 +63,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
             pytest.skip(f"perfgate: {why}")
         pyfuncitem.stash[hooks._judged_key] = gate.results
     unit = markers.marker_unit(pyfuncitem) or CALLS.unit.removesuffix("/s")
-    pyfuncitem.funcargs["benchmark"] = PerfgateBenchmark(
-        original, gate, benchmark_name(pyfuncitem, session), unit, session.clock)
+    ours = PerfgateBenchmark(original, gate, benchmark_name(pyfuncitem, session), unit,
+                             session.clock)
+    pyfuncitem.funcargs["benchmark"] = ours
     try:
-        return (yield)
+        result = yield
     finally:
         pyfuncitem.funcargs["benchmark"] = original
         if gate is not shared:
             gate.close()
+    if not ours.used and getattr(original, "_mode", None):  # never a silent pass
+        raise PerfgateUsageError(BYPASSED)
+    return result
 
 
 class PerfgateBenchmark:
@@ -114,6 +122,11 @@ class PerfgateBenchmark:
                 "from args/kwargs or from what setup() returns, not both: have setup() "
                 "return (args, kwargs)")
         return self._measure(target, tuple(args), dict(kwargs or {}), setup, teardown)
+
+    @property
+    def used(self) -> bool:
+        """Whether the test measured anything through this object."""
+        return self._calls > 0
 
     def __getattr__(self, name: str) -> Any:
         if name in UNSUPPORTED:
