@@ -283,3 +283,29 @@ def test_a_kept_fixture_object_is_never_a_silent_pass(pytester: pytest.Pytester)
         "e.g. self.benchmark = benchmark), which perfgate does not measure, so nothing was "
         "measured: call the benchmark argument the test itself receives, or run this test "
         "without --perfgate*"])
+
+
+@pytest.mark.slow  # real side processes and a git worktree
+def test_ab_sides_use_the_configuration_the_run_was_given(pytester: pytest.Pytester) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=pytester.path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    # the project's everyday config, which a benchmark run bypasses with -c (as bidict does)
+    pytester.makeini("[pytest]\naddopts = --no-such-option\n")
+    (pytester.path / "bench.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
+    pytester.makepyfile(test_pb=AB_SUITE.format(slow=1.0))
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("commit", "--allow-empty", "-qm", "head")
+    res = pytester.runpytest_subprocess(
+        "-c", "bench.ini", "--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1",
+        "--perfgate-threshold=10%", "--perfgate-ab-turns=4", "--perfgate-ab-turn-time=0.05",
+        "--perfgate-warmup-max=5", "-p", "no:cacheprovider", "-k", "steady", timeout=300)
+    res.assert_outcomes(passed=1, deselected=1)
+    res.stdout.fnmatch_lines(["*test_pb.test_steady*calls/s*"])
+    assert "no-such-option" not in res.stdout.str()

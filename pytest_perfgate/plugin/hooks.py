@@ -114,9 +114,26 @@ def _start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
     stack = contextlib.ExitStack()
     config.add_cleanup(stack.close)
     try:
-        return start_ab(config.rootpath, options.ab, options.ab_setup, stack)
+        return start_ab(config.rootpath, options.ab, options.ab_setup, stack,
+                        _config_args(config))
     except ABSetupError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
+
+
+def _config_args(config: pytest.Config) -> tuple[str, ...]:
+    """The options that chose this run's configuration, for the A/B sides to use the same:
+    ``-c FILE``, ``--rootdir``, ``-o name=value``, ``-p name``."""
+    o = config.option
+    args: list[str] = []
+    if getattr(o, "inifilename", None):
+        args += ["-c", str(o.inifilename)]
+    if getattr(o, "rootdir", None):
+        args += ["--rootdir", str(o.rootdir)]
+    for kv in getattr(o, "override_ini", None) or []:
+        args += ["-o", str(kv)]
+    for name in getattr(o, "plugins", None) or []:
+        args += ["-p", str(name)]
+    return tuple(args)
 
 
 def _xdist_active(config: pytest.Config) -> bool:

@@ -66,8 +66,8 @@ def worktree(repo: Path, rev: str) -> Iterator[Path]:
                            f"{e}") from None
 
 
-def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack
-             ) -> ABSetup:
+def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack,
+             pytest_args: tuple[str, ...] = ()) -> ABSetup:
     """Check ``rev`` out beside ``root`` (removed when ``stack`` closes), run the set-up
     command in it, and say how to start each side. Until ``stack`` closes, SIGTERM unwinds
     the run like Ctrl-C, so the sides end and the worktree is removed."""
@@ -85,8 +85,9 @@ def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.Exit
             raise ABSetupError(
                 f"--perfgate-ab-setup {setup_cmd!r} failed in the base worktree "
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)))
-    head = SideSpec("head", root)
+    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)),
+                    pytest_args=pytest_args)
+    head = SideSpec("head", root, pytest_args=pytest_args)
     commit = resolve_commit(root, rev) or rev
     return ABSetup(base, head, commit, rev, PLUGIN_ROOT)
 
