@@ -22,6 +22,7 @@ from pytest_perfgate.core.timing import Clock
 from pytest_perfgate.session.naming import readable_name
 from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError, stable_nodeid
 
+_UNSET = object()
 UNSUPPORTED = ("weave", "patch")  # pytest-benchmark's aspect mode: no step to measure
 BYPASSED = ("this test called pytest-benchmark's own fixture object (kept by another fixture, "
             "e.g. self.benchmark = benchmark), which perfgate does not measure, so nothing "
@@ -144,7 +145,7 @@ class PerfgateBenchmark:
         if hasattr(self._original, "_mode"):  # used: its end-of-test check stays quiet
             self._original._mode = "measured by pytest-perfgate"
         name = self._name if self._calls == 1 else f"{self._name}.{self._calls}"
-        last: list[Any] = []
+        last: list[Any] = [_UNSET]  # the newest call's result, set in place: no allocation
         session = self._gate.session
         if (setup or teardown) and session.mode_for(self._gate.counts) is not session.mode:
             raise PerfgateUsageError(
@@ -154,15 +155,15 @@ class PerfgateBenchmark:
                 "wall-time verdict, or call benchmark(f, *args)")
         if setup is None and teardown is None:
             def step() -> None:
-                last[:] = [target(*args, **kwargs)]
+                last[0] = target(*args, **kwargs)
 
             self._gate.measure(step, transitions=1, name=name, unit=self._unit)
         else:
             source = SetupSource(target, args, kwargs, setup, teardown, self._clock, last)
             self._gate.measure_source(source, 1, name, unit=self._unit)
-        if not last:  # the A/B controller: its sides ran the calls; the test wants a result
+        if last[0] is _UNSET:  # the A/B controller: its sides ran the calls; the test wants one
             a, k = _arguments(setup, args, kwargs)
-            last.append(target(*a, **k))
+            last[0] = target(*a, **k)
             if teardown is not None:
                 teardown(*a, **k)
         return last[0]
@@ -202,7 +203,7 @@ class SetupSource:
             result = self.target(*a, **k)
             t1, c1 = wall(), cpu()
             timed, used, calls = timed + t1 - t0, used + c1 - c0, calls + 1
-            self.last[:] = [result]
+            self.last[0] = result
             if self.teardown is not None:
                 self.teardown(*a, **k)
             if wall() - start >= limit:
