@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
+from pytest_perfgate.core.metric import INSTRUCTIONS
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
 from pytest_perfgate.history.asv import COUNTS_SOURCE
 from pytest_perfgate.history.store import History
@@ -36,8 +37,9 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
                 extra = {"est_cycles_per_step": counts[i] * 1.25,
                          "phase_instructions_per_step": {"physics": counts[i] * 0.95,
                                                          "reset": counts[i] * 0.05}}
-                benches[name + ".counts"] = BenchResult(name + ".counts", c, 0.0,
-                                                        source=COUNTS_SOURCE, extra=extra)
+                benches[name + ".counts"] = BenchResult(name + ".counts", c, 1e6 / counts[i],
+                                                        source=COUNTS_SOURCE, extra=extra,
+                                                        unit=INSTRUCTIONS.unit)
         digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
         run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
                         "main", dirty, machine, fingerprints[i] if fingerprints else "fp",

@@ -153,7 +153,7 @@ def test_bad_markers_are_one_usage_error_at_collection(sandbox: pytest.Pytester)
             "  @pytest.mark.perfgate(threshold='10') on test_marks.py::test_a: '10' is out of "
             "range: use a fraction between 0 and 1 (exclusive), e.g. 0.05 or 5%",
             "  @pytest.mark.perfgate(treshold=0.1) on test_marks.py::test_b: unknown "
-            "argument(s) treshold; it takes threshold, counts, memory_threshold, e.g. "
+            "argument(s) treshold; it takes threshold, counts, memory_threshold, unit, e.g. "
             "@pytest.mark.perfgate(threshold=0.1)",
             "  @pytest.mark.perfgate(0.1) on test_marks.py::test_c: takes keyword arguments "
             "only, e.g. @pytest.mark.perfgate(threshold=0.1)",

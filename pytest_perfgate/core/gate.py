@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_perfgate.core.metric import ENV_STEPS, Metric
+
 PAIRED_TRIM = 0.2  # trimmed from each end of the paired per-turn log ratios (docs/design.md §3)
 MIN_SPREAD_RUNS = 2  # earlier runs needed before the run-to-run spread is seen at all
 SPLIT_MIN_WINDOWS = 4  # windows a run needs for its two halves to estimate its own noise
@@ -161,7 +163,8 @@ def spoiled(samples: Sequence[float], polluted: int) -> bool:
 
 def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float]],
                      spread: Sequence[Sequence[float]] | None = None, *, polluted: int = 0,
-                     baseline_polluted: Sequence[int] = ()) -> Evidence:
+                     baseline_polluted: Sequence[int] = (), metric: Metric = ENV_STEPS
+                     ) -> Evidence:
     """Compare one run's window samples with earlier runs' (all in time per env-step).
 
     ``baseline`` (the newest runs) sets the level; ``spread`` (a longer stretch of history,
@@ -215,7 +218,7 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
                 "level is unknown: record runs when the machine is quiet")
     elif k < MIN_SPREAD_RUNS:
         thin = (f"only {k} earlier run to learn the run-to-run spread from, and one run "
-                "cannot show how much this machine's speed drifts between runs: record "
+                f"cannot show {metric.drift}: record "
                 f"at least {MIN_SPREAD_RUNS} runs of an earlier commit before gating")
     return Evidence(d, s * math.sqrt(1 + 1 / n), float(max(df, 1)), n, "history", between,
                     within, slack, int(polluted) + sum(bp), thin)
@@ -245,21 +248,21 @@ def paired_evidence(base: Sequence[float], head: Sequence[float],
     return Evidence(statistics.fmean(core), se, float(len(core) - 1), n, "paired")
 
 
-def decide(ev: Evidence, rule: Rule) -> Verdict:
+def decide(ev: Evidence, rule: Rule, metric: Metric = ENV_STEPS) -> Verdict:
     """Turn evidence into a verdict by the rule in the module docstring.
 
     Kept polluted windows move the ratio by up to ``ev.slack`` either way: significance is
     tested at the end of that range least favourable to the verdict, and the interval and
     the resolvable drop widen by it. Evidence the model calls ``thin`` is INCONCLUSIVE.
+    ``metric`` words the verdict (its unit's direction and phrases, core/metric.py).
     """
     ratio = math.exp(-ev.log_ratio)
     drop = 1 - ratio
     where = _basis(ev)
     if ev.thin is not None:
         return Verdict(Outcome.INCONCLUSIVE,
-                       f"measured {_signed(drop)} against {ev.n_base} baseline run(s), "
-                       f"but {ev.thin}", ratio=ratio,
-                       evidence=ev)
+                       metric.say(f"measured {_signed(drop)} against {ev.n_base} baseline "
+                                  f"run(s), but {ev.thin}"), ratio=ratio, evidence=ev)
     lo, hi = ev.log_ratio - ev.slack, ev.log_ratio + ev.slack
     if ev.se > 0:
         tq = _t_ppf(1 - rule.alpha, ev.df)
@@ -273,23 +276,23 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
         ci, resolvable = (math.exp(-hi), math.exp(-lo)), 1 - math.exp(-ev.slack)
 
     def verdict(outcome: Outcome, message: str) -> Verdict:
-        return Verdict(outcome, message, ratio=ratio, ci=ci, p_value=p_slow,
+        return Verdict(outcome, metric.say(message), ratio=ratio, ci=ci, p_value=p_slow,
                        resolvable=resolvable, evidence=ev)
 
     if p_slow < rule.alpha and -math.expm1(-lo) > rule.threshold:
         return verdict(Outcome.REGRESSION,
-                       f"throughput fell {drop:.1%} (threshold {percent(rule.threshold)}), "
+                       f"{metric.fell} {drop:.1%} (threshold {percent(rule.threshold)}), "
                        f"p={p_slow:.2g} {where}")
     if p_fast < rule.alpha and math.expm1(-hi) > rule.threshold:
         return verdict(Outcome.IMPROVEMENT,
-                       f"throughput rose {-drop:.1%}, p={p_fast:.2g} {where}; "
+                       f"{metric.rose} {-drop:.1%}, p={p_fast:.2g} {where}; "
                        "the baseline will move up once this lands")
     if resolvable > rule.threshold:
         return verdict(Outcome.INCONCLUSIVE,
                        f"measured {_signed(drop)}, but the noise {where} can only resolve "
                        f"drops of {_drop(resolvable)} or more, above the "
                        f"{percent(rule.threshold)} "
-                       f"threshold. {_advice(ev, rule)}")
+                       f"threshold. {_advice(ev, rule, metric)}")
     return verdict(Outcome.OK, f"{_signed(drop)} {where}, within the "
                    f"{percent(rule.threshold)} threshold (resolves drops >= "
                    f"{_drop(resolvable)})")
@@ -327,7 +330,7 @@ def _basis(ev: Evidence) -> str:
     return text
 
 
-def _advice(ev: Evidence, rule: Rule) -> str:
+def _advice(ev: Evidence, rule: Rule, metric: Metric) -> str:
     """The true reason the evidence cannot resolve the threshold, and the one thing to do:
     too few runs (the spread is small but its estimate has few degrees of freedom), outside
     load (the slack of kept spoiled windows), or the spread itself."""
@@ -351,28 +354,29 @@ def _advice(ev: Evidence, rule: Rule) -> str:
     most = (limit - ev.slack) / (_t_ppf(1 - rule.alpha, 1e6) * room)
     return (f"The cause is the spread: this runner's run medians scatter by {spread:.1%}, "
             f"and resolving {percent(rule.threshold)} at alpha={rule.alpha:g} needs a "
-            f"spread below {max(most, 0.0):.1%} however many runs are recorded; use the "
-            "interleaved A/B mode (--perfgate-ab BASE_REV) for a paired comparison, or "
-            "raise the threshold.")
+            f"spread below {max(most, 0.0):.1%} however many runs are recorded; "
+            f"{metric.noisy}")
 
 
-def no_baseline(message: str) -> Verdict:
-    return Verdict(Outcome.NO_BASELINE, message)
+def no_baseline(message: str, metric: Metric = ENV_STEPS) -> Verdict:
+    return Verdict(Outcome.NO_BASELINE, metric.say(message))
 
 
-def unstable(message: str) -> Verdict:
-    return Verdict(Outcome.UNSTABLE, message)
+def unstable(message: str, metric: Metric = ENV_STEPS) -> Verdict:
+    return Verdict(Outcome.UNSTABLE, metric.say(message))
 
 
 def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule: Rule,
              *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None,
-             polluted: int = 0, baseline_polluted: Sequence[int] = ()) -> Verdict:
+             polluted: int = 0, baseline_polluted: Sequence[int] = (),
+             metric: Metric = ENV_STEPS) -> Verdict:
     """The history gate: current run's window samples vs baseline runs' window samples."""
     if not steady:
         return unstable("steady state was never reached during warm-up: the workload's "
                         "speed kept changing (raise --perfgate-warmup-max or make the step "
-                        "hold its state steady)")
+                        "hold its state steady)", metric)
     if not any(baseline):
-        return no_baseline("no earlier run on this machine to compare with")
+        return no_baseline("no earlier run on this machine to compare with", metric)
     return decide(history_evidence(current, baseline, spread, polluted=polluted,
-                                   baseline_polluted=baseline_polluted), rule)
+                                   baseline_polluted=baseline_polluted, metric=metric),
+                  rule, metric)

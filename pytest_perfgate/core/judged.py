@@ -31,7 +31,8 @@ class Judged:
 
 
 def summarize(name: str, m: Measurement, transitions: int,
-              extra: Mapping[str, Any] | None = None) -> BenchResult:
+              extra: Mapping[str, Any] | None = None, unit: str = "env-steps/s"
+              ) -> BenchResult:
     """One benchmark's recorded result from its measured windows."""
     share = m.phase_share()
     phases = {n: PhaseSummary(st.ms_per_call, share.get(n, 0.0), st.cores)
@@ -40,7 +41,8 @@ def summarize(name: str, m: Measurement, transitions: int,
                        cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
                        warmup_windows=m.warmup_windows, remeasured=m.remeasured,
                        polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
-                       extra=dict(extra or {}), memory=m.memory)
+                       extra=dict(extra or {}), memory=m.memory,
+                       unit=unit)
 
 
 def failing(judged: Sequence[Judged]) -> list[Judged]:

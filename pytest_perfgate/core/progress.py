@@ -71,9 +71,11 @@ def rate(steps_per_s: float) -> str:
     return f"{steps_per_s:.1f}"
 
 
-def verdict_summary(steps_per_s: float, verdict: Verdict | None) -> str:
-    """A benchmark's final progress words: its median-window rate, and its verdict if any."""
-    text = f"{rate(steps_per_s)} steps/s"
+def verdict_summary(steps_per_s: float, verdict: Verdict | None,
+                    unit: str = "env-steps/s") -> str:
+    """A benchmark's final progress words: its median-window rate (in its unit, env-steps
+    read as steps/s), and its verdict if any."""
+    text = f"{rate(steps_per_s)} {'steps/s' if unit == 'env-steps/s' else unit}"
     if verdict is None:
         return text
     text += f", {verdict.outcome.value}"

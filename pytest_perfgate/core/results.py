@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any
 
+from pytest_perfgate.core.metric import is_unit
+
 FORMAT_VERSION = 1
 # What a recorded number can be, however fast or slow the workload: a sample (seconds per
 # million env-steps, or instructions per env-step) between 1e-9 (1e15 env-steps/s) and 1e15,
@@ -56,6 +58,9 @@ class BenchResult:
     transitions: int = 0  # env-steps per call of the step
     phases: Mapping[str, PhaseSummary] = field(default_factory=dict)
     source: str = "perfgate"  # or "pytest-benchmark"
+    # what steps_per_s counts, and so how the gate words it and which way is better:
+    # "env-steps/s", "calls/s", a user's "<unit>/s", "instructions/env-step" (core/metric.py)
+    unit: str = "env-steps/s"
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata (placement...)
     # The gate's outcome for this run ("OK", "REGRESSION"...; None: not judged). A run
     # whose benchmark failed the gate serves no baseline until accepted (docs/design.md §2).
@@ -120,6 +125,12 @@ class BenchResult:
                                  f"a byte count between 0 and {MEMORY_LIMIT:g}")
         if memory:
             kw["memory"] = {k: int(v) for k, v in memory.items()}
+        unit = kw.get("unit")
+        if unit is not None and not is_unit(unit):
+            raise ValueError(f"{where}field 'unit' is {_shorten(unit)}, expected "
+                             "'instructions/env-step' or a rate such as 'calls/s'")
+        if "unit" not in d and d.get("source") == LEGACY_COUNTS_SOURCE:
+            kw["unit"] = "instructions/env-step"  # counts recorded before units were kept
         return cls(samples=tuple(float(x) for x in raw), phases=phases, **kw)
 
 
@@ -128,8 +139,9 @@ _BENCH_KINDS: dict[str, Any] = {
     "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
     "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
-    "test_line": (int, None), "threshold": (float, None), "memory": dict}
+    "test_line": (int, None), "threshold": (float, None), "memory": dict, "unit": str}
 MEMORY_LIMIT = 1e18  # bytes: a larger figure in a sidecar is garbage
+LEGACY_COUNTS_SOURCE = "perfgate-counts"  # its results carry their unit since it was kept
 
 
 @dataclass(frozen=True)

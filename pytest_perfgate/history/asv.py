@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.results import RunRecord
+from pytest_perfgate.core.metric import ENV_STEPS, INSTRUCTIONS, Metric, metric_for
+from pytest_perfgate.core.results import LEGACY_COUNTS_SOURCE, BenchResult, RunRecord
 from pytest_perfgate.history.files import (
     atomic_write,
     describe,
@@ -49,16 +50,17 @@ ASV_PARAM_KEYS = ("machine", "os", "arch", "cpu", "num_cpu", "ram")
 # env-step under N.track_s_per_step (the suite in benchmarks/ sets the same version).
 SERIES_VERSION = "perfgate-2"
 SERIES_PREFIX = "perfgate-"  # every version we ever wrote starts so (old ones get rebuilt)
-GATED_SUFFIX = "track_s_per_step"
+GATED_SUFFIX = ENV_STEPS.asv_suffix.lstrip(".")  # "track_s_per_step"
 # asv names a virtualenv environment without a matrix "virtualenv-py<X.Y>" (its
 # environment.get_env_name): our rows go into the same file, so a commit has one file.
 ASV_ENV_TYPE = "virtualenv"
 OLD_ENV_PREFIX = "perfgate-py"  # perfgate-1's own env name
-# A result of the counts mode (modes/counts/mode.py COUNTS_SOURCE): its samples are
-# instructions per env-step, a "track" series where lower is better as asv assumes, beside
-# the estimated cycles from the cache simulation (docs/design.md §10).
-COUNTS_SOURCE = "perfgate-counts"
-COUNTS_UNIT = "instructions/env-step"
+# A result of the counts mode (modes/counts/mode.py) names itself by this source; its unit
+# (instructions per env-step, core/metric.py) makes it a "track" series where lower is
+# better as asv assumes, beside the estimated cycles from the cache simulation
+# (docs/design.md §10).
+COUNTS_SOURCE = LEGACY_COUNTS_SOURCE
+COUNTS_UNIT = INSTRUCTIONS.asv_unit
 CYCLES_UNIT = "est. cycles/env-step"
 # extra key of a counts result: instructions per env-step of each perfgate.phase() and of
 # "(other)" (outside any phase), adding up to the whole; series <name>.counts.phase.<phase>
@@ -176,9 +178,10 @@ def asv_params_from_meta(meta: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in asv_machine_json(meta).items() if k in ASV_PARAM_KEYS}
 
 
-def gated_series(name: str) -> str:
-    """The asv series of a benchmark's gated number, seconds per env-step."""
-    return f"{asv_name(name)}.{GATED_SUFFIX}"
+def gated_series(name: str, metric: Metric = ENV_STEPS) -> str:
+    """The asv series of a benchmark's gated number: a rate's seconds per unit
+    (``N.track_s_per_step``), a cost as it is (``N.counts``)."""
+    return f"{asv_name(name)}{metric.asv_suffix}"
 
 
 def phase_series(name: str, phase: str) -> str:
@@ -223,24 +226,31 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
     for name, bench in run.benchmarks.items():
         extra = {k: v for k, v in dict(info.get(name) or {}).items()
                  if k not in ("name", "type", "unit", "params", "param_names")}
-        base = asv_name(name)
-        if bench.source == COUNTS_SOURCE:
-            out[base] = _bench_entry(base, "track", COUNTS_UNIT, name, extra)
-            out[f"{base}.est_cycles"] = _bench_entry(f"{base}.est_cycles", "track",
-                                                     CYCLES_UNIT, name, extra)
-            for phase in counts_phases(bench.extra):
-                pname = phase_series(name, phase)
-                out[pname] = _bench_entry(pname, "track", COUNTS_UNIT, name, extra)
-            continue
-        gated = gated_series(name)
-        out[gated] = _bench_entry(gated, "track", "seconds", name, extra)
-        for phase in bench.phases:
+        metric = metric_for(bench.unit)
+        gated = gated_series(name, metric)
+        out[gated] = _bench_entry(gated, "track", metric.asv_unit, name, extra)
+        if _cycles(bench) is not None:
+            out[f"{gated}.est_cycles"] = _bench_entry(f"{gated}.est_cycles", "track",
+                                                      CYCLES_UNIT, name, extra)
+        for phase in bench.phases:  # seconds per call of a timed phase
             pname = phase_series(name, phase)
             out[pname] = _bench_entry(pname, "track", "seconds", name, extra)
+        for phase in counts_phases(bench.extra):  # instructions per env-step of a phase
+            pname = phase_series(name, phase)
+            out[pname] = _bench_entry(pname, "track", metric.asv_unit, name, extra)
         if bench.memory.get("peak_rss"):
             rss = rss_series(name)
             out[rss] = _bench_entry(rss, "track", "bytes", name, extra)
     return out
+
+
+def _cycles(bench: BenchResult) -> float | None:
+    """The estimated cycles per env-step a counted result carries, else None."""
+    cycles = bench.extra.get("est_cycles_per_step")
+    if isinstance(cycles, (int, float)) and not isinstance(cycles, bool) and math.isfinite(
+            cycles):
+        return float(f"{cycles:.6g}")
+    return None
 
 
 def merge_benchmarks_json(results_dir: Path, entries: Mapping[str, dict[str, Any]],
@@ -371,21 +381,16 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
         rows[name] = row
 
     for name, bench in run.benchmarks.items():
-        base = asv_name(name)
-        if bench.source == COUNTS_SOURCE:
-            value, stats = _asv_stats(bench.samples)
-            put(base, value, stats, bench.samples)
-            cycles = bench.extra.get("est_cycles_per_step")
-            if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
-                put(f"{base}.est_cycles", float(f"{cycles:.6g}"))
-            for phase, ipe in counts_phases(bench.extra).items():
-                put(phase_series(name, phase), float(f"{ipe:.6g}"))
-            continue
-        per_step = [s / 1e6 for s in bench.samples]  # sidecars: s per million env-steps
-        value, stats = _asv_stats(per_step)
-        put(gated_series(name), value, stats, per_step)
+        metric = metric_for(bench.unit)
+        gated = gated_series(name, metric)
+        per_unit = [s * metric.asv_scale for s in bench.samples]  # a rate: s per unit
+        value, stats = _asv_stats(per_unit)
+        put(gated, value, stats, per_unit)
+        put(f"{gated}.est_cycles", _cycles(bench))
         for phase, summary in bench.phases.items():  # 6 significant digits: readable tables
             put(phase_series(name, phase), float(f"{summary.ms_per_call / 1e3:.6g}"))
+        for phase, ipe in counts_phases(bench.extra).items():
+            put(phase_series(name, phase), float(f"{ipe:.6g}"))
         peak = bench.memory.get("peak_rss")
         if peak:
             put(rss_series(name), float(peak))

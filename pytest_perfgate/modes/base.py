@@ -42,6 +42,7 @@ class BenchCall:
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata to record
     counts: bool = False  # also count instructions under callgrind (docs/design.md §10)
     memory_threshold: float | None = None  # gate peak memory too (core/memory.py)
+    unit: str = "env-steps/s"  # what one transition is, as a rate (core/metric.py)
 
 
 class Mode(Protocol):

@@ -17,10 +17,9 @@ from typing import Any
 from pytest_perfgate.core.gate import Rule, evaluate, no_baseline
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import WindowSource
+from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.results import BenchResult, RunRecord
-from pytest_perfgate.history.asv import COUNTS_SOURCE
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
-from pytest_perfgate.modes.counts.wording import reword
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
 MODE_KEY = "mode"  # run metadata: which mode measured the run ("history" or "ab")
@@ -140,7 +139,7 @@ class HistoryMode:
         meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
         if callable(meta):
             extra = {**meta(), **dict(extra)}
-        j = self.judge(summarize(call.name, m, call.transitions, extra=extra),
+        j = self.judge(summarize(call.name, m, call.transitions, extra=extra, unit=call.unit),
                        call.test_id, call.rule)
         if call.memory_threshold is not None and not self.smoke:
             self.judge_memory(j.result, call.test_id, Rule(threshold=call.memory_threshold))
@@ -193,13 +192,15 @@ class HistoryMode:
         wide = self._baseline(ctx, result.name)
         base = wide[:n]
         commits = [run.commit for run, _ in base]
+        metric = metric_for(result.unit)
         if not result.steady or base:
             verdict = evaluate(result.samples, [b.samples for _, b in base], rule,
                                steady=result.steady, spread=[b.samples for _, b in wide],
                                polluted=result.polluted_kept,
-                               baseline_polluted=[b.polluted_kept for _, b in base])
+                               baseline_polluted=[b.polluted_kept for _, b in base],
+                               metric=metric)
         else:
-            verdict = no_baseline(self._why_no_baseline(ctx, result.name))
+            verdict = no_baseline(self._why_no_baseline(ctx, result.name), metric)
         base_sps, base_phases = None, {}
         if base:
             # the figure the ratio divides by: the geometric mean of the run medians
@@ -207,8 +208,7 @@ class HistoryMode:
             names = {p for _, b in base for p in b.phases}
             base_phases = {p: statistics.median(b.phases[p].ms_per_call for _, b in base
                                                 if p in b.phases) for p in names}
-        j = Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
-        return reword(j) if result.source == COUNTS_SOURCE else j
+        return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
 
     def _why_no_baseline(self, ctx: HistoryContext, name: str) -> str:
         from pytest_perfgate.history import store as history

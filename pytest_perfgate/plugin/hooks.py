@@ -15,6 +15,7 @@ import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers, progress, select
+from pytest_perfgate.plugin.benchmark_compat import pytest_pyfunc_call  # noqa: F401
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.plugin.fixtures_ring import ring_pair  # noqa: F401
@@ -113,9 +114,26 @@ def _start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
     stack = contextlib.ExitStack()
     config.add_cleanup(stack.close)
     try:
-        return start_ab(config.rootpath, options.ab, options.ab_setup, stack)
+        return start_ab(config.rootpath, options.ab, options.ab_setup, stack,
+                        _config_args(config))
     except ABSetupError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
+
+
+def _config_args(config: pytest.Config) -> tuple[str, ...]:
+    """The options that chose this run's configuration, for the A/B sides to use the same:
+    ``-c FILE``, ``--rootdir``, ``-o name=value``, ``-p name``."""
+    o = config.option
+    args: list[str] = []
+    if getattr(o, "inifilename", None):
+        args += ["-c", str(o.inifilename)]
+    if getattr(o, "rootdir", None):
+        args += ["--rootdir", str(o.rootdir)]
+    for kv in getattr(o, "override_ini", None) or []:
+        args += ["-o", str(kv)]
+    for name in getattr(o, "plugins", None) or []:
+        args += ["-p", str(name)]
+    return tuple(args)
 
 
 def _xdist_active(config: pytest.Config) -> bool:
@@ -161,7 +179,9 @@ def perfgate(request: pytest.FixtureRequest) -> Iterator[PerfGate]:
     session = request.config.stash[session_key]
     item = request.node
     gate = PerfGate(session, item.nodeid, default_name(item, session), _marker_threshold(item),
-                    markers.marker_counts(item), markers.marker_memory_threshold(item))
+                    markers.marker_counts(item),
+                    memory_threshold=markers.marker_memory_threshold(item),
+                    unit=markers.marker_unit(item))
     note_location(item, session)
     why = session.counts_unavailable(gate.counts)
     if why:  # never a silent pass without the counts the test asked for (§10)
@@ -182,21 +202,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     session = item.config.stash.get(session_key, None)
     if session is None:
         return report
-    problem = None
-    if report.passed and session.records:  # not in smoke mode, nor in an A/B side
-        try:
-            _adopt_pytest_benchmark(item, session)
-        except PerfgateUsageError as e:
-            problem = f"perfgate: {e}"
     judged = item.stash.get(_judged_key, [])
     bad = failing(judged)
-    if report.passed and (bad or problem):
+    if report.passed and bad:
         from pytest_perfgate.report.render import explain
 
         hint = session.run_id if session.options.record and session.records else None
         report.outcome = "failed"
-        report.longrepr = "\n\n".join([*(explain(j, hint) for j in bad),
-                                        *([problem] if problem else [])])
+        report.longrepr = "\n\n".join(explain(j, hint) for j in bad)
     _warn_open_verdicts(item, report, judged)
     return report
 
@@ -215,21 +228,6 @@ def _warn_open_verdicts(item: pytest.Item, report: pytest.TestReport,
         item.user_properties.append(("perfgate", text))  # junit XML reads teardown's copy
         if v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) and not v.fails(j.rule):
             item.warn(PerfgateWarning(text))
-
-
-def _adopt_pytest_benchmark(item: pytest.Item, session: GateSession) -> None:
-    """Record and gate pytest-benchmark results too: its rounds become our windows."""
-    fixture = getattr(item, "funcargs", {}).get("benchmark")
-    stats = getattr(getattr(fixture, "stats", None), "stats", None)
-    data = list(getattr(stats, "data", None) or [])
-    if not data:
-        return
-    from pytest_perfgate.plugin.benchmark_compat import result_from_rounds
-
-    result = result_from_rounds(default_name(item, session), data)
-    note_location(item, session)
-    judged = item.stash.setdefault(_judged_key, [])
-    judged.append(session.judge(result, item.nodeid, _marker_threshold(item)))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config

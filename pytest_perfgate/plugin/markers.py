@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_perfgate.core.metric import rate_unit
 from pytest_perfgate.session.options import OptionError, parse_fraction
 
-KWARGS = ("threshold", "counts", "memory_threshold")
+KWARGS: tuple[str, ...] = ("threshold", "counts", "memory_threshold")
 EXAMPLE = "@pytest.mark.perfgate(threshold=0.1)"
+KWARGS = (*KWARGS, "unit")  # what one call (or transition) is: "rows" reads as rows/s
 
 
 def parse_threshold(raw: object) -> float:
@@ -38,6 +40,11 @@ def problems(item: pytest.Item) -> list[str]:
             out.append(f"{where}: counts={mark.kwargs['counts']!r} is not a boolean: use "
                        "counts=True to count this test's instructions under valgrind, "
                        "counts=False to never count them")
+        if "unit" in mark.kwargs:
+            try:
+                rate_unit(mark.kwargs["unit"], "unit=", "unit='rows'")
+            except ValueError as e:
+                out.append(f"{where}: {e}")
         if "threshold" in mark.kwargs:
             try:
                 parse_threshold(mark.kwargs["threshold"])
@@ -69,4 +76,19 @@ def marker_counts(item: pytest.Item) -> bool | None:
     return bool(mark.kwargs["counts"])
 
 
-__all__ = ["KWARGS", "marker_counts", "marker_memory_threshold", "parse_threshold", "problems"]
+def marker_unit(item: pytest.Item) -> str | None:
+    """The closest perfgate marker's unit= (None: env-steps, or calls for pytest-benchmark's
+    ``benchmark``), checked at collection."""
+    mark = item.get_closest_marker("perfgate")
+    unit = None if mark is None else mark.kwargs.get("unit")
+    return unit if isinstance(unit, str) else None
+
+
+__all__ = [
+    "KWARGS",
+    "marker_counts",
+    "marker_memory_threshold",
+    "marker_unit",
+    "parse_threshold",
+    "problems",
+]

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.memory import MEMORY_SOURCE, memory_line, mib
-from pytest_perfgate.history.asv import COUNTS_SOURCE, counts_phases
+from pytest_perfgate.core.metric import ENV_STEPS, metric_for
+from pytest_perfgate.history.asv import counts_phases
 from pytest_perfgate.placement.spec import placement_line
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
@@ -35,7 +35,7 @@ def top_phase(j: Judged) -> str:
     result: the phase with the most instructions)."""
     phases = j.result.phases
     if not phases:
-        counted = counts_phases(j.result.extra) if j.result.source == COUNTS_SOURCE else {}
+        counted = counts_phases(j.result.extra)
         total = sum(counted.values())
         if total <= 0:
             return "-"
@@ -51,8 +51,11 @@ def top_phase(j: Judged) -> str:
     return f"{n} {phases[n].share:.0%}"
 
 
-def row(j: Judged) -> tuple[str, ...]:
+def row(j: Judged, units: bool = False) -> tuple[str, ...]:
+    """One benchmark's table cells; ``units``: each figure names its unit (a table whose
+    rows are not all env-steps/s)."""
     v = j.verdict
+    metric = metric_for(j.result.unit)
     ratio = p = "-"
     verdict = "SMOKE" if v is None else v.outcome.value
     if v is not None and v.ratio is not None:
@@ -62,12 +65,23 @@ def row(j: Judged) -> tuple[str, ...]:
         p = f"{v.p_value:.2g}" if v.p_value is not None else "-"
     if j.result.source == MEMORY_SOURCE:  # a memory verdict: peak memory in place of steps/s
         return (j.result.name, mib(j.result.samples[0]), "-", ratio, p, verdict, "-")
-    return (j.result.name, _num(j.result.steps_per_s), _num(j.baseline_steps_per_s), ratio,
-            p, verdict, top_phase(j))
+    now, base = (_num(metric.shown(x)) for x in (j.result.steps_per_s, j.baseline_steps_per_s))
+    if units:
+        now += f" {metric.unit}"
+    return (j.result.name, now, base, ratio, p, verdict, top_phase(j))
+
+
+def columns(judged: Sequence[Judged]) -> tuple[tuple[str, ...], bool]:
+    """The table's header, and whether its figures carry their units: the steps/s column
+    names the unit when every row measures env-steps."""
+    if all(j.result.unit == ENV_STEPS.unit for j in judged):
+        return COLUMNS, False
+    return ("benchmark", "now", *COLUMNS[2:]), True
 
 
 def table(judged: Sequence[Judged]) -> list[str]:
-    rows = [COLUMNS, *(row(j) for j in judged)]
+    head, units = columns(judged)
+    rows = [head, *(row(j, units) for j in judged)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -88,7 +102,7 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         warns = r.extra.get("placement_warnings")
         for warn in warns if isinstance(warns, list) else []:
             out.append(f"{r.name}: placement warning: {warn}")
-        by_phase = counts_phases(r.extra) if r.source == COUNTS_SOURCE else {}
+        by_phase = counts_phases(r.extra)
         if by_phase:
             out.append(f"{r.name}: {phase_line(by_phase)}")
         mem = memory_line(r.memory) if r.source != MEMORY_SOURCE else None
@@ -115,6 +129,7 @@ def explain(j: Judged, run_id: str | None = None) -> str:
     recorded, named in how to accept an intended slowdown."""
     v, r = j.verdict, j.result
     assert v is not None
+    metric = metric_for(r.unit)
     lines = [f"perfgate {v.outcome.value}: {r.name}", f"  {v.message}"]
     if r.source == MEMORY_SOURCE:
         shown = ", ".join(c[:10] for c in j.baseline_commits)
@@ -128,14 +143,9 @@ def explain(j: Judged, run_id: str | None = None) -> str:
         lines.append(f"  throughput ratio head/baseline: {v.ratio:.3f}{ci}{p}")
         basis = ("base side's median" if r.extra.get("ab_base") is not None else
                  "geometric mean of the baseline runs' medians: the ratio's denominator")
-        if r.source == COUNTS_SOURCE:
-            base = j.baseline_steps_per_s
-            was = _num(1e6 / base) if base else "-"
-            lines.append(f"  instructions/env-step: {_num(statistics.median(r.samples))} now "
-                         f"vs {was} baseline ({basis})")
-        else:
-            lines.append(f"  steps/s: {_num(r.steps_per_s)} now (median window) vs "
-                         f"{_num(j.baseline_steps_per_s)} baseline ({basis})")
+        window = " (median window)" if metric.higher_is_better else ""
+        lines.append(f"  {metric.unit}: {_num(metric.shown(r.steps_per_s))} now{window} vs "
+                     f"{_num(metric.shown(j.baseline_steps_per_s))} baseline ({basis})")
     ab_base = r.extra.get("ab_base")
     if ab_base is not None:
         commit = str(r.extra.get("ab_base_commit"))[:10]
@@ -152,16 +162,13 @@ def explain(j: Judged, run_id: str | None = None) -> str:
             lines.append(f"    {name:<16} {ph.ms_per_call:9.3g} vs {was:>8}  "
                          f"{ph.share:5.0%}  {ph.cores:.2f}")
         lines.append(f"  grew most: {top_phase(j)}")
-    if r.source == COUNTS_SOURCE:
-        by_phase = counts_phases(r.extra)
-        lines.append("  counted under callgrind, one call of the step after warm-up"
-                     + (f"; {phase_line(by_phase)}" if by_phase else ""))
-    else:
-        lines.append(f"  warm-up {r.warmup_s:.1f}s, {len(r.samples)} windows, "
-                     f"cores used {r.cores:.2f}")
-        mem = memory_line(r.memory)
-        if mem:
-            lines.append(f"  {mem}")
+    by_phase = counts_phases(r.extra)
+    lines.append("  " + metric.method.format(warmup_s=r.warmup_s, windows=len(r.samples),
+                                             cores=r.cores)
+                 + (f"; {phase_line(by_phase)}" if by_phase else ""))
+    mem = memory_line(r.memory)
+    if mem and not metric.unit.startswith("instructions/"):
+        lines.append(f"  {mem}")
     if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
         lines.append("  this run never serves as a baseline (re-running cannot pass it); if "
                      "the slowdown is intended, accept it: "
@@ -210,8 +217,10 @@ def jsonl(judged: Sequence[Judged], meta: Mapping[str, Any], run: Mapping[str, A
 
 
 def markdown(judged: Sequence[Judged]) -> str:
-    head = "| " + " | ".join(COLUMNS) + " |"
-    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(c.replace("|", "\\|") for c in row(j)) + " |" for j in judged]
+    cols, units = columns(judged)
+    head = "| " + " | ".join(cols) + " |"
+    sep = "|" + "|".join("---" for _ in cols) + "|"
+    body = ["| " + " | ".join(c.replace("|", "\\|") for c in row(j, units)) + " |"
+            for j in judged]
     extra = [f"- {n}" for n in notes(judged)]
     return "\n".join(["### perfgate", "", head, sep, *body, "", *extra, ""])

@@ -164,9 +164,9 @@ def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
 
 
 def _is_counts(b: BenchResult) -> bool:
-    from pytest_perfgate.history.asv import COUNTS_SOURCE
+    from pytest_perfgate.core.metric import COUNTS_PREFIX
 
-    return b.source == COUNTS_SOURCE
+    return b.unit.startswith(COUNTS_PREFIX)
 
 
 def _spread(samples: Sequence[float]) -> float | None:

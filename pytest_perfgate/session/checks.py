@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_perfgate.core.metric import ENV_STEPS, is_unit, rate_unit
 from pytest_perfgate.core.names import safe_name
 
 
@@ -84,11 +85,25 @@ def check_windows(windows: object, window_time: object) -> None:
                                  "seconds > 0, e.g. window_time=1.0")
 
 
+def check_unit(unit: object) -> str:
+    """``unit=`` (what one transition is, "frames"; None: env-steps) as the rate unit its
+    results carry ("frames/s"); a rate unit already made passes as it is."""
+    if unit is None:
+        return ENV_STEPS.unit
+    if isinstance(unit, str) and unit.endswith("/s") and is_unit(unit):
+        return unit
+    try:
+        return rate_unit(unit, "unit=", "unit='frames'")
+    except ValueError as e:
+        raise PerfgateUsageError(str(e)) from None
+
+
 __all__ = [
     "RESERVED_EXTRA",
     "PerfgateUsageError",
     "check_extra",
     "check_name",
     "check_threshold",
+    "check_unit",
     "check_windows",
 ]

@@ -51,6 +51,35 @@ def derive_name(nodeid: str) -> str:
     return name if is_safe_name(name) else f"benchmark-{digest}"
 
 
+READABLE_MAX = 80  # a readable name fits a terminal's verdict table beside its figures
+
+
+def readable_name(nodeid: str) -> str:
+    """'tests/test_ecs.py::test_query[1000-dense]' -> 'tests.test_ecs.test_query-1000-dense'.
+
+    The names of pytest-benchmark tests (a series new to perfgate, so no history to keep):
+    parameters joined by '-' with no trailing '_', at most READABLE_MAX characters. Where
+    sanitising or shortening would merge distinct ids, a short hash of the id is appended,
+    as :func:`derive_name` does.
+    """
+    path, _, rest = nodeid.partition("::")
+    base = path[:-3] if path.endswith(".py") else path
+    func, bracket, param = rest.partition("[")
+    param = param[:-1] if bracket and param.endswith("]") else ""
+    text = ".".join(p for p in [base.replace("/", "."), func.replace("::", ".")] if p)
+    name = _UNSAFE.sub("_", text)
+    if param:
+        name += "-" + _PARAM_UNSAFE.sub("_", param).strip("_")
+    name = re.sub(r"\.{2,}", ".", name).strip(".")
+    readable = f"{text}-{param}" if param else text
+    digest = hashlib.sha1(nodeid.encode("utf-8")).hexdigest()[:6]
+    if len(name) > READABLE_MAX:
+        name = name[:READABLE_MAX - 7].rstrip(".-_")
+    if name != readable:
+        name = f"{name}-{digest}"
+    return name if is_safe_name(name) else f"benchmark-{digest}"
+
+
 def find_repo_root(path: Path) -> Path | None:
     """The top level of the git checkout holding ``path`` (a folder with ``.git``: a folder
     in a clone, a file in a worktree or submodule), else None. No subprocess: names must
@@ -101,4 +130,4 @@ def stable_nodeid(nodeid: str, test_file: Path | None, root: Path) -> str:
     return f"{rel}{sep}{rest}"
 
 
-__all__ = ["derive_name", "find_repo_root", "stable_nodeid", "stable_root"]
+__all__ = ["derive_name", "find_repo_root", "readable_name", "stable_nodeid", "stable_root"]

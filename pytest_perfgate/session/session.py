@@ -33,6 +33,7 @@ from pytest_perfgate.session.checks import (
     check_extra,
     check_name,
     check_threshold,
+    check_unit,
     check_windows,
 )
 from pytest_perfgate.session.naming import derive_name, find_repo_root, stable_nodeid, stable_root
@@ -78,7 +79,7 @@ class GateSession:
         side = is_side_process()
         self.counts_side = is_counts_side()  # a counting worker holds the real state too
         self.smoke = not options.enabled and not side and not self.counts_side
-        # Judges in-process results in every mode (pytest-benchmark's too).
+        # Judges in-process results in every mode (the counts mode's too).
         self.history_mode = HistoryMode(self.smoke, self.meter, self.add, self.open_history,
                                         options.baseline_runs, options.baseline,
                                         records=options.record)
@@ -205,7 +206,7 @@ class GateSession:
             self._on_verdict(judged)
 
     def judge(self, result: BenchResult, test_id: str, threshold: float | None = None) -> Judged:
-        """Judge a result measured elsewhere (pytest-benchmark's) against history."""
+        """Judge a result measured elsewhere (an asv row, a tool's) against history."""
         check_name(result.name)
         self.claim_name(result.name, test_id)
         return self.history_mode.judge(result, test_id, self.rule(threshold))
@@ -231,9 +232,10 @@ class PerfGate:
 
     def __init__(self, session: GateSession, test_id: str, default_name: str,
                  threshold: float | None = None, counts: bool | None = None,
-                 memory_threshold: float | None = None) -> None:
+                 memory_threshold: float | None = None, unit: str | None = None) -> None:
         self.session = session
         self.memory_threshold = memory_threshold  # the marker's: gate peak memory too
+        self.unit = unit  # the unit of work of its measure() calls (None: env-steps)
         # instruction counts for this test: the marker's counts=, else --perfgate-counts
         self.counts = bool(session.options.counts) if counts is None else counts
         self.test_id = test_id
@@ -260,11 +262,13 @@ class PerfGate:
     def measure(self, step: Callable[[], object], transitions: int, name: str | None = None,
                 *, windows: int | None = None, window_time: float | None = None,
                 threshold: float | None = None, extra: Mapping[str, Any] | None = None,
-                ) -> Judged:
-        """Measure ``step`` (advancing ``transitions`` env-steps per call) at steady state."""
+                unit: str | None = None) -> Judged:
+        """Measure ``step`` (advancing ``transitions`` env-steps per call) at steady state;
+        ``unit`` names what a transition is when it is not an env-step ("frames")."""
         source = LoopSource(step, transitions, self.recorder, self.session.clock)
         return self.measure_source(source, transitions, name, windows=windows,
-                                   window_time=window_time, threshold=threshold, extra=extra)
+                                   window_time=window_time, threshold=threshold, extra=extra,
+                                   unit=unit)
 
     def measure_vector_env(self, envs: Any, policy: Callable[[Any], Any], name: str | None = None,
                            *, seed: int | None = None, windows: int | None = None,
@@ -291,11 +295,12 @@ class PerfGate:
     def measure_source(self, source: WindowSource, transitions: int, name: str | None = None,
                        *, windows: int | None = None, window_time: float | None = None,
                        threshold: float | None = None, extra: Mapping[str, Any] | None = None,
-                       ) -> Judged:
+                       unit: str | None = None) -> Judged:
         """Measure any WindowSource (worker group, collector/learner pair) the same way.
 
         Every argument is checked here, before anything is measured."""
         check_windows(windows, window_time)
+        rate = check_unit(unit if unit is not None else self.unit)
         threshold = check_threshold(threshold)
         meta = getattr(source, "metadata", None)  # keys the source records itself
         extra = check_extra(extra, frozenset(meta()) if callable(meta) else frozenset())
@@ -303,7 +308,8 @@ class PerfGate:
         self.session.claim_name(bench, self.test_id)
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
         call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
-                         counts=self.counts, memory_threshold=self.memory_threshold)
+                         counts=self.counts, memory_threshold=self.memory_threshold,
+                         unit=rate)
         before = len(self.session.judged)
         progress = self.session.progress
         progress.started(bench)
@@ -312,7 +318,7 @@ class PerfGate:
         except BaseException as e:
             progress.finished(bench, f"stopped by {type(e).__name__}")
             raise
-        progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict))
+        progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict, rate))
         # every verdict this call delivered (--perfgate-counts adds <name>.counts to the
         # wall-time one), so each can fail the test; a mode that delivers none: its result
         delivered = [x for x in self.session.judged[before:] if x.test_id == self.test_id]

@@ -19,6 +19,7 @@ from pathlib import Path
 from pytest_perfgate.core.gate import decide, no_baseline, paired_evidence, unstable
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
+from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
@@ -65,8 +66,8 @@ def worktree(repo: Path, rev: str) -> Iterator[Path]:
                            f"{e}") from None
 
 
-def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack
-             ) -> ABSetup:
+def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack,
+             pytest_args: tuple[str, ...] = ()) -> ABSetup:
     """Check ``rev`` out beside ``root`` (removed when ``stack`` closes), run the set-up
     command in it, and say how to start each side. Until ``stack`` closes, SIGTERM unwinds
     the run like Ctrl-C, so the sides end and the worktree is removed."""
@@ -84,8 +85,9 @@ def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.Exit
             raise ABSetupError(
                 f"--perfgate-ab-setup {setup_cmd!r} failed in the base worktree "
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)))
-    head = SideSpec("head", root)
+    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)),
+                    pytest_args=pytest_args)
+    head = SideSpec("head", root, pytest_args=pytest_args)
     commit = resolve_commit(root, rev) or rev
     return ABSetup(base, head, commit, rev, PLUGIN_ROOT)
 
@@ -126,13 +128,15 @@ class ABController:
         pair.done()
         info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
                 "ab_base_samples": mb.samples}
-        result = summarize(call.name, mh, call.transitions, extra=info)
+        result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
+        metric = metric_for(call.unit)
         if not (mb.steady and mh.steady):
             side = "base" if not mb.steady else "head"
-            verdict = unstable(f"the {side} side never reached steady state during warm-up")
+            verdict = unstable(f"the {side} side never reached steady state during warm-up",
+                               metric)
         else:
-            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule)
-        base = summarize(call.name, mb, call.transitions)
+            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule, metric)
+        base = summarize(call.name, mb, call.transitions, unit=call.unit)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
                    {n: p.ms_per_call for n, p in base.phases.items()})
         self.sink(j)
@@ -148,11 +152,11 @@ class ABController:
             pair.head.conn.send(("done",))
         result = summarize(call.name, m, call.transitions,
                            extra={**dict(call.extra), "ab_base": ab.base_label,
-                                  "ab_base_commit": ab.base_commit})
+                                  "ab_base_commit": ab.base_commit}, unit=call.unit)
         verdict = no_baseline(
             f"the base revision {ab.base_label} ({ab.base_commit[:10]}) has no test "
             f"{call.test_id}: a benchmark new in this revision has nothing to compare with; "
-            "measured and recorded, not gated")
+            "measured and recorded, not gated", metric_for(call.unit))
         j = Judged(result, verdict, call.rule, call.test_id, [], None, {})
         self.sink(j)
         return j

@@ -58,6 +58,9 @@ class SideSpec:
     cwd: Path
     pythonpath: tuple[str, ...] = ()
     calibration: bool = False
+    # the controller's configuration choices (-c FILE, --rootdir, -o k=v, -p no:x): a suite
+    # run with `-c /dev/null` must not have its sides read the project's addopts
+    pytest_args: tuple[str, ...] = ()
 
 
 def _encode(w: RawWindow) -> tuple[Any, ...]:
@@ -92,7 +95,7 @@ class Side:
                 "import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
-                "-p", "no:randomly"]
+                "-p", "no:randomly", *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=self.log,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.measure import LoopSource, WindowSource
+from pytest_perfgate.core.metric import ENV_STEPS, counted_per, counts_metric
 from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.history.asv import COUNTS_PHASES_KEY, COUNTS_SOURCE  # asv series
 from pytest_perfgate.modes.base import BenchCall
@@ -31,8 +32,9 @@ FORMULA = f"Ir + {L1_MISS_CYCLES}*(I1mr+D1mr+D1mw) + {LL_MISS_CYCLES}*(ILmr+DLmr
 Runner = Callable[[str, Path], dict[str, Counts]]  # (nodeid, cwd) -> counts per benchmark
 
 
-def counts_result(c: Counts, name: str) -> BenchResult:
-    """The recorded result of one benchmark's counts: samples in instructions per env-step;
+def counts_result(c: Counts, name: str, rate: str = ENV_STEPS.unit) -> BenchResult:
+    """The recorded result of one benchmark's counts: samples in instructions per env-step
+    (per call for a pytest-benchmark test: the unit of ``rate``, its wall-time result's);
     ``steps_per_s`` holds env-steps per million instructions (the report's throughput
     column), so the report's baseline column reads the same way."""
     ipe = c.per_step()
@@ -40,7 +42,7 @@ def counts_result(c: Counts, name: str) -> BenchResult:
     return BenchResult(
         name=name + SUFFIX, samples=tuple(float(x) for x in ipe),
         steps_per_s=1e6 / statistics.median(ipe), transitions=c.transitions,
-        source=COUNTS_SOURCE,
+        source=COUNTS_SOURCE, unit=counts_metric(counted_per(rate)).unit,
         extra={"instructions_per_step": statistics.median(ipe),
                "est_cycles_per_step": statistics.median(cyc),
                "est_cycles_samples": [float(x) for x in cyc], "est_cycles_formula": FORMULA,
@@ -84,8 +86,8 @@ class CountsMode:
             raise CountsError(f"the counting worker of {call.test_id} measured "
                               f"{sorted(counts)}, not {call.name!r}: does the test measure "
                               "the same benchmarks each time it runs?")
-        result = counts_result(c, call.name)
-        self.history.judge(result, call.test_id, call.rule)  # worded as counts there
+        result = counts_result(c, call.name, call.unit)
+        self.history.judge(result, call.test_id, call.rule)  # its unit words the verdict
         return j
 
     def end_test(self, test_id: str) -> None:
