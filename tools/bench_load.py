@@ -28,15 +28,16 @@ from pathlib import Path
 HEAVY = ("numpy", "scipy", "statistics", "fractions", "psutil", "asv", "filelock",
          "mujoco", "torch", "multiprocessing", "ctypes")
 
-COUNT = """\
+COUNT = f"""\
 import sys, pytest
+HEAVY = {HEAVY!r}
 rc = pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[2:], sys.argv[1]])
 ours = sorted(m for m in sys.modules if m == "pytest_perfgate" or
               m.startswith("pytest_perfgate."))
-heavy = sorted(m for m in %r if m in sys.modules)
-print("PERFGATE-MODULES " + __import__("json").dumps({"rc": int(rc), "ours": ours,
-                                                      "heavy": heavy}))
-""" % (HEAVY,)
+heavy = sorted(m for m in HEAVY if m in sys.modules)
+print("PERFGATE-MODULES " + __import__("json").dumps({{"rc": int(rc), "ours": ours,
+                                                       "heavy": heavy}}))
+"""
 
 
 def make_project(where: Path, tests: int) -> Path:

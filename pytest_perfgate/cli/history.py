@@ -62,7 +62,7 @@ def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
          ) -> MachineHistory | int:
     """The machine's history-mode runs, or the infrastructure exit status (printed); an
     unknown or ambiguous machine is a usage error. ``seen``: see with_history_warnings."""
-    from pytest_perfgate.modes.history import is_history_run
+    from pytest_perfgate.history.context import is_history_run
     from pytest_perfgate.report.series import SeriesError
 
     results, machine = history_location(args)

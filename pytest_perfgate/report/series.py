@@ -11,7 +11,7 @@ one :class:`Series` per benchmark and series kind:
 * ``counts.est_cycles``: the counts mode's estimated cycles per env-step (not gated);
 * ``counts.phase.NAME``: one phase's instructions per env-step (not gated).
 
-Callers pass only history-mode runs (``modes.history.is_history_run``, which this layer may
+Callers pass only history-mode runs (``history.context.is_history_run``, which this layer may
 not import): an A/B run's samples are short turns taken between turns of another process, a
 protocol whose level is not comparable (docs/design.md §3).
 """
