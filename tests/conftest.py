@@ -64,11 +64,12 @@ def _settled_cache(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def slow(tmp_path: Path) -> Path:
+def regressed(tmp_path: Path) -> Path:
     """A results dir of machine 'box' whose newest run is 2x slower than the five before it
-    (REGRESSION): the history the `perfgate` command tests break in various ways."""
-    from test_cli_check import BASE, _record
+    (REGRESSION): the history the `perfgate` command tests break in various ways. (Not
+    named ``slow``: that is the marker of the long tests.)"""
+    from helpers import BASE, record_runs
 
     results = tmp_path / "results"
-    _record(results, [*BASE, ("6", 20.0)])
+    record_runs(results, [*BASE, ("6", 20.0)])
     return results

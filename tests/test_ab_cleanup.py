@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_ab import ARGS, repo
+from helpers import ARGS, repo
 
 from pytest_perfgate.modes.ab import worktree as ab_worktree
 from pytest_perfgate.modes.ab.checkout import MARKER, PREFIX, sweep_stale
