@@ -25,6 +25,13 @@ def need_tool(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture
+def need_valgrind() -> None:
+    """The instruction-count tests: skip without valgrind, fail where CI installed it."""
+    if shutil.which("valgrind") is None:
+        need_tool("needs valgrind (apt-get install valgrind)")
+
+
 @pytest.fixture(scope="session")
 def node_modules() -> Path:
     """tests/node/node_modules at the versions pinned in tests/node/package-lock.json.
