@@ -10,7 +10,7 @@ turns, medians of many turns; docs/design.md §1):
          (target >= 70%)
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
-    flock /work/wt/BENCH.lock python tools/bench_ring.py [--only push,queue,bw,pair]
+    flock /tmp/perfgate-timing.lock python tools/bench_ring.py [--only push,queue,bw,pair]
 """
 
 from __future__ import annotations

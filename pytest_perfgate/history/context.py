@@ -80,7 +80,8 @@ class HistoryContext:
         from pytest_perfgate.history import vcs
 
         if not self.git.available:
-            return set(commits)  # outside git every run of this machine counts; README says so
+            # outside git every run of this machine counts (docs/measurement.md)
+            return set(commits)
         todo = {c for c in commits if c not in self._ancestor_cache}
         if todo:
             yes = vcs.ancestors_filter(self.rootdir, self.git.commit, todo)

@@ -131,7 +131,7 @@ def resolve_benchmark(wanted: str, names: Sequence[str]) -> str:
 
 
 def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
-    """(benchmark, series kind) when ``wanted`` is one of the asv series names README's
+    """(benchmark, series kind) when ``wanted`` is one of the asv series names docs/history-asv.md's
     History section lists (``walk.track_s_per_step``, ``walk.phase.physics``,
     ``walk.counts``...) of a recorded benchmark."""
     from pytest_perfgate.history.asv import GATED_SUFFIX
