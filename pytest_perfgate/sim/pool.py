@@ -7,7 +7,8 @@ an env step as a named phase (so reports show where the time goes and how many c
 part used), and can hold its state so a benchmark steps identical physics on every call
 (otherwise the cost drifts 2x as humanoids fall, docs/design.md §1 and §7). About 300 lines:
 one class (the env step and its state) and its default reward hook; thread sizing lives in
-:mod:`.threads`. """
+:mod:`.threads`.
+"""
 
 from __future__ import annotations
 
