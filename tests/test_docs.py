@@ -97,3 +97,12 @@ def test_the_readme_is_a_front_page() -> None:
     for page in ("docs/measurement.md", "docs/fixtures.md", "docs/ab.md", "docs/counts.md",
                  "docs/history-asv.md", "docs/configuration.md", *sorted(PENDING)):
         assert f"]({page})" in readme, page
+
+
+def test_the_configuration_reference_names_every_flag_ini_key_and_variable() -> None:
+    from pytest_perfgate.session.options import SPECS
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    names = ["--perfgate", "--perfgate-only", "--perfgate-skip",
+             *(x for s in SPECS for x in (s.flag, s.ini, s.env) if x)]
+    assert [n for n in names if f"`{n}`" not in page and f"`{n} " not in page] == []
