@@ -1,1 +1,1 @@
-"""pytest-perfgate's asv suite: run by `asv run` / `asv continuous` (see README, "asv")."""
+"""pytest-perfgate's asv suite: run by `asv run` / `asv continuous` (docs/history-asv.md, "asv")."""

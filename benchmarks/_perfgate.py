@@ -22,7 +22,6 @@ from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, Windo
 # (tests/test_asv_suite.py checks they match the package's).
 GATED_SUFFIX = "track_s_per_step"
 SERIES_VERSION = "perfgate-2"
-SETTLE_SUBSTEPS = 300  # as perf/test_perf_mujoco.py: humanoids down, in contact (§7)
 
 
 def perfgate_track(name: str, timeout: float = 300.0) -> Callable[[Callable[[], float]],

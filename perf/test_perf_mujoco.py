@@ -6,24 +6,14 @@ the hold the per-call cost drifts ~2x over the first 300 steps (docs/design.md Â
 gate would be judging the episode's phase, not the code. The settled state is cached by
 content (pytest_perfgate/sim/settled.py): the instruction-counts worker reads what this test
 settled natively instead of settling under valgrind. Without --perfgate these run in smoke
-mode (tiny windows, a couple of settle steps) to prove the suite works.
+mode (tiny windows, a couple of settle steps) to prove the suite works. The workload is the
+asv suite's (benchmarks/_workloads.py), so both measure the same physics.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from pytest_perfgate.sim.sweep import settled_state
-
-SETTLE_SUBSTEPS = 300  # x 3 ms = 0.9 s of sim: gymnasium humanoids are down, in contact
-
-
-def _settled(pool, substeps: int, seed: int = 0):
-    """Hold a representative state (64 trajectories settled, tiled); fixed actions in range."""
-    pool.hold(settled_state(pool.model, pool.num_envs, substeps, seed=seed,
-                            keyframe=pool.keyframe_id))
-    lo, hi = pool.model.actuator_ctrlrange.T
-    return np.random.default_rng(seed + 1).uniform(lo, hi, (pool.num_envs, pool.model.nu))
+from benchmarks._workloads import SETTLE_SUBSTEPS
+from benchmarks._workloads import hold_settled as _settled
 
 
 def test_humanoid_batch_256(perfgate, mujoco_pool, humanoid_xml):

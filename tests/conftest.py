@@ -25,6 +25,13 @@ def need_tool(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture
+def need_valgrind() -> None:
+    """The instruction-count tests: skip without valgrind, fail where CI installed it."""
+    if shutil.which("valgrind") is None:
+        need_tool("needs valgrind (apt-get install valgrind)")
+
+
 @pytest.fixture(scope="session")
 def node_modules() -> Path:
     """tests/node/node_modules at the versions pinned in tests/node/package-lock.json.
@@ -64,11 +71,12 @@ def _settled_cache(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def slow(tmp_path: Path) -> Path:
+def regressed(tmp_path: Path) -> Path:
     """A results dir of machine 'box' whose newest run is 2x slower than the five before it
-    (REGRESSION): the history the `perfgate` command tests break in various ways."""
-    from test_cli_check import BASE, _record
+    (REGRESSION): the history the `perfgate` command tests break in various ways. (Not
+    named ``slow``: that is the marker of the long tests.)"""
+    from helpers import BASE, record_runs
 
     results = tmp_path / "results"
-    _record(results, [*BASE, ("6", 20.0)])
+    record_runs(results, [*BASE, ("6", 20.0)])
     return results

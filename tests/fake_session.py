@@ -7,13 +7,13 @@ import os
 import pytest
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.plugin.hooks import session_key
+from pytest_perfgate.plugin.hooks import gate_session
 
 CLOCK = FakeClock()
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    s = config.stash[session_key]
+    s = gate_session(config)
     s.clock = CLOCK
     s.load_probe = NullProbe()
     fake_configure(config)

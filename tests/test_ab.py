@@ -7,43 +7,19 @@ import subprocess
 
 import psutil
 import pytest
+from helpers import ARGS, PERF, git, repo
 
 pytestmark = pytest.mark.slow  # real side processes and git worktrees
 
-PERF = """
-import time
-SLOW = {slow}
-def test_walk(perfgate):
-    def step():
-        with perfgate.phase("physics"):
-            {body}
-    perfgate.measure(step, transitions=8)
-"""
 
 # Warm-up max is the product default (5 s): the sides' sleep-based steps measure the
 # scheduler's wake-up latency, which a loaded machine makes jitter by more than the 10%
 # stability rule for a second or more; 1 s made these tests fail under load (UNSTABLE).
 # On a quiet machine warm-up still ends after ~1 s.
-ARGS = ["--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1", "--perfgate-threshold=10%",
-        "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05", "--perfgate-warmup-max=5",
-        "-p", "no:cacheprovider"]
 
 
-def git(p: pytest.Pytester, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=p.path, check=True, capture_output=True)
 
 
-def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
-         base_body: str = "time.sleep(0.002 * SLOW)") -> None:
-    git(p, "init", "-q")
-    git(p, "config", "user.email", "t@example.com")
-    git(p, "config", "user.name", "t")
-    p.makeini("[pytest]\nperfgate_results_dir = results\n")
-    p.makepyfile(test_perf=PERF.format(slow=1.0, body=base_body))
-    git(p, "add", "-A")
-    git(p, "commit", "-qm", "base")
-    p.makepyfile(test_perf=PERF.format(slow=head_slow, body=head_body))
-    git(p, "commit", "--allow-empty", "-qam", "head")
 
 
 def no_leftovers(p: pytest.Pytester) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_ab import ARGS, repo
+from helpers import ARGS, repo
 
 from pytest_perfgate.modes.ab import worktree as ab_worktree
 from pytest_perfgate.modes.ab.checkout import MARKER, PREFIX, sweep_stale
@@ -79,7 +79,7 @@ def test_killed_runs_worktree_is_swept_at_the_next_start(pytester: pytest.Pytest
     assert proc.stdout is not None
     stale = Path(proc.stdout.readline().strip())
     proc.kill()  # SIGKILL: nothing runs, the worktree stays
-    proc.wait(30)
+    proc.communicate(timeout=30)  # also closes its stdout pipe
     assert stale.is_dir() and len(worktrees(pytester.path)) == 2
     owner = json.loads((stale.parent / MARKER).read_text())
     assert owner["pid"] == proc.pid and owner["repo"] == str(pytester.path.resolve())

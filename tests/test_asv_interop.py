@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import C1, C2, C3, ENV, asv_row, asv_writes
 
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
-from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, SERIES_VERSION
+from pytest_perfgate.history.asv import SERIES_VERSION
 from pytest_perfgate.history.asv_runs import is_asv_run
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
 from pytest_perfgate.history.files import HistoryWarning
@@ -26,10 +27,6 @@ META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2
                         "affinity": "0-1", "python": "3.11.7", "arch": "x86_64",
                         "system": "Linux", "kernel": "6.1", "mem_total": 2 ** 30,
                         "versions": {"numpy": "2.0", "mujoco-core": "4.0.1"}}
-C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
-PARAMS = {"machine": "box", "os": "Linux", "arch": "x86_64", "cpu": "CPU X",
-          "num_cpu": "2", "ram": "1GiB", "python": "3.11"}
-ENV = "virtualenv-py3.11"
 
 
 def plugin_run(run_id: str, commit: str, started: float, s_per_msteps: float = 10.0
@@ -40,25 +37,8 @@ def plugin_run(run_id: str, commit: str, started: float, s_per_msteps: float = 1
                      fingerprint(META), META, {"walk": b})
 
 
-def asv_writes(h: History, commit: str, rows: dict[str, list[Any]], date: int = 1_700_000_000_000
-               ) -> Path:
-    """What `asv run` leaves behind: its result file (merged with ours if present), and
-    the machine's machine.json."""
-    h.machine_dir.mkdir(parents=True, exist_ok=True)
-    if not (h.machine_dir / "machine.json").exists():
-        (h.machine_dir / "machine.json").write_text(json.dumps({**PARAMS, "version": 1}))
-    path = h.machine_dir / f"{commit[:8]}-{ENV}.json"
-    old = json.loads(path.read_text()) if path.exists() else {"results": {}}
-    data = {"commit_hash": commit, "env_name": ENV, "date": date, "params": PARAMS,
-            "python": "3.11", "requirements": {}, "env_vars": {},
-            "result_columns": ASV_RESULT_COLUMNS, "results": {**old["results"], **rows},
-            "durations": {}, "version": 2}
-    path.write_text(json.dumps(data))
-    return path
 
 
-def asv_row(value: float | None, started_ms: int, version: str = SERIES_VERSION) -> list[Any]:
-    return [[value], [], version, started_ms, 21.5]  # asv always stores a duration
 
 
 @pytest.fixture

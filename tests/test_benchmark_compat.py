@@ -129,8 +129,10 @@ def test_a_noisy_cheap_call_says_what_to_do(pytester: pytest.Pytester,
     res.stdout.fnmatch_lines([
         "*test_noisy.test_cheap: INCONCLUSIVE: measured *, but the noise against 4 baseline "
         "run(s), run-to-run spread *% can only resolve drops of *% or more, above the 5% "
-        "threshold. A cheap call's speed drifts between runs more than the threshold: compare "
-        "in one run with the interleaved A/B mode (--perfgate-ab BASE_REV), or gate its "
+        "threshold. The cause is the spread: this runner's run medians scatter by *%, and "
+        "resolving 5% at alpha=0.01 needs a spread below *% however many runs are recorded; "
+        "a cheap call's speed drifts between runs: compare in one run with the interleaved A/B "
+        "mode (--perfgate-ab BASE_REV), or gate its "
         "instruction counts, which do not drift with the machine (--perfgate-counts), or "
         "raise the threshold."])
 

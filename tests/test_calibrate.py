@@ -13,8 +13,8 @@ from pytest_perfgate.cli import main
 from pytest_perfgate.core.gate import Outcome, Rule, decide, paired_evidence
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.modes import calibrate as cal
-from pytest_perfgate.modes import calibrate_analysis as ana
+from pytest_perfgate.study import analysis as ana
+from pytest_perfgate.study import calibrate as cal
 
 
 class Machine:

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
+from helpers import BASE
+from helpers import record_runs as _record
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.results import BenchResult, RunRecord
-from pytest_perfgate.history.store import History
-
-
-def _record(results: Path, runs: list[tuple[str, float]], machine: str = "box",
-            mode: str = "history", threshold: float | None = None) -> None:
-    rng = random.Random(7)
-    for i, (commit_digit, level) in enumerate(runs):
-        samples = tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8))
-        b = BenchResult("walk", samples, 1e6 / level, verdict="OK", threshold=threshold)
-        History(results, machine).record(RunRecord(
-            f"20240101T0000{i:02d}-aaaa{i:02d}", float(i), commit_digit * 40, 0, "main", False,
-            machine, "fp", {"mode": mode}, {"walk": b}))
-
-
-BASE = [("1", 10.0), ("2", 10.05), ("3", 9.95), ("4", 10.0), ("5", 10.02)]
 
 
 def test_a_regressed_history_exits_1_and_a_clean_one_0(tmp_path: Path, capsys) -> None:
@@ -106,7 +91,7 @@ def test_compare_two_commits_side_by_side(tmp_path: Path, capsys) -> None:
 
 def test_a_counts_regression_reads_as_instructions_and_names_the_run_to_accept(
         tmp_path: Path, capsys) -> None:
-    from test_cli_history import record
+    from helpers import record
 
     runs = record(tmp_path / "r", [250.0] * 6, counts=[5.8e6] * 5 + [5.858e6])  # +1%
     assert main(["check", "--results-dir", str(tmp_path / "r"), "--repo", str(tmp_path),

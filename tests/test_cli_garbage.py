@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_asv_interop import C1, C2, C3, ENV, asv_row, asv_writes
-from test_cli_check import BASE, _record
-from test_cli_history import record
+from helpers import BASE, C1, C2, C3, ENV, asv_row, asv_writes, record
+from helpers import record_runs as _record
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.history.store import History
@@ -38,13 +37,13 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return status, got.out + got.err
 
 
-def test_an_unreadable_newest_run_is_never_passed_over(slow: Path, tmp_path: Path,
+def test_an_unreadable_newest_run_is_never_passed_over(regressed: Path, tmp_path: Path,
                                                         capsys) -> None:
     """The regressed run's file is truncated: judging the newest *readable* run instead
     passed (exit 0) in its place; now check, compare and report stop with exit 3."""
-    bad = sidecar(slow, NEWEST)
+    bad = sidecar(regressed, NEWEST)
     bad.write_text(bad.read_text()[:100])
-    r = ["--results-dir", str(slow), "--repo", str(tmp_path)]
+    r = ["--results-dir", str(regressed), "--repo", str(tmp_path)]
     for argv in (["check", *r], ["compare", "111", *r],
                  ["report", "--out", str(tmp_path / "rep"), *r[:2]]):
         status, out = run(capsys, *argv)
@@ -57,13 +56,13 @@ def test_an_unreadable_newest_run_is_never_passed_over(slow: Path, tmp_path: Pat
     assert run(capsys, "check", "20240101T000004-aaaa04", *r)[0] == 0
 
 
-def test_an_unreadable_older_run_is_named_and_the_verdict_stands(slow: Path, tmp_path: Path,
+def test_an_unreadable_older_run_is_named_and_the_verdict_stands(regressed: Path, tmp_path: Path,
                                                                   capsys) -> None:
-    bad = sidecar(slow, "20240101T000002-aaaa02")
+    bad = sidecar(regressed, "20240101T000002-aaaa02")
     bad.write_text("[]")
-    notes = slow / "box" / "perfgate" / "notes.pgrun"  # not named like a run: not a run id
+    notes = regressed / "box" / "perfgate" / "notes.pgrun"  # not named like a run: not a run id
     notes.write_text("{")
-    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    status, out = run(capsys, "check", "--results-dir", str(regressed), "--repo", str(tmp_path))
     assert status == 1 and "REGRESSION" in out and "against 4 baseline run(s)" in out
     assert out.count(f"perfgate check: warning: skipping history file {bad}: expected a "
                      "JSON object, found a list") == 1
@@ -88,13 +87,13 @@ SAMPLES = "benchmark 'walk': samples must be a non-empty list of numbers between
     (_started(math.nan), "field 'started_at' is nan, expected a time in epoch seconds"),
 ], ids=["huge-samples", "tiny-samples", "negative-samples", "far-future", "far-past", "nan"])
 def test_numbers_out_of_any_range_are_a_skipped_file_not_a_traceback(
-        slow: Path, tmp_path: Path, capsys, change: Callable[[dict[str, Any]], None],
+        regressed: Path, tmp_path: Path, capsys, change: Callable[[dict[str, Any]], None],
         problem: str) -> None:
     """Finite but absurd numbers in a baseline run overflowed the gate's arithmetic
     (OverflowError, AttributeError from statistics.stdev) or time.gmtime in the table."""
-    bad = sidecar(slow, "20240101T000002-aaaa02")
+    bad = sidecar(regressed, "20240101T000002-aaaa02")
     edit(bad, change)
-    r = ["--results-dir", str(slow)]
+    r = ["--results-dir", str(regressed)]
     status, out = run(capsys, "check", *r, "--repo", str(tmp_path))
     assert status == 1 and "REGRESSION" in out, out
     assert f"skipping history file {bad}: {problem}" in out
@@ -161,20 +160,20 @@ def test_garbage_rows_in_an_asv_file_are_named_and_never_judged_in_place_of_the_
     assert status == 0 and "INCONCLUSIVE" in out
 
 
-def test_a_copied_or_moved_run_file_is_named_and_not_counted_twice(slow: Path, tmp_path: Path,
+def test_a_copied_or_moved_run_file_is_named_and_not_counted_twice(regressed: Path, tmp_path: Path,
                                                                     capsys) -> None:
     """A copy of a baseline run under another name counted twice (a narrower spread than
     the machine's), and accept/forget, which find a run by its file name, missed it; a run
     file moved into another machine's folder judged runs of a fingerprint not its own."""
-    base = sidecar(slow, "20240101T000003-aaaa03")
-    copy = sidecar(slow, "20240101T000003-aaaa99")
+    base = sidecar(regressed, "20240101T000003-aaaa03")
+    copy = sidecar(regressed, "20240101T000003-aaaa99")
     copy.write_text(base.read_text())
     _record(tmp_path / "other", BASE[:1], machine="m2")
-    moved = sidecar(slow, "20240101T000000-aaaa77")
+    moved = sidecar(regressed, "20240101T000000-aaaa77")
     edit(sidecar(tmp_path / "other", "20240101T000000-aaaa00", "m2"),
          lambda d: d.update(run_id="20240101T000000-aaaa77"))
     moved.write_text(sidecar(tmp_path / "other", "20240101T000000-aaaa00", "m2").read_text())
-    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    status, out = run(capsys, "check", "--results-dir", str(regressed), "--repo", str(tmp_path))
     assert status == 1 and "against 5 baseline run(s)" in out, out
     assert (f"skipping history file {copy}: it holds run '20240101T000003-aaaa03', not the run "
             "its name says ('20240101T000003-aaaa99')") in out
@@ -196,19 +195,19 @@ def test_a_run_id_of_another_machine_names_that_machine(tmp_path: Path, capsys) 
 
 
 def test_a_decisions_file_with_garbage_keeps_its_good_decisions_and_is_never_overwritten(
-        slow: Path, tmp_path: Path, capsys) -> None:
+        regressed: Path, tmp_path: Path, capsys) -> None:
     """One bad entry made the whole file count as empty (a forgotten run served as a
     baseline again), and the next accept overwrote it, dropping every decision in it."""
-    path = slow / "box" / "perfgate" / "decisions.pgaccept"
+    path = regressed / "box" / "perfgate" / "decisions.pgaccept"
     text = json.dumps({"perfgate_decisions": 1, "accepted": [5],
                        "forgotten": ["20240101T000004-aaaa04"]})
     path.write_text(text)
-    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    status, out = run(capsys, "check", "--results-dir", str(regressed), "--repo", str(tmp_path))
     assert status == 1 and "against 4 baseline run(s)" in out, out  # still forgotten
     assert (f"perfgate check: warning: reading {path} without 'accepted': 1 value(s) that are "
             "no run id (5)") in out
     for cmd in ("accept", "forget"):
-        status, out = run(capsys, cmd, NEWEST, "--results-dir", str(slow))
+        status, out = run(capsys, cmd, NEWEST, "--results-dir", str(regressed))
         assert status == 3
         assert out == (f"perfgate {cmd}: infrastructure error: cannot read the decisions file "
                        f"{path} ('accepted': 1 value(s) that are no run id (5)): fix it, or "
@@ -217,12 +216,12 @@ def test_a_decisions_file_with_garbage_keeps_its_good_decisions_and_is_never_ove
         assert path.read_text() == text
 
 
-def test_a_run_with_no_benchmark_is_nothing_gated_not_a_pass(slow: Path, tmp_path: Path,
+def test_a_run_with_no_benchmark_is_nothing_gated_not_a_pass(regressed: Path, tmp_path: Path,
                                                              capsys) -> None:
     """The plugin never records a run without benchmarks; one found (hand-made, or a
     truncated list) passed check as 'passed: 0 of 0 benchmark(s)', exit 0."""
-    edit(sidecar(slow, NEWEST), lambda d: d.update(benchmarks={}))
-    status, out = run(capsys, "check", "--results-dir", str(slow), "--repo", str(tmp_path))
+    edit(sidecar(regressed, NEWEST), lambda d: d.update(benchmarks={}))
+    status, out = run(capsys, "check", "--results-dir", str(regressed), "--repo", str(tmp_path))
     assert status == 3
     assert (
         f"perfgate check: infrastructure error: run {NEWEST} of machine 'box', commit "
@@ -237,19 +236,19 @@ DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON nesting, deeper than json's r
                                    "box/11111111-virtualenv-pyunknown.json",
                                    "box/perfgate/decisions.pgaccept", "box/machine.json"])
 def test_json_nested_past_the_parsers_limit_is_garbage_like_any_other(
-        slow: Path, tmp_path: Path, capsys, where: str) -> None:
+        regressed: Path, tmp_path: Path, capsys, where: str) -> None:
     """json raises RecursionError, which no reader's `except ValueError` caught: a
     traceback from check, history and report alike."""
-    (slow / where).write_text(DEEP)
+    (regressed / where).write_text(DEEP)
     for argv in (["check", "--repo", str(tmp_path)], ["history", "walk"],
                  ["report", "--out", str(tmp_path / "rep")]):
-        status, out = run(capsys, *argv, "--results-dir", str(slow))
+        status, out = run(capsys, *argv, "--results-dir", str(regressed))
         assert status == (1 if argv[0] == "check" else 0), out
         # history reads no decisions; machine.json is read only for asv-run rows
         readers = {"decisions.pgaccept": ("check", "report"), "machine.json": ()}.get(
             Path(where).name, ("check", "history", "report"))
         if argv[0] in readers:
-            assert str(slow / where) in out and "nested too deep" in out, out
+            assert str(regressed / where) in out and "nested too deep" in out, out
 
 
 def test_a_deeply_nested_config_or_report_is_named_too(tmp_path: Path, capsys,

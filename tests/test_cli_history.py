@@ -2,54 +2,12 @@
 
 from __future__ import annotations
 
-import math
-import random
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from helpers import STEP, record
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.metric import INSTRUCTIONS
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
-from pytest_perfgate.history.asv import COUNTS_SOURCE
-from pytest_perfgate.history.store import History
-
-
-def record(results: Path, levels: Sequence[float], machine: str = "box",
-           names: Sequence[str] = ("walk",), mode: str = "history",
-           counts: Sequence[float] | None = None, sigma: float = 0.0,
-           first_commit: int = 1, dirty: bool = False,
-           fingerprints: Sequence[str] = ()) -> list[RunRecord]:
-    """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
-    ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
-    rng = random.Random(7)
-    runs = []
-    for i, level in enumerate(levels):
-        benches = {}
-        for name in names:
-            samples = tuple(level * math.exp(rng.gauss(0, sigma)) for _ in range(6))
-            phases = {"physics": PhaseSummary(level * 0.256, 0.9, 1.0)}
-            benches[name] = BenchResult(name, samples, 1e6 / level, phases=phases,
-                                        verdict="OK")
-            if counts is not None:
-                c = (counts[i],) * 3
-                extra = {"est_cycles_per_step": counts[i] * 1.25,
-                         "phase_instructions_per_step": {"physics": counts[i] * 0.95,
-                                                         "reset": counts[i] * 0.05}}
-                benches[name + ".counts"] = BenchResult(name + ".counts", c, 1e6 / counts[i],
-                                                        source=COUNTS_SOURCE, extra=extra,
-                                                        unit=INSTRUCTIONS.unit)
-        digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
-        run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
-                        "main", dirty, machine, fingerprints[i] if fingerprints else "fp",
-                        {"mode": mode}, benches)
-        History(results, machine).record(run)
-        runs.append(run)
-    return runs
-
-
-STEP = [250.0] * 8 + [300.0] * 8  # a 20% slowdown at the 9th run (commit 9999...)
 
 
 def history(*argv: str) -> int:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_cli_check import BASE, _record
+from helpers import BASE
+from helpers import record_runs as _record
 
 from pytest_perfgate.cli import main
 
@@ -19,12 +20,12 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().err.splitlines()[-1]
 
 
-def test_a_repo_that_is_missing_a_file_or_empty_is_a_usage_error(slow: Path, tmp_path: Path,
+def test_a_repo_that_is_missing_a_file_or_empty_is_a_usage_error(regressed: Path, tmp_path: Path,
                                                                   capsys) -> None:
     """A --repo that is not a folder made git unavailable, so the runs were judged as if
     recorded outside git, where every earlier run of any branch is a baseline."""
     (tmp_path / "file").write_text("x")
-    r = ["--results-dir", str(slow)]
+    r = ["--results-dir", str(regressed)]
     for cmd in (["check"], ["compare", "111"], ["report", "--out", str(tmp_path / "o")]):
         prog = f"perfgate {cmd[0]}: error: argument --repo: "
         assert usage_error(capsys, *cmd, *r, "--repo", str(tmp_path / "nope")) == (
@@ -40,20 +41,20 @@ def test_a_repo_that_is_missing_a_file_or_empty_is_a_usage_error(slow: Path, tmp
 
 
 def test_a_results_dir_that_is_a_file_or_one_machines_folder_says_so(
-        slow: Path, tmp_path: Path, capsys) -> None:
+        regressed: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "file").write_text("x")
     assert main(["check", "--results-dir", str(tmp_path / "file")]) == 3
     assert capsys.readouterr().err.splitlines()[0] == (
         f"perfgate check: infrastructure error: the history folder {tmp_path / 'file'} is a "
         "file: pass the results folder (with one folder per machine) to --results-dir")
-    for given in (slow / "box", slow / "box" / "perfgate"):
+    for given in (regressed / "box", regressed / "box" / "perfgate"):
         assert main(["check", "--results-dir", str(given)]) == 3
         assert capsys.readouterr().err.splitlines()[0] == (
             f"perfgate check: infrastructure error: no machine in {given} has recorded runs: "
-            f"{slow / 'box'} is one machine's folder; pass the folder above it, {slow}, to "
-            "--results-dir")
+            f"{regressed / 'box'} is one machine's folder; pass the folder above it, "
+            f"{regressed}, to --results-dir")
         assert main(["history", "walk", "--results-dir", str(given)]) == 3
-        assert f"pass the folder above it, {slow}, to --results-dir" in capsys.readouterr().err
+        assert f"pass the folder above it, {regressed}, to --results-dir" in capsys.readouterr().err
     for cmd in ("accept", "forget"):  # the same condition, the same status and words
         assert main([cmd, "20240101T000005-aaaa05", "--results-dir",
                      str(tmp_path / "file")]) == 3
@@ -63,31 +64,31 @@ def test_a_results_dir_that_is_a_file_or_one_machines_folder_says_so(
             "--results-dir\n")
 
 
-def test_a_folder_no_machine_can_be_named_is_named_and_left_out(slow: Path, tmp_path: Path,
+def test_a_folder_no_machine_can_be_named_is_named_and_left_out(regressed: Path, tmp_path: Path,
                                                                  capsys) -> None:
     """'we ird/perfgate' made the one machine ambiguous: 'holds runs of several machines
     (box, we ird): name one with --machine', though no --machine could name it."""
-    (slow / "we ird" / "perfgate").mkdir(parents=True)
-    assert main(["check", "--results-dir", str(slow), "--repo", str(tmp_path)]) == 1
+    (regressed / "we ird" / "perfgate").mkdir(parents=True)
+    assert main(["check", "--results-dir", str(regressed), "--repo", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert (f"perfgate check: warning: not reading history file {slow / 'we ird'}: its name is "
-            "not a machine name perfgate records under") in err
-    assert main(["history", "walk", "--results-dir", str(slow)]) == 0
+    assert (f"perfgate check: warning: not reading history file {regressed / 'we ird'}: its "
+            "name is not a machine name perfgate records under") in err
+    assert main(["history", "walk", "--results-dir", str(regressed)]) == 0
 
 
-def test_check_names_a_machine_without_history_and_the_machines_with(slow: Path,
+def test_check_names_a_machine_without_history_and_the_machines_with(regressed: Path,
                                                                      capsys) -> None:
-    assert main(["check", "--results-dir", str(slow), "--machine", "nosuch"]) == 3
+    assert main(["check", "--results-dir", str(regressed), "--machine", "nosuch"]) == 3
     assert capsys.readouterr().err.splitlines()[0] == (
-        f"perfgate check: infrastructure error: no history of machine 'nosuch' in {slow} "
+        f"perfgate check: infrastructure error: no history of machine 'nosuch' in {regressed} "
         "(machines with runs: box): record runs under that name first, or pass one of them "
         "to --machine")
 
 
-def test_empty_run_ids_and_commit_prefixes_are_named_as_empty(slow: Path, tmp_path: Path,
+def test_empty_run_ids_and_commit_prefixes_are_named_as_empty(regressed: Path, tmp_path: Path,
                                                               capsys) -> None:
     """An empty prefix matched every commit: 'BASE '' matches several recorded commits'."""
-    r = ["--results-dir", str(slow), "--repo", str(tmp_path)]
+    r = ["--results-dir", str(regressed), "--repo", str(tmp_path)]
     assert usage_error(capsys, "compare", "", *r) == (
         "perfgate compare: error: BASE is empty: give an id printed as 'recorded run RUN_ID' "
         "or a commit hash (prefix) of a recorded run")
@@ -128,9 +129,9 @@ def test_publish_refuses_an_html_dir_it_cannot_make(tmp_path: Path, html: str, w
 
 
 def test_a_baseline_commit_nothing_was_recorded_at_is_a_usage_error_not_a_pass(
-        slow: Path, tmp_path: Path, capsys) -> None:
+        regressed: Path, tmp_path: Path, capsys) -> None:
     """--baseline 9999 (a typo) left the regressed run NO BASELINE, and check exited 0."""
-    r = ["--results-dir", str(slow), "--repo", str(tmp_path)]
+    r = ["--results-dir", str(regressed), "--repo", str(tmp_path)]
     assert usage_error(capsys, "check", *r, "--baseline", "9999") == (
         "perfgate check: error: --baseline 9999: no history-mode run of machine 'box' is of "
         "that commit, so nothing would judge the run: give a commit hash (prefix) of a "
@@ -187,7 +188,7 @@ def test_an_asv_series_name_given_as_bench_names_the_series_to_ask_for(
         tmp_path: Path, capsys, given: str, series: str) -> None:
     """README's History section names the asv series (walk.track_s_per_step, walk.counts,
     ...); given as BENCH they said only 'no benchmark ...; near names: walk'."""
-    from test_cli_history import record
+    from helpers import record
 
     record(tmp_path, [250.0] * 3, counts=[5.8e6] * 3)
     assert usage_error(capsys, "history", given, "--results-dir", str(tmp_path)) == (

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli_history import STEP, record
+from helpers import STEP, record
 
 from pytest_perfgate.cli import main
 

@@ -264,7 +264,7 @@ def test_report_md_of_a_failed_run_names_the_accept_command(tmp_path: Path) -> N
 
 def test_calibrate_analyse_of_a_study_without_trials_is_a_usage_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_perfgate.modes import calibrate as cal
+    from pytest_perfgate.study import calibrate as cal
 
     path = tmp_path / "study.json"
     cal.save(path, cal.StudyConfig(), [], {})

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from pytest_perfgate.modes.counts.phases import ENV_PHASES, OTHER
 from pytest_perfgate.modes.counts.runner import run_counts
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("valgrind") is None,
-                                 reason="needs valgrind (apt-get install valgrind)")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("need_valgrind")]
 pytest_plugins = ["pytester"]
 
 # phase "b" runs np.sin over three times the elements of phase "a"; "b" nests "inner" once

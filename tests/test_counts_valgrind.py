@@ -6,7 +6,6 @@ A small numpy workload keeps each worker to ~10-20 s (start-up under valgrind do
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -14,9 +13,7 @@ import pytest
 
 from pytest_perfgate.modes.counts.runner import CountsError, run_counts
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("valgrind") is None,
-                                 reason="needs valgrind (apt-get install valgrind)")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("need_valgrind")]
 pytest_plugins = ["pytester"]
 
 WALK = """

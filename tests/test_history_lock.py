@@ -102,7 +102,7 @@ def test_a_lock_held_too_long_is_an_infrastructure_error_naming_the_lock_file(
             history.record(run)
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # also closes its stdout pipe
     assert isinstance(exc.value, OSError)  # reported as an infrastructure error, not a verdict
     assert str(exc.value) == (
         f"could not lock {lock_file} within 0.3 s: another process holds it (a pytest session "

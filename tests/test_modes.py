@@ -51,11 +51,11 @@ def test_history_session_picks_history_mode_and_records_its_tag(tmp_path: Path) 
 
 def test_ab_runs_are_not_history_baselines(tmp_path: Path) -> None:
     s = session(tmp_path)
-    s.open_history().record("ab-run", 1.0, {"walk": result()}, "ab")
+    s.history().record("ab-run", 1.0, {"walk": result()}, "ab")
     j = session(tmp_path).judge(result(), "t::walk")
     assert j.verdict is not None and j.verdict.outcome is Outcome.NO_BASELINE
     assert "(1 A/B run(s) of it are not used as history baselines)" in j.verdict.message
-    s.open_history().record("hist-run", 2.0, {"walk": result()}, "history")
+    s.history().record("hist-run", 2.0, {"walk": result()}, "history")
     j = session(tmp_path).judge(result(), "t::walk")
     assert j.baseline_commits and j.verdict is not None
     assert j.verdict.outcome is not Outcome.NO_BASELINE

@@ -9,35 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_session import FAKE_CLOCK_CONFTEST
-
-CONFTEST = FAKE_CLOCK_CONFTEST + """
-def pytest_perfgate_machine_info(config, info):
-    if os.environ.get("FAKE_MUJOCO"):
-        info["versions"] = {**info["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}
-
-def pytest_perfgate_verdict(config, judged):
-    outcome = "SMOKE" if judged.verdict is None else judged.verdict.outcome.value
-    with open("verdicts.log", "a") as f:
-        f.write(f"{judged.result.name} {outcome}\\n")
-"""
-
-PERF_TEST = """
-import os, random
-from conftest import CLOCK
-
-def test_walk(perfgate):
-    slow = float(os.environ.get("SLOW", "1"))
-    seed = int(os.environ.get("PERF_SEED", "0"))  # one per run: reproducible, yet runs differ
-    run = random.Random(seed).gauss(0, 0.01)   # run-to-run drift
-    rng = random.Random(seed + 1000)
-    def step():
-        with perfgate.phase("physics"):
-            CLOCK.advance(0.001 * slow * (1 + run + rng.gauss(0, 0.01)))
-        with perfgate.phase("observe"):
-            CLOCK.advance(0.0002)
-    perfgate.measure(step, transitions=16)
-"""
+from helpers import CONFTEST, PERF_TEST
 
 ARGS = ["--perfgate", "--perfgate-machine=testbox", "--perfgate-windows=6",
         "--perfgate-window-time=0.05", "-p", "no:cacheprovider"]

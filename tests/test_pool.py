@@ -390,9 +390,9 @@ def test_g1(g1_scene):
 
 
 def test_fixture_closes_pools_and_g1_skips_with_package_name(pytester, monkeypatch):
-    import pytest_perfgate.plugin.fixtures_mujoco as fx
+    import pytest_perfgate.sim.models as models  # the fixture imports it when used
 
-    monkeypatch.setattr(fx, "g1_scene_path", lambda: None)
+    monkeypatch.setattr(models, "g1_scene_path", lambda: None)
     pytester.makepyfile(FIXTURE_TEST)
     res = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=3, skipped=1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 import itertools
-from typing import Any
 
 import pytest
+from helpers import Recorder
 
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
@@ -20,31 +20,6 @@ from pytest_perfgate.core.progress import (
     verdict_summary,
 )
 from pytest_perfgate.core.timing import FakeClock
-
-
-class Recorder(Progress):
-    """An observer that keeps every event as a tuple."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[Any, ...]] = []
-
-    def started(self, name: str) -> None:
-        self.events.append(("started", name))
-
-    def warmup_started(self, side: str = "") -> None:
-        self.events.append(("warmup_started", side))
-
-    def warmup_ended(self, steady: bool, seconds: float, side: str = "") -> None:
-        self.events.append(("warmup_ended", steady, round(seconds, 6), side))
-
-    def window_done(self, k: int, total: int, steps_per_s: float, side: str = "") -> None:
-        self.events.append(("window", k, total, round(steps_per_s, 6), side))
-
-    def window_redone(self, k: int, total: int, other_load: float) -> None:
-        self.events.append(("redone", k, total, round(other_load, 6)))
-
-    def finished(self, name: str, summary: str) -> None:
-        self.events.append(("finished", name, summary))
 
 
 class Scripted:

@@ -6,6 +6,7 @@ Real-process faults (crashes, a killed parent, cleanup) are tests/test_ring_faul
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -273,7 +274,7 @@ def test_borrowing_the_last_slot_gives_views_with_next_obs_from_slot_0() -> None
 
 def _rss_kb(name: str) -> int:
     """Resident kB of this process's mapping of segment ``name`` (/proc/self/smaps)."""
-    lines = open("/proc/self/smaps").read().splitlines()
+    lines = Path("/proc/self/smaps").read_text().splitlines()
     for i, line in enumerate(lines):
         if name in line:
             return next(int(x.split()[1]) for x in lines[i + 1:] if x.startswith("Rss:"))

@@ -130,6 +130,8 @@ def _killed_parent(tmp_path: Path, spawn: bool) -> tuple[str, int]:
     finally:
         helper.kill()
         helper.wait(10)
+        if helper.stdout is not None:  # not communicate(): the orphan may hold the pipe
+            helper.stdout.close()
     return name, int(child)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_plugin import CONFTEST, PERF_TEST
+from helpers import CONFTEST, PERF_TEST
 
 ARGS = ["--perfgate", "--perfgate-machine=testbox", "--perfgate-windows=6",
         "--perfgate-window-time=0.05", "-p", "no:cacheprovider"]

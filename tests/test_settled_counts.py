@@ -6,7 +6,6 @@ settling, so a worker that had to settle under valgrind fails the run instead of
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +13,7 @@ import pytest
 
 from pytest_perfgate.sim.settled import CACHE_ENV
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("valgrind") is None,
-                                 reason="needs valgrind (apt-get install valgrind)")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("need_valgrind")]
 pytest_plugins = ["pytester"]
 pytest.importorskip("mujoco.batch")
 

@@ -36,7 +36,7 @@ def test_interleave_rotates_order_and_reports_per_call_medians():
 
 
 def test_interleave_reports_each_call_to_progress():
-    from test_progress import Recorder
+    from helpers import Recorder
 
     clock, rec = FakeClock(), Recorder()
     calls = {"1 unpinned": lambda: clock.advance(0.010), "2 unpinned": lambda: clock.advance(0.005)}
@@ -142,7 +142,7 @@ def test_settled_state_tiles_distinct_trajectories():
 
 
 def test_run_sweep_on_the_tiny_model():
-    from test_progress import Recorder
+    from helpers import Recorder
 
     rec = Recorder()
     res = sweep.run_sweep(sweep.resolve_model("tiny"), 8, thread_counts=[1, 2], turns=2,

@@ -63,7 +63,7 @@ def test_plan_names_the_batch_that_does_not_split():
 
 def test_a_sweep_that_fails_ends_its_status_line(monkeypatch):
     pytest.importorskip("mujoco.batch")
-    from test_progress import Recorder
+    from helpers import Recorder
 
     from pytest_perfgate.sim import batch_sweep, sweep
 
@@ -156,7 +156,7 @@ class Fixed:
 
 
 def test_interleave_windows_rotates_and_reports_progress():
-    from test_progress import Recorder
+    from helpers import Recorder
 
     from pytest_perfgate.sim.batch_sweep import interleave_windows, paired_ratio
 

@@ -223,11 +223,17 @@ def test_a_source_that_never_completes_a_step_is_an_error_naming_the_fix() -> No
         "or check that the step returns")
 
 
-def test_library_code_imports_phase_from_the_documented_paths() -> None:
+def test_library_code_imports_phase_from_the_documented_path() -> None:
     import pytest_perfgate
-    import pytest_perfgate.timing
 
-    assert pytest_perfgate.timing.phase is phase is pytest_perfgate.phase
+    assert pytest_perfgate.phase is phase
+    from pytest_perfgate import PhaseRecorder  # every lazy name resolves
+
+    assert PhaseRecorder.__module__ == "pytest_perfgate.core.timing"
+    for name in pytest_perfgate.__all__:
+        assert getattr(pytest_perfgate, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pytest_perfgate.nope  # noqa: B018
 
 
 class CountingSource:

@@ -104,7 +104,7 @@ def test_a_grandchild_reaped_by_a_child_counts_in_its_window() -> None:
         assert w.cpu_s > 0.8 * sum(helpers)
     finally:
         server.kill()
-        server.wait()
+        server.communicate()
 
 
 def test_grandchildren_are_listed(tmp_path) -> None:
@@ -183,7 +183,7 @@ def test_memory_of_a_child_counts_in_the_peak() -> None:
             assert w.memory["uss"] >= n  # the child's bytes are its own
     finally:
         p.kill()
-        p.wait()
+        p.communicate()
 
 
 def test_the_peak_is_this_measurements_not_the_processs() -> None:

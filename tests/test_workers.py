@@ -489,7 +489,8 @@ def test_fixture_cleans_up_after_a_failing_test(pytester: pytest.Pytester) -> No
 
         def test_fails(pinned_workers, tmp_path_factory):
             g = pinned_workers.start(spin, n=1, cpus=None)
-            open({str(pytester.path / 'pids')!r}, "w").write(str(g.pids[0]))
+            with open({str(pytester.path / 'pids')!r}, "w") as f:
+                f.write(str(g.pids[0]))
             assert False, "deliberate"
     """)
     result = pytester.runpytest()

@@ -246,6 +246,7 @@ def test_the_script_talks_to_the_rest_api(tmp_path: Path) -> None:
                  "GITHUB_API_URL": f"http://127.0.0.1:{server.server_port}"})
     finally:
         server.shutdown()
+        server.server_close()
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == "perfgate comment: commented on pull request #12\n"
     assert [(m, p) for m, p, _, _ in seen] == [

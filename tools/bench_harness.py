@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 from pytest_perfgate.core.measure import LoopSource
 from pytest_perfgate.core.timing import PhaseRecorder, phase
 
 
-def make_work(step_ms: float) -> tuple[object, int]:
+def make_work(step_ms: float) -> tuple[Callable[[int], int], int]:
     """A pure-Python workload of about step_ms, split into two halves."""
 
     def spin(n: int) -> int:

@@ -10,7 +10,7 @@ turns, medians of many turns; docs/design.md §1):
          (target >= 70%)
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
-    flock /work/wt/BENCH.lock python tools/bench_ring.py [--only push,queue,bw,pair]
+    flock /tmp/perfgate-timing.lock python tools/bench_ring.py [--only push,queue,bw,pair]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def bench_push(turns: int, per_turn: int) -> None:
     act = rng.standard_normal((n, 17)).astype(np.float32)
     rew = np.zeros(n, np.float32)
     no = np.zeros(n, bool)
-    kw = dict(critic_shape=(d,), capacity=8, overwrite=True)  # no consumer needed
+    kw: dict[str, Any] = dict(critic_shape=(d,), capacity=8, overwrite=True)  # no consumer
     r6 = Ring(RingSpec(n, (d,), (17,), **kw))
     r8 = Ring8(Spec8(n, (d,), (17,), **kw))
     t6: list[float] = []

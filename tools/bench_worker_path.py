@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -77,7 +78,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {"in-process": [], "1 spawn worker": []}
         ratios = []
         for turn in range(args.turns):
-            order = [("in-process", local), ("1 spawn worker", group)]
+            order: list[tuple[str, Any]] = [("in-process", local), ("1 spawn worker", group)]
             if turn % 2:
                 order.reverse()  # ABBA: neither side always runs first
             got = {}
@@ -103,9 +104,9 @@ def main() -> None:
                                kwargs={"nthread": args.nthread})
             for _ in range(3):
                 g.run_window(args.turn_s)
-            r = [g.run_window(args.turn_s) for _ in range(args.turns)]
+            ws = [g.run_window(args.turn_s) for _ in range(args.turns)]
             print(f"one worker per node ({len(nodes)} nodes, {total} envs): median "
-                  f"{statistics.median(w.transitions / w.wall_s for w in r):.0f} env-steps/s")
+                  f"{statistics.median(w.transitions / w.wall_s for w in ws):.0f} env-steps/s")
             print("\n".join(g.report_lines()))
 
 

@@ -18,8 +18,8 @@ import math
 import random
 from collections.abc import Sequence
 
-from asv import _stats  # type: ignore[import-untyped]
-from asv.step_detect import detect_regressions, detect_steps  # type: ignore[import-untyped]
+from asv import _stats
+from asv.step_detect import detect_regressions, detect_steps
 from asv_runner.statistics import compute_stats  # type: ignore[import-untyped]
 
 # (level factor, window noise) per commit: a 10% step after five commits, still present.

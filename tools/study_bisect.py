@@ -171,7 +171,9 @@ def main() -> int:
           f"({BASE_SORTS} -> {round(BASE_SORTS * (1 + step))} sorts), seed {args.seed}, "
           f"repositories in {top}; load average {load()}", flush=True)
     tally = {"perfgate": 0, "asv": 0}
-    probes, walls, asv_walls = [], [], []
+    probes: list[int] = []
+    walls: list[float] = []
+    asv_walls: list[float] = []
     for t in range(args.trials):
         slow_at = rng.randrange(args.commits)
         repo = top / f"trial-{t}"
@@ -182,8 +184,8 @@ def main() -> int:
         retried = str(pg["output"]).count("-> inconclusive")
         hit = pg["named"] == [truth[:10]]
         tally["perfgate"] += hit
-        probes.append(pg["probes"])
-        walls.append(pg["seconds"])
+        probes.append(int(str(pg["probes"])))
+        walls.append(float(str(pg["seconds"])))
         ranges = f" (ranges of {pg['ranges']} commits)" if pg["ranges"] else ""
         line = (f"trial {t}: slow commit #{slow_at} {truth[:10]}; perfgate bisect named "
                 f"{pg['named'] or 'nothing'}{ranges} {'HIT' if hit else 'MISS'}, exit "
@@ -199,7 +201,7 @@ def main() -> int:
             (top / f"trial-{t}-asv.txt").write_text(str(a["output"]))
             ahit = a["named"] == [truth[:8]]
             tally["asv"] += ahit
-            asv_walls.append(a["seconds"])
+            asv_walls.append(float(str(a["seconds"])))
             line += (f"; asv find named {a['named'] or 'nothing'} {'HIT' if ahit else 'MISS'}, "
                      f"exit {a['rc']}, {a['benchmarks']} benchmarks, {a['seconds']:.0f} s")
             if not a["named"]:

@@ -3,7 +3,7 @@
 Synthetic series of N run medians (log scale) with one known step (+1%, +3%, +10% time per
 env-step) at varied positions, plus A/A series (no step), under three noise models:
 
-* ``counts``: instruction counts, Gaussian, sigma from the README's counts study (10 workers
+* ``counts``: instruction counts, Gaussian, sigma from docs/counts.md's counts study (10 workers
   ranged 0.00007%: sigma ~ range / 3.08, the expected range of 10 normals);
 * ``here``: the log deviations of real run medians of one unchanged benchmark recorded on
   this machine (``--noise-from``), resampled i.i.d.;
@@ -11,7 +11,7 @@ env-step) at varied positions, plus A/A series (no step), under three noise mode
   step multiplied onto its tail;
 * ``here-calm``: Gaussian, sigma = the robust point-to-point noise of that real series (MAD of
   successive differences: the noise between drift episodes, a lower bound);
-* ``trust-study``: Gaussian, sigma from the README's trust study (run medians of unchanged
+* ``trust-study``: Gaussian, sigma from docs/measurement.md's trust study (run medians of unchanged
   code ranged 82-444 s/Msteps over ~50 runs in 35 minutes: sigma ~ ln(5.4) / 4.5).
 
 Per library: detection rate (a change point within +-2 runs of the step), false change

@@ -29,9 +29,9 @@ from pytest_perfgate.cli.common_args import (
 )
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.progress import stream_progress
-from pytest_perfgate.modes import calibrate as cal
-from pytest_perfgate.modes import calibrate_analysis as ana
 from pytest_perfgate.session.options import parse_fraction, parse_positive_int, parse_seconds
+from pytest_perfgate.study import analysis as ana
+from pytest_perfgate.study import calibrate as cal
 
 DEFAULT_NODEID = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
 

@@ -100,7 +100,7 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
              wanted: str | None, what: str) -> RunRecord | int:
     """The newest history-mode run (``wanted`` None), the run with that id, or the newest
     run of the commit that ``wanted`` prefixes; the infra exit status when there is none."""
-    from pytest_perfgate.modes.history import is_history_run
+    from pytest_perfgate.history.context import is_history_run
     from pytest_perfgate.report.series import hidden_message, hidden_newest
 
     mine = [r for r in runs if is_history_run(r)]
@@ -158,7 +158,7 @@ def check_baseline(args: argparse.Namespace, runs: list[RunRecord], machine: str
                    run: RunRecord) -> None:
     """--baseline must name one recorded commit other than the judged run's: a typo would
     leave every benchmark NO BASELINE, which exits 0 and is not a pass."""
-    from pytest_perfgate.modes.history import is_history_run
+    from pytest_perfgate.history.context import is_history_run
 
     commits = {r.commit for r in runs if is_history_run(r) and r.commit.lower().startswith(
         args.baseline)}
@@ -179,7 +179,8 @@ def judge_run(args: argparse.Namespace, results: Path, run: RunRecord,
               baseline: str | None, before: bool = True) -> list[Judged]:
     """Every benchmark of ``run`` judged by the plugin's history rules."""
     from pytest_perfgate.core.gate import Rule
-    from pytest_perfgate.modes.history import HistoryContext, HistoryMode
+    from pytest_perfgate.history.context import HistoryContext
+    from pytest_perfgate.modes.history import HistoryMode
 
     ctx = HistoryContext.for_run(results, run, args.repo, before=before)
     warn_outside_git(args, ctx.git, run)

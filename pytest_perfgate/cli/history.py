@@ -64,8 +64,8 @@ def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
     """The machine's history-mode runs, or the infrastructure exit status (printed); an
     unknown or ambiguous machine is a usage error. ``seen``: see with_history_warnings."""
     from pytest_perfgate.cli._out import infra
+    from pytest_perfgate.history.context import is_history_run
     from pytest_perfgate.history.lookup import HistoryMissing, MachineAmbiguous
-    from pytest_perfgate.modes.history import is_history_run
 
     results, machine = history_location(args)
     try:

@@ -1,7 +1,7 @@
 """``perfgate ring-compare``: a collector/learner pair pinned vs unpinned, interleaved.
 
-Prints the field report's table: env-steps/s, change vs unpinned, env_step ms, push ms,
-for the unpinned pair and the pinned pair at each learner core count (docs/design.md §9).
+Prints the pinned-vs-unpinned table of docs/design.md §9: env-steps/s, change vs unpinned,
+env_step ms, push ms, for the unpinned pair and the pinned pair at each learner core count.
 """
 
 from __future__ import annotations

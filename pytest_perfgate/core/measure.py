@@ -6,7 +6,7 @@ transitions completed, with per-phase timings. The :class:`Meter` owns warm-up, 
 stability rule, the outside-load guard and re-measurement, so every workload is measured
 the same way.
 
-Stability rule (documented in the README): warm-up windows of ``warmup_window_s`` run until
+Stability rule (docs/measurement.md): warm-up windows of ``warmup_window_s`` run until
 the median rate of the last ``warmup_span`` windows is within ``stability_tol`` of the
 median of the ``warmup_span`` windows before them; if that never happens within
 ``warmup_max_s`` the measurement is marked unstable.

@@ -52,7 +52,7 @@ def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: 
                              ": give more digits")
         chosen = [r for r in pool if r.commit in matched]
     elif set(head_commit) == {"0"}:
-        chosen = list(pool)  # outside git: no commits to tell apart (README says so)
+        chosen = list(pool)  # outside git: no commits to tell apart (docs/measurement.md says so)
     else:
         others = {r.commit for r in pool if r.commit != head_commit and set(r.commit) != {"0"}}
         ok = (is_ancestor(others) & others) if others else set()

@@ -10,20 +10,24 @@ runs, and the session picks that once (:meth:`GateSession` picks a mode):
 - :class:`~pytest_perfgate.modes.ab.side.ABSide` serves windows to a controller and judges
   nothing.
 
-Each mode owns its verdict path: a mode that reaches a verdict hands it to the ``sink`` it
-was built with (the session's one entry point for verdicts), and returns it to the test.
-Plain code: no pytest, no session import (docs/design.md §8).
+Data flows down: the session builds each mode with what it needs, a :class:`Meters`
+(each measurement's meter), the history opener and a :class:`Verdicts` sink; a mode that
+reaches a verdict hands it to that sink and returns it to the test. Nothing here calls back
+into the session. Plain code: no pytest, no session import (docs/design.md §8).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.measure import Meter, WindowSource
+from pytest_perfgate.core.load import LoadProbe
+from pytest_perfgate.core.measure import MeasureConfig, Meter, WindowSource
+from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
+from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 Sink = Callable[[Judged], None]  # where a mode delivers each verdict (GateSession.add)
 MeterFactory = Callable[..., Meter]  # meter(windows=None, window_time=None) -> Meter
@@ -62,3 +66,54 @@ class Mode(Protocol):
 
     def end_test(self, test_id: str) -> None:
         """Release what this mode holds for one test (the A/B sides); bounded."""
+
+
+class Meters:
+    """Each measurement's :class:`Meter`: the session's settings, a call's overrides.
+
+    ``config`` None is smoke mode (tiny windows, no load guard). The clock, load probe and
+    progress are read when a meter is built, so a test may swap them after set-up."""
+
+    def __init__(self, config: MeasureConfig | None, clock: Clock = SYSTEM_CLOCK,
+                 load_probe: LoadProbe | None = None, progress: Progress = NULL_PROGRESS
+                 ) -> None:
+        self.config = config
+        self.clock = clock
+        self.load_probe = load_probe  # None: /proc/stat
+        self.progress = progress
+
+    def config_for(self, windows: int | None = None,
+                   window_time: float | None = None) -> MeasureConfig:
+        if self.config is None:
+            return MeasureConfig.smoke()
+        c = self.config
+        return replace(c, windows=windows or c.windows, window_s=window_time or c.window_s)
+
+    def __call__(self, windows: int | None = None, window_time: float | None = None) -> Meter:
+        from pytest_perfgate.core.load import NullProbe
+
+        probe = NullProbe() if self.config is None else self.load_probe
+        return Meter(self.config_for(windows, window_time), clock=self.clock,
+                     load_probe=probe, progress=self.progress)
+
+
+class Verdicts:
+    """The one verdict path: every mode hands each verdict here, once (the modes' sink).
+
+    Stamps each result with its test's location (docs/design.md §12), keeps the session's
+    verdicts in order and each test's own, and tells ``on_verdict`` (the plugin's hook)."""
+
+    def __init__(self, on_verdict: Sink | None = None) -> None:
+        self.all: list[Judged] = []
+        self.by_test: dict[str, list[Judged]] = {}
+        self.locations: dict[str, tuple[str, int]] = {}  # test id -> (file, line), for CI
+        self.on_verdict = on_verdict
+
+    def __call__(self, judged: Judged) -> None:
+        where = self.locations.get(judged.test_id)
+        if where is not None and judged.result.test_file is None:
+            judged.result = replace(judged.result, test_file=where[0], test_line=where[1])
+        self.all.append(judged)
+        self.by_test.setdefault(judged.test_id, []).append(judged)
+        if self.on_verdict is not None:
+            self.on_verdict(judged)

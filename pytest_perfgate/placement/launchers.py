@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
@@ -56,7 +56,7 @@ class _Launcher:
         self.timeouts = timeouts
         self.groups: list[WorkerGroup] = []
 
-    def __enter__(self) -> _Launcher:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -43,26 +43,28 @@ def benchmark_name(item: pytest.Item, session: GateSession) -> str:
     return readable_name(stable_nodeid(item.nodeid, path, root))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
-    """Hand the test perfgate's ``benchmark`` for its call, pytest-benchmark's back after
-    (its own hooks read it at report time)."""
-    from pytest_perfgate.plugin import hooks, markers
+def measured_call(pyfuncitem: pytest.Function, session: GateSession,
+                  judged_key: pytest.StashKey[list[Any]]) -> Generator[None, object, object]:
+    """The session plugin's ``pytest_pyfunc_call`` wrapper: hand the test perfgate's
+    ``benchmark`` for its call, pytest-benchmark's back after (its own hooks read it at report
+    time)."""
+    from pytest_perfgate.plugin import markers
+    from pytest_perfgate.plugin.naming import note_location
+    from pytest_perfgate.plugin.session import marker_threshold
 
     original = pyfuncitem.funcargs.get("benchmark")
-    session = pyfuncitem.config.stash.get(hooks.session_key, None)
-    if session is None or session.smoke or not is_pytest_benchmark(original):
+    if session.smoke or not is_pytest_benchmark(original):
         return (yield)
     shared = pyfuncitem.funcargs.get("perfgate")
     gate = shared if isinstance(shared, PerfGate) else PerfGate(
         session, pyfuncitem.nodeid, benchmark_name(pyfuncitem, session),
-        hooks._marker_threshold(pyfuncitem), markers.marker_counts(pyfuncitem))
+        marker_threshold(pyfuncitem), markers.marker_counts(pyfuncitem))
     if gate is not shared:
-        hooks.note_location(pyfuncitem, session)
+        note_location(pyfuncitem, session)
         why = session.counts_unavailable(gate.counts)
         if why:
             pytest.skip(f"perfgate: {why}")
-        pyfuncitem.stash[hooks._judged_key] = gate.results
+        pyfuncitem.stash[judged_key] = gate.results
     unit = markers.marker_unit(pyfuncitem) or CALLS.unit.removesuffix("/s")
     ours = PerfgateBenchmark(original, gate, benchmark_name(pyfuncitem, session), unit,
                              session.clock)
@@ -98,6 +100,7 @@ class PerfgateBenchmark:
 
     def __call__(self, function_to_benchmark: Callable[..., Any], *args: Any,
                  **kwargs: Any) -> Any:
+        self._quiet()
         if not callable(function_to_benchmark):
             raise PerfgateUsageError(
                 f"benchmark({function_to_benchmark!r}, ...): the first argument is the "
@@ -110,6 +113,7 @@ class PerfgateBenchmark:
                  warmup_rounds: int = 0, iterations: int = 1) -> Any:
         """pytest-benchmark's pedantic mode: ``setup`` (untimed) may return (args, kwargs)
         for each call, ``teardown`` (untimed) runs after it."""
+        self._quiet()
         if not callable(target):
             raise PerfgateUsageError(f"benchmark.pedantic({target!r}, ...): the first "
                                      "argument is the function to measure")
@@ -124,6 +128,12 @@ class PerfgateBenchmark:
                 "return (args, kwargs)")
         return self._measure(target, tuple(args), dict(kwargs or {}), setup, teardown)
 
+    def _quiet(self) -> None:
+        """Called: pytest-benchmark's end-of-test "not used at all" warning stays quiet, also
+        when the call is refused (the test fails with perfgate's error alone)."""
+        if hasattr(self._original, "_mode"):
+            self._original._mode = "measured by pytest-perfgate"
+
     @property
     def used(self) -> bool:
         """Whether the test measured anything through this object."""
@@ -131,6 +141,7 @@ class PerfgateBenchmark:
 
     def __getattr__(self, name: str) -> Any:
         if name in UNSUPPORTED:
+            self._quiet()
             raise PerfgateUsageError(
                 f"benchmark.{name}(...) is not measured under --perfgate (it times calls of "
                 "a patched function while the test runs, with no step perfgate can repeat): "
@@ -142,8 +153,7 @@ class PerfgateBenchmark:
                  kwargs: Mapping[str, Any], setup: Callable[[], Any] | None,
                  teardown: Callable[..., Any] | None) -> Any:
         self._calls += 1
-        if hasattr(self._original, "_mode"):  # used: its end-of-test check stays quiet
-            self._original._mode = "measured by pytest-perfgate"
+        self._quiet()
         name = self._name if self._calls == 1 else f"{self._name}.{self._calls}"
         last: list[Any] = [_UNSET]  # the newest call's result, set in place: no allocation
         session = self._gate.session
@@ -212,4 +222,4 @@ class SetupSource:
 
 
 __all__ = ["PerfgateBenchmark", "SetupSource", "benchmark_name", "is_pytest_benchmark",
-           "pytest_pyfunc_call"]
+           "measured_call"]

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.sim.models import G1_MISSING, MujocoUnavailable, g1_scene_path, require_mujoco
-
 
 def _require_or_skip() -> None:
+    from pytest_perfgate.sim.models import MujocoUnavailable, require_mujoco
+
     try:
         require_mujoco()
     except MujocoUnavailable as exc:
@@ -79,6 +79,8 @@ def humanoid_xml() -> str:
 def g1_scene() -> str:
     """Path of the Unitree G1 scene; skips naming its optional package when it is missing."""
     _require_or_skip()
+    from pytest_perfgate.sim.models import G1_MISSING, g1_scene_path
+
     path = g1_scene_path()
     if path is None:
         pytest.skip(G1_MISSING)

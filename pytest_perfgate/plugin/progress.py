@@ -42,7 +42,10 @@ class TerminalStatus:
     @property
     def live(self) -> bool:
         tr = self._reporter()
-        return tr is not None and bool(tr.isatty())
+        if tr is None:
+            return False
+        isatty = tr.isatty  # an attribute before pytest 8.4, a method since
+        return bool(isatty() if callable(isatty) else isatty)
 
     def _reporter(self) -> Any:
         return self.config.pluginmanager.get_plugin("terminalreporter")

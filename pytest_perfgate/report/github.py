@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
 
-PASS, REGRESSION, USAGE, INFRA = 0, 1, 2, 3  # `perfgate check` exit statuses (README)
+PASS, REGRESSION, USAGE, INFRA = 0, 1, 2, 3  # `perfgate check` exit statuses (docs/cli.md)
 
 
 def escape_data(text: str) -> str:

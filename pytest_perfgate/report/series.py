@@ -11,7 +11,7 @@ one :class:`Series` per benchmark and series kind:
 * ``counts.est_cycles``: the counts mode's estimated cycles per env-step (not gated);
 * ``counts.phase.NAME``: one phase's instructions per env-step (not gated).
 
-Callers pass only history-mode runs (``modes.history.is_history_run``, which this layer may
+Callers pass only history-mode runs (``history.context.is_history_run``, which this layer may
 not import): an A/B run's samples are short turns taken between turns of another process, a
 protocol whose level is not comparable (docs/design.md §3).
 """
@@ -148,7 +148,7 @@ def _has_parts(name: str, wanted: str) -> bool:
 
 
 def _series_name(wanted: str, names: Sequence[str]) -> tuple[str, str] | None:
-    """(benchmark, series kind) when ``wanted`` is one of the asv series names README's
+    """(benchmark, series kind) when ``wanted`` is one of the asv series names docs/history-asv.md's
     History section lists (``walk.track_s_per_step``, ``walk.phase.physics``,
     ``walk.counts``...) of a recorded benchmark."""
     from pytest_perfgate.history.asv import GATED_SUFFIX

@@ -1,6 +1,6 @@
 """Pinned vs unpinned pairs, over learner core counts, measured interleaved.
 
-The field report's table (docs/design.md §9): collector env-steps/s, change vs unpinned,
+The pinned-vs-unpinned table of docs/design.md §9: collector env-steps/s, change vs unpinned,
 env_step ms and push ms per configuration. All pairs are started once and parked with
 SIGSTOP; each turn resumes one, settles it for a short window, measures one window and
 parks it again, the order rotating every turn, so drift hits every configuration alike
@@ -100,7 +100,7 @@ def compare(spec: RingSpec, configs: list[Config], *, turns: int = 10,
 
 
 def table(rows: list[dict[str, Any]], spec: RingSpec) -> str:
-    """The field report's table, plus the sizes used."""
+    """The pinned-vs-unpinned table (docs/design.md §9), plus the sizes used."""
     head = (f"{'config':<12} {'collector':>9} {'learner':>9} {'env-steps/s':>12} "
             f"{'vs unpinned':>11} {'env_step ms':>11} {'push ms':>8}")
     lines = [f"ring pair: {spec.num_envs} envs, obs {spec.obs_shape}, capacity {spec.capacity}",

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.names import safe_name
-
 HISTORY_THRESHOLD = 0.05
 AB_THRESHOLD = 0.02  # what docs/verdict-quality.md measured the A/B mode at
 
@@ -111,6 +109,8 @@ def parse_bool(text: str) -> bool:
 
 def parse_machine(text: str) -> str:
     """A machine name becomes a folder name: the one safe-name rule (core/names.py)."""
+    from pytest_perfgate.core.names import safe_name  # not loaded by the plugin's import
+
     try:
         return safe_name(str(text).strip(), "machine name", "runner-gpu-03", shown=repr(text))
     except ValueError as e:

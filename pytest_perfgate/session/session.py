@@ -4,8 +4,8 @@ Plain classes, no pytest: the plugin, the asv suite and a CLI drive the same obj
 :class:`PerfGate` is what a perf test holds (``perfgate.measure(step, transitions=N)``); it
 names the benchmark, builds its rule and hands the measurement to the session's mode.
 :class:`GateSession` picks that mode once (history or smoke, A/B controller, A/B side;
-see :mod:`pytest_perfgate.modes.base`), receives every verdict through :meth:`add`, and
-records the run at the end.
+see :mod:`pytest_perfgate.modes.base`), builds it with what it needs (meters, the history,
+the verdict sink), and records the run at the end.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
+from pytest_perfgate.core.measure import LoopSource, MeasureConfig, WindowSource
 from pytest_perfgate.core.memory import MEMORY_SOURCE
-from pytest_perfgate.core.progress import NULL_PROGRESS, Progress, verdict_summary
+from pytest_perfgate.core.progress import Progress, verdict_summary
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder
-from pytest_perfgate.modes.base import BenchCall, Mode
-from pytest_perfgate.modes.history import HistoryContext, HistoryMode
+from pytest_perfgate.history.context import HistoryOpener
+from pytest_perfgate.modes.base import BenchCall, Meters, Mode, Verdicts
+from pytest_perfgate.modes.history import HistoryMode
 from pytest_perfgate.session.checks import (
     RESERVED_EXTRA,
     PerfgateUsageError,
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 class GateSession:
     """Collects the verdicts of one session and records them as history.
 
+    It composes the plain objects the modes are built with and hands them down: the
+    :class:`~pytest_perfgate.modes.base.Meters`, the history opener and the
+    :class:`~pytest_perfgate.modes.base.Verdicts` sink; no mode calls back into it.
     ``ab`` (from :func:`pytest_perfgate.modes.ab.start_ab`) makes this the controller of an
     interleaved A/B run; a process the controller started is a side whatever it is given.
     ``on_verdict`` sees every verdict once; ``machine_info`` may add or change machine
@@ -57,34 +61,60 @@ class GateSession:
                  ab: ABSetup | None = None, on_verdict: Callable[[Judged], None] | None = None,
                  machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
         from pytest_perfgate.modes.ab.side import is_side_process
+        from pytest_perfgate.modes.counts.side import is_counts_side
 
         self.options = options
         self.rootdir = Path(rootdir)
-        self.clock = clock
-        self.load_probe: LoadProbe | None = None  # None: /proc/stat (tests inject their own)
-        self.progress: Progress = NULL_PROGRESS  # the plugin sets a terminal renderer
-        self.judged: list[Judged] = []
         self.started_at = time.time()
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         self.record_path: Path | None = None
         self.record_error: str | None = None
-        self._on_verdict = on_verdict
-        self._machine_info = machine_info
-        self._ctx: HistoryContext | None = None
         self.anchor: Path | None = None  # names, results paths and git start here
         self._names: dict[str, str] = {}  # benchmark name -> the test that measured it
-        self.locations: dict[str, tuple[str, int]] = {}  # test id -> (file, line), for CI
-        from pytest_perfgate.modes.counts.side import is_counts_side
-
         side = is_side_process()
         self.counts_side = is_counts_side()  # a counting worker holds the real state too
         self.smoke = not options.enabled and not side and not self.counts_side
-        # Judges in-process results in every mode (the counts mode's too).
-        self.history_mode = HistoryMode(self.smoke, self.meter, self.add, self.open_history,
-                                        options.baseline_runs, options.baseline,
-                                        records=options.record)
+        o = options
+        self.meters = Meters(None if self.smoke else MeasureConfig(
+            windows=o.windows, window_s=o.window_time, warmup_max_s=o.warmup_max,
+            load_limit=o.load_limit), clock)
+        self.history = HistoryOpener(self.rootdir, o.results_path, o.machine, machine_info)
+        self.verdicts = Verdicts(on_verdict)
+        # Judges in-process results in every mode (pytest-benchmark's too).
+        self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
+                                        o.baseline_runs, o.baseline, records=o.record)
         self.mode: Mode = self._pick_mode(side, ab)
         self._counts_mode: Mode | None = None
+
+    # what tests and the plugin set after set-up, kept where the meters read them
+    @property
+    def clock(self) -> Clock:
+        return self.meters.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.meters.clock = clock
+
+    @property
+    def load_probe(self) -> LoadProbe | None:
+        return self.meters.load_probe
+
+    @load_probe.setter
+    def load_probe(self, probe: LoadProbe | None) -> None:
+        self.meters.load_probe = probe
+
+    @property
+    def progress(self) -> Progress:
+        return self.meters.progress
+
+    @progress.setter
+    def progress(self, progress: Progress) -> None:
+        self.meters.progress = progress
+
+    @property
+    def judged(self) -> list[Judged]:
+        """Every verdict of this session, in order."""
+        return self.verdicts.all
 
     def _pick_mode(self, side: bool, ab: ABSetup | None) -> Mode:
         if self.counts_side:
@@ -99,7 +129,7 @@ class GateSession:
             from pytest_perfgate.modes.ab.controller import ABController
 
             o = self.options
-            return ABController(ab, self.meter, self.add, o.ab_turns, o.ab_turn_time)
+            return ABController(ab, self.meters, self.verdicts, o.ab_turns, o.ab_turn_time)
         return self.history_mode
 
     def mode_for(self, counts: bool) -> Mode:
@@ -122,21 +152,6 @@ class GateSession:
 
         return unavailable()
 
-    def meter_config(self, windows: int | None = None,
-                     window_time: float | None = None) -> MeasureConfig:
-        if self.smoke:
-            return MeasureConfig.smoke()
-        o = self.options
-        return MeasureConfig(windows=windows or o.windows, window_s=window_time or o.window_time,
-                             warmup_max_s=o.warmup_max, load_limit=o.load_limit)
-
-    def meter(self, windows: int | None = None, window_time: float | None = None) -> Meter:
-        from pytest_perfgate.core.load import NullProbe
-
-        probe = NullProbe() if self.smoke else self.load_probe
-        return Meter(self.meter_config(windows, window_time), clock=self.clock,
-                     load_probe=probe, progress=self.progress)
-
     def rule(self, threshold: float | None = None) -> Rule:
         o = self.options
         return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
@@ -148,6 +163,7 @@ class GateSession:
         pytest's rootdir moves when an option's value is an existing path."""
         if self.anchor is None and path is not None:
             self.anchor = stable_root(Path(path), self.rootdir, has_ini)
+            self.history.root = self.anchor
         return self.stable_root
 
     @property
@@ -165,15 +181,6 @@ class GateSession:
                 "both would record into one series and judge each other's numbers. Give "
                 "one of them its own name (measure(..., name='...')).")
 
-    def open_history(self) -> HistoryContext:
-        """Machine and git facts and past runs, gathered on first use."""
-        if self._ctx is None:
-            o = self.options
-            root = self.stable_root
-            self._ctx = HistoryContext(root, o.results_path(root), o.machine,
-                                       self._machine_info)
-        return self._ctx
-
     @property
     def records(self) -> bool:
         """Whether this session judges and records (not smoke mode, not an A/B side)."""
@@ -182,28 +189,20 @@ class GateSession:
     @property
     def machine_meta(self) -> dict[str, Any]:
         """The machine metadata if this session gathered it, else {} (never gathers it)."""
-        return self._ctx.meta if self._ctx is not None else {}
+        ctx = self.history.opened
+        return ctx.meta if ctx is not None else {}
 
     def run_facts(self) -> dict[str, Any]:
         """Fingerprint, commit, branch and dirty flag, as far as this session gathered
         them (never gathers them itself)."""
-        if self._ctx is None:
+        ctx = self.history.opened
+        if ctx is None:
             return {}
-        out: dict[str, Any] = {"fingerprint": self._ctx.fingerprint}
-        g = self._ctx.git
+        out: dict[str, Any] = {"fingerprint": ctx.fingerprint}
+        g = ctx.git
         if g.available:
             out.update(commit=g.commit, branch=g.branch, dirty=g.dirty)
         return out
-
-    def add(self, judged: Judged) -> None:
-        """The one way a verdict reaches the session (the modes' sink); stamps the result
-        with its test's location (docs/design.md §12)."""
-        where = self.locations.get(judged.test_id)
-        if where is not None and judged.result.test_file is None:
-            judged.result = replace(judged.result, test_file=where[0], test_line=where[1])
-        self.judged.append(judged)
-        if self._on_verdict is not None:
-            self._on_verdict(judged)
 
     def judge(self, result: BenchResult, test_id: str, threshold: float | None = None) -> Judged:
         """Judge a result measured elsewhere (an asv row, a tool's) against history."""
@@ -222,7 +221,7 @@ class GateSession:
                                           threshold=j.rule.threshold)
                    if j.verdict is not None else j.result for j in self.judged
                    if j.result.source != MEMORY_SOURCE}
-        run, self.record_path = self.open_history().record(
+        run, self.record_path = self.history().record(
             self.run_id, self.started_at, benches, tag)
         return run
 
@@ -310,7 +309,8 @@ class PerfGate:
         call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
                          counts=self.counts, memory_threshold=self.memory_threshold,
                          unit=rate)
-        before = len(self.session.judged)
+        mine = self.session.verdicts.by_test.setdefault(self.test_id, [])
+        before = len(mine)
         progress = self.session.progress
         progress.started(bench)
         try:
@@ -319,10 +319,10 @@ class PerfGate:
             progress.finished(bench, f"stopped by {type(e).__name__}")
             raise
         progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict, rate))
-        # every verdict this call delivered (--perfgate-counts adds <name>.counts to the
-        # wall-time one), so each can fail the test; a mode that delivers none: its result
-        delivered = [x for x in self.session.judged[before:] if x.test_id == self.test_id]
-        self.results.extend(delivered or [j])
+        # every verdict this call delivered for this test (--perfgate-counts adds
+        # <name>.counts to the wall-time one), so each can fail the test; a mode that
+        # delivers none (smoke mode delivers its result; an A/B side none): what it returned
+        self.results.extend(mine[before:] or [j])
         return j
 
     def close(self) -> None:

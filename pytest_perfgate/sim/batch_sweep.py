@@ -1,8 +1,8 @@
 """Batch-size sweep: env-steps/s over num_envs, one in-process pool vs N worker processes.
 
 Throughput grows with the batch until the physics saturates the CPUs or memory bandwidth,
-and a whole-machine field report measured one placed worker per NUMA node at 1.74x (2048
-envs) and 1.86x (8192 envs) its baseline (docs/design.md §7). Here every configuration (a
+and one placed worker per NUMA node measured 1.74x (2048 envs) and 1.86x (8192 envs) the
+single pool on a whole machine (docs/design.md §7). Here every configuration (a
 :class:`~pytest_perfgate.sim.pool.MujocoPool` sized by the rule, or a
 :class:`~pytest_perfgate.placement.workers.WorkerGroup` of N pinned workers, each stepping
 num_envs/N) is alive at once and runs a short window per turn in the sweep's rotation

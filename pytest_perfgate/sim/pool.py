@@ -1,13 +1,13 @@
 """MujocoPool: N copies of a model stepped by mujoco.batch, sized to the CPUs we may use.
 
-Why a pool of our own rather than raw Batch: field reports lost 11-16% to a default of
-2 x cpu_count threads, and Batch's own default (nthread=0) ignores the affinity mask
-(docs/design.md §7). The pool applies one sizing rule (:mod:`.threads`), optionally pins its
-threads, times every part of an env step as a named phase (so reports show where the time
-goes and how many cores each part used), and can hold its state so a benchmark steps
-identical physics on every call (otherwise the cost drifts 2x as humanoids fall,
-docs/design.md §1 and §7). About 300 lines: one class (the env step and its state) and
-its default reward hook; thread sizing lives in :mod:`.threads`.
+Why a pool of our own rather than raw Batch: a default of 2 x cpu_count threads lost 11-16%,
+and Batch's own default (nthread=0) ignores the affinity mask (docs/design.md §7). The pool
+applies one sizing rule (:mod:`.threads`), optionally pins its threads, times every part of
+an env step as a named phase (so reports show where the time goes and how many cores each
+part used), and can hold its state so a benchmark steps identical physics on every call
+(otherwise the cost drifts 2x as humanoids fall, docs/design.md §1 and §7). About 300 lines:
+one class (the env step and its state) and its default reward hook; thread sizing lives in
+:mod:`.threads`.
 """
 
 from __future__ import annotations

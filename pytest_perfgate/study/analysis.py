@@ -1,7 +1,7 @@
 """Judging a calibration study: every estimator's verdict through the gate's own rule.
 
 Split from :mod:`calibrate` (which measures): everything here is pure over saved
-:class:`~pytest_perfgate.modes.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
+:class:`~pytest_perfgate.study.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
 re-judges a study offline at another threshold, estimator or turn count. Each estimator only
 reads the paired turns into an :class:`~pytest_perfgate.core.gate.Evidence` (a log ratio,
 its standard error and degrees of freedom); ``core.gate.decide`` turns every one of them
@@ -30,7 +30,7 @@ from pytest_perfgate.core.gate import (
     paired_evidence,
     percent,
 )
-from pytest_perfgate.modes.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
+from pytest_perfgate.study.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
 
 BOOTSTRAP_RESAMPLES = 4000
 

@@ -8,7 +8,7 @@ order, A/A (nothing injected) and with a calibrated extra spin inside the head's
 (``RemoteSource.inject_slowdown``; only sides started with ``calibration=True`` accept it).
 Each trial keeps its raw per-turn samples, so levers that do not need new measurements (the
 estimator, fewer turns, another threshold) are judged offline on the same data
-(:mod:`calibrate_analysis`), and the study can be saved and re-analysed.
+(:mod:`.analysis`), and the study can be saved and re-analysed.
 
 History mode is emulated from the same sides: each trial also measures a non-interleaved
 "run" of K consecutive windows of each side; the head's run is judged by

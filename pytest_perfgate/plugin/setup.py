@@ -1,0 +1,88 @@
+"""Setting a measuring run up: every setting parsed and checked, the A/B base checked out.
+
+Everything here runs before any test, so a bad value is a usage error naming the value and
+the fix, never a failure half-way through a run (docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_perfgate.plugin import select
+from pytest_perfgate.session.options import SPECS, OptionError, Options, sources
+
+if TYPE_CHECKING:
+    from pytest_perfgate.modes.ab import ABSetup
+
+
+def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
+    """The options, and where each set one came from (for messages)."""
+    from pytest_perfgate.modes.ab.side import is_side_process
+    from pytest_perfgate.session import preflight
+
+    enabled = config.getoption("perfgate") or config.getini("perfgate")
+    flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
+    try:
+        flags["select"] = select.from_flags(config, flags["select"])
+    except OptionError as e:
+        raise pytest.UsageError(f"perfgate: {e}") from None
+    ini = {s.name: config.getini(s.ini) for s in SPECS}
+    try:
+        options = Options.resolve(bool(enabled), flags, ini, os.environ)
+        if is_side_process():  # its controller checked everything; a side writes nothing
+            return options, {}
+        where = sources(flags, ini, os.environ)
+        warnings = preflight.check(options, config.rootpath, config.invocation_params.dir,
+                                   where)
+    except OptionError as e:
+        raise pytest.UsageError(f"perfgate: {e}") from None
+    for text in warnings:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfgate: {text}"), 3)
+    return options, where
+
+
+def refuse_xdist(config: pytest.Config) -> None:
+    n = getattr(config.option, "numprocesses", None)
+    dist = getattr(config.option, "dist", "no")
+    if bool(n) or (dist not in (None, "no")) or hasattr(config, "workerinput"):
+        raise pytest.UsageError(
+            "perfgate: --perfgate cannot run under pytest-xdist: parallel tests steal each "
+            "other's CPUs and every measurement would be wrong. Run perf tests with -n0 "
+            "(or -p no:xdist), e.g. `pytest --perfgate -n0 perf/`.")
+
+
+def start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
+    """Check out the base revision beside the working tree; removed at unconfigure.
+    None in a side process (the controller already did)."""
+    from pytest_perfgate.modes.ab import ABSetupError, is_side_process, start_ab
+
+    if is_side_process():
+        return None
+    assert options.ab is not None
+    stack = contextlib.ExitStack()
+    config.add_cleanup(stack.close)
+    try:
+        return start_ab(config.rootpath, options.ab, options.ab_setup, stack,
+                        _config_args(config))
+    except ABSetupError as e:
+        raise pytest.UsageError(f"perfgate: {e}") from None
+
+
+def _config_args(config: pytest.Config) -> tuple[str, ...]:
+    """The options that chose this run's configuration, for the A/B sides to use the same:
+    ``-c FILE``, ``--rootdir``, ``-o name=value``, ``-p name``."""
+    o = config.option
+    args: list[str] = []
+    if getattr(o, "inifilename", None):
+        args += ["-c", str(o.inifilename)]
+    if getattr(o, "rootdir", None):
+        args += ["--rootdir", str(o.rootdir)]
+    for kv in getattr(o, "override_ini", None) or []:
+        args += ["-o", str(kv)]
+    for name in getattr(o, "plugins", None) or []:
+        args += ["-p", str(name)]
+    return tuple(args)

@@ -1,0 +1,197 @@
+"""What several test modules share: recorded histories, asv rows, plugin test projects.
+
+One module of helpers, imported by the tests (``from helpers import ...``), so no test
+module imports another.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_session import FAKE_CLOCK_CONFTEST
+
+from pytest_perfgate.core.metric import INSTRUCTIONS
+from pytest_perfgate.core.progress import Progress
+from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, COUNTS_SOURCE, SERIES_VERSION
+from pytest_perfgate.history.store import History
+
+# --- recorded histories (the `perfgate` command tests) ---------------------------------------
+
+PERF = """
+import time
+SLOW = {slow}
+def test_walk(perfgate):
+    def step():
+        with perfgate.phase("physics"):
+            {body}
+    perfgate.measure(step, transitions=8)
+"""
+
+
+ARGS = ["--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1", "--perfgate-threshold=10%",
+        "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05", "--perfgate-warmup-max=5",
+        "-p", "no:cacheprovider"]
+
+
+def git(p: pytest.Pytester, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=p.path, check=True, capture_output=True)
+
+
+def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
+         base_body: str = "time.sleep(0.002 * SLOW)") -> None:
+    git(p, "init", "-q")
+    git(p, "config", "user.email", "t@example.com")
+    git(p, "config", "user.name", "t")
+    p.makeini("[pytest]\nperfgate_results_dir = results\n")
+    p.makepyfile(test_perf=PERF.format(slow=1.0, body=base_body))
+    git(p, "add", "-A")
+    git(p, "commit", "-qm", "base")
+    p.makepyfile(test_perf=PERF.format(slow=head_slow, body=head_body))
+    git(p, "commit", "--allow-empty", "-qam", "head")
+
+
+CONFTEST = FAKE_CLOCK_CONFTEST + """
+def pytest_perfgate_machine_info(config, info):
+    if os.environ.get("FAKE_MUJOCO"):
+        info["versions"] = {**info["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}
+
+def pytest_perfgate_verdict(config, judged):
+    outcome = "SMOKE" if judged.verdict is None else judged.verdict.outcome.value
+    with open("verdicts.log", "a") as f:
+        f.write(f"{judged.result.name} {outcome}\\n")
+"""
+
+
+PERF_TEST = """
+import os, random
+from conftest import CLOCK
+
+def test_walk(perfgate):
+    slow = float(os.environ.get("SLOW", "1"))
+    seed = int(os.environ.get("PERF_SEED", "0"))  # one per run: reproducible, yet runs differ
+    run = random.Random(seed).gauss(0, 0.01)   # run-to-run drift
+    rng = random.Random(seed + 1000)
+    def step():
+        with perfgate.phase("physics"):
+            CLOCK.advance(0.001 * slow * (1 + run + rng.gauss(0, 0.01)))
+        with perfgate.phase("observe"):
+            CLOCK.advance(0.0002)
+    perfgate.measure(step, transitions=16)
+"""
+
+
+C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
+
+
+PARAMS = {"machine": "box", "os": "Linux", "arch": "x86_64", "cpu": "CPU X",
+          "num_cpu": "2", "ram": "1GiB", "python": "3.11"}
+
+
+ENV = "virtualenv-py3.11"
+
+
+def asv_writes(h: History, commit: str, rows: dict[str, list[Any]], date: int = 1_700_000_000_000
+               ) -> Path:
+    """What `asv run` leaves behind: its result file (merged with ours if present), and
+    the machine's machine.json."""
+    h.machine_dir.mkdir(parents=True, exist_ok=True)
+    if not (h.machine_dir / "machine.json").exists():
+        (h.machine_dir / "machine.json").write_text(json.dumps({**PARAMS, "version": 1}))
+    path = h.machine_dir / f"{commit[:8]}-{ENV}.json"
+    old = json.loads(path.read_text()) if path.exists() else {"results": {}}
+    data = {"commit_hash": commit, "env_name": ENV, "date": date, "params": PARAMS,
+            "python": "3.11", "requirements": {}, "env_vars": {},
+            "result_columns": ASV_RESULT_COLUMNS, "results": {**old["results"], **rows},
+            "durations": {}, "version": 2}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def asv_row(value: float | None, started_ms: int, version: str = SERIES_VERSION) -> list[Any]:
+    return [[value], [], version, started_ms, 21.5]  # asv always stores a duration
+
+
+def record(results: Path, levels: Sequence[float], machine: str = "box",
+           names: Sequence[str] = ("walk",), mode: str = "history",
+           counts: Sequence[float] | None = None, sigma: float = 0.0,
+           first_commit: int = 1, dirty: bool = False,
+           fingerprints: Sequence[str] = ()) -> list[RunRecord]:
+    """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
+    ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
+    rng = random.Random(7)
+    runs = []
+    for i, level in enumerate(levels):
+        benches = {}
+        for name in names:
+            samples = tuple(level * math.exp(rng.gauss(0, sigma)) for _ in range(6))
+            phases = {"physics": PhaseSummary(level * 0.256, 0.9, 1.0)}
+            benches[name] = BenchResult(name, samples, 1e6 / level, phases=phases,
+                                        verdict="OK")
+            if counts is not None:
+                c = (counts[i],) * 3
+                extra = {"est_cycles_per_step": counts[i] * 1.25,
+                         "phase_instructions_per_step": {"physics": counts[i] * 0.95,
+                                                         "reset": counts[i] * 0.05}}
+                benches[name + ".counts"] = BenchResult(name + ".counts", c, 1e6 / counts[i],
+                                                        source=COUNTS_SOURCE, extra=extra,
+                                                        unit=INSTRUCTIONS.unit)
+        digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
+        run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
+                        "main", dirty, machine, fingerprints[i] if fingerprints else "fp",
+                        {"mode": mode}, benches)
+        History(results, machine).record(run)
+        runs.append(run)
+    return runs
+
+
+STEP = [250.0] * 8 + [300.0] * 8  # a 20% slowdown at the 9th run (commit 9999...)
+
+
+def record_runs(results: Path, runs: list[tuple[str, float]], machine: str = "box",
+                mode: str = "history", threshold: float | None = None) -> None:
+    """One run of benchmark "walk" per (commit digit, level), a little noise each."""
+    rng = random.Random(7)
+    for i, (commit_digit, level) in enumerate(runs):
+        samples = tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8))
+        b = BenchResult("walk", samples, 1e6 / level, verdict="OK", threshold=threshold)
+        History(results, machine).record(RunRecord(
+            f"20240101T0000{i:02d}-aaaa{i:02d}", float(i), commit_digit * 40, 0, "main", False,
+            machine, "fp", {"mode": mode}, {"walk": b}))
+
+
+BASE = [("1", 10.0), ("2", 10.05), ("3", 9.95), ("4", 10.0), ("5", 10.02)]
+
+
+# --- progress events (the progress and sweep tests) --------------------------------------
+
+class Recorder(Progress):
+    """An observer that keeps every event as a tuple."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def started(self, name: str) -> None:
+        self.events.append(("started", name))
+
+    def warmup_started(self, side: str = "") -> None:
+        self.events.append(("warmup_started", side))
+
+    def warmup_ended(self, steady: bool, seconds: float, side: str = "") -> None:
+        self.events.append(("warmup_ended", steady, round(seconds, 6), side))
+
+    def window_done(self, k: int, total: int, steps_per_s: float, side: str = "") -> None:
+        self.events.append(("window", k, total, round(steps_per_s, 6), side))
+
+    def window_redone(self, k: int, total: int, other_load: float) -> None:
+        self.events.append(("redone", k, total, round(other_load, 6)))
+
+    def finished(self, name: str, summary: str) -> None:
+        self.events.append(("finished", name, summary))
