@@ -313,3 +313,31 @@ def test_pop_into_buffers_of_another_ring_names_the_fix() -> None:
             with pytest.raises(RingInputError, match=r"not buffers of this ring .* make "
                                r"them with ring.buffers\(max_steps\)"):
                 r.pop(timeout=0, out=bad)
+
+
+@pytest.mark.parametrize("field", ["obs_dtype", "action_dtype", "reward_dtype"])
+@pytest.mark.parametrize("dtype", [object, "U3", "S4", "datetime64[s]", [("a", "f4")],
+                                   "(2,)f4", "V8"])
+def test_a_dtype_the_ring_cannot_hold_is_refused_naming_the_field(field: str,
+                                                                   dtype: Any) -> None:
+    with pytest.raises(RingInputError) as info:
+        RingSpec(4, (3,), (2,), **{field: dtype})
+    msg = str(info.value)
+    assert msg.startswith(f"{field}={dtype!r} (")
+    assert msg.endswith("the ring holds only fixed-size numeric or bool dtypes (raw bytes "
+                        "in shared memory: an object or string dtype would hand the other "
+                        "process dangling pointers or variable lengths); use e.g. "
+                        "'float32', 'int64' or 'bool'")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "uint32", "bool",
+                                   "complex64"])
+def test_fixed_size_numeric_and_bool_dtypes_are_held(dtype: str) -> None:
+    spec = RingSpec(2, (3,), (1,), capacity=2, obs_dtype=dtype)
+    with Ring(spec) as ring:
+        obs = np.ones((2, 3), np.dtype(spec.obs_dtype))
+        for _ in range(2):
+            ring.push(obs, np.zeros((2, 1), np.float32), np.zeros(2, np.float32),
+                      np.zeros(2, bool), np.zeros(2, bool))
+        b = ring.pop()
+        assert b is not None and b.obs.dtype == np.dtype(dtype) and (b.obs == 1).all()

@@ -45,3 +45,27 @@ def test_compare_runs_every_configuration_interleaved() -> None:
     text = table(rows, SPEC)
     assert text.splitlines()[0] == "ring pair: 8 envs, obs (4,), capacity 4"
     assert "pinned L1" in text and "(medians of 2 interleaved turns)" in text
+
+
+@pytest.mark.parametrize("value,why", [
+    ("inf", "'inf' is not a finite number: use e.g. 1.5"),
+    ("nan", "'nan' is not a finite number: use e.g. 1.5"),
+    ("-1", "'-1' is too small: use a number of seconds >= 0, e.g. 1.5"),
+    ("0", "'0' is too small: use a number of seconds > 0, e.g. 1.5"),
+    ("soon", "'soon' is not a number of seconds: use e.g. 1.5")])
+def test_a_bad_window_is_a_usage_error_before_any_process_starts(
+        value: str, why: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_perfgate.ring.pair as pair
+
+    def no_start(self: object) -> None:
+        raise AssertionError("a pair was started")
+
+    monkeypatch.setattr(pair.RingPair, "start", no_start)
+    with pytest.raises(SystemExit) as info:
+        main(["ring-compare", "--window", value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("usage: perfgate ring-compare")
+    assert err.splitlines()[-1] == (f"perfgate ring-compare: error: argument --window: "
+                                    f"{why}")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli.common_args import argparse_type, parse_int_list
-from pytest_perfgate.session.options import parse_positive_int
+from pytest_perfgate.session.options import parse_positive_int, parse_seconds
 
 
 class RingCompare(Command):
@@ -36,7 +36,7 @@ class RingCompare(Command):
                         "CPU count)")
         ap.add_argument("--turns", type=argparse_type(parse_positive_int), default=6,
                         help="interleaved turns (medians; default 6)")
-        ap.add_argument("--window", type=float, default=1.0,
+        ap.add_argument("--window", type=argparse_type(parse_seconds), default=1.0,
                         help="seconds measured per configuration per turn (default 1)")
         return ap
 
