@@ -28,6 +28,7 @@ W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
 TABLE, TABLE_ROWS = 32, 16
 PRODUCER, CONSUMER, OBSERVER = 1, 2, 4  # role bits; 0: a side that has not pushed or popped
 SEM_OFF = 1024  # mutex, data bell, free bell
+SPIN = 50  # sem_trywait attempts (~25 us through ctypes) before sleeping on the mutex
 
 
 class PeerDied(RuntimeError):
@@ -70,6 +71,13 @@ class RingBase:
         self._fields = self.spec.fields()
         self._peer_watch: Any = None
         self._role: str | None = None
+        # Counters as this side last saw them under the mutex (block mode only): counters
+        # only grow, so a stale view under-states the room, never over-states it, and what
+        # it shows was synchronised by that sem_wait; push/pop skip the mutex when it shows
+        # enough (docs/ring.md "Where the time goes"). Producer: (published, consumed);
+        # consumer: (consumed, published).
+        self._seen_p: tuple[int, int] | None = None
+        self._seen_c: tuple[int, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "name": self._seg.name}
@@ -234,6 +242,9 @@ class _Held:
 
     def __enter__(self) -> None:
         r = self.ring
+        for _ in range(SPIN):  # held for microseconds: a short spin beats a sleep + wake-up
+            if r._mutex.wait(0):
+                return
         while not r._mutex.wait(SLICE_S):
             r._check_peer()
 
