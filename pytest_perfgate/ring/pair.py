@@ -116,7 +116,7 @@ class RingPair:
     def __init__(self, spec: RingSpec, *, collector: str | Callable[..., Any] = DEFAULT_COLLECTOR,
                  learner: str | Callable[..., Any] = DEFAULT_LEARNER,
                  collector_cpus: _cpus.CpuSpec = None, learner_cpus: _cpus.CpuSpec = None,
-                 collector_kwargs: dict[str, Any] | None = None,
+                 collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  learner_kwargs: dict[str, Any] | None = None, start_timeout: float = 120.0,
                  snap_timeout: float = 30.0, park: bool = True,
                  threads: tuple[int | None, int | None] = (None, None), collectors: int = 1,
@@ -130,8 +130,14 @@ class RingPair:
         self._paused = False
         self.spec = spec
         self.factories = (collector, learner)
-        self.kwargs = (dict(collector_kwargs or {}), dict(learner_kwargs or {}))
         col_cpus, self.nodes = _collector_placement(collectors, collector_cpus, collector_nodes)
+        per: list[Any] = (list(collector_kwargs) if isinstance(collector_kwargs, list | tuple)
+                          else [collector_kwargs] * collectors)
+        if len(per) != collectors:
+            raise RingInputError(f"collector_kwargs: {len(per)} dict(s) for {collectors} "
+                                 "collector(s); give one dict, or one per collector")
+        self.col_kwargs = [dict(k or {}) for k in per]
+        self.kwargs = (self.col_kwargs[0], dict(learner_kwargs or {}))
         self.collectors = collectors
         self.col_cpus = col_cpus
         self.names = (["collector"] if collectors == 1
@@ -183,8 +189,9 @@ class RingPair:
             self.rings = [Ring(self.spec, parties=2) for _ in range(self.collectors)]
             self.ring = self.rings[0]
             drained: Any = self.ring if self.collectors == 1 else Rings(self.rings)
-            sides = [(self.factories[0], self.kwargs[0], r, c, n, self.threads[0])
-                     for r, c, n in zip(self.rings, self.col_cpus, self.nodes, strict=True)]
+            sides = [(self.factories[0], kw, r, c, n, self.threads[0])
+                     for r, c, n, kw in zip(self.rings, self.col_cpus, self.nodes,
+                                            self.col_kwargs, strict=True)]
             sides.append((self.factories[1], self.kwargs[1], drained, self.cpus[1], None,
                           self.threads[1]))
             for name, (factory, kw, ring, cpus, node, threads) in zip(self.names, sides,
