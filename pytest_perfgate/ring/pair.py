@@ -115,7 +115,7 @@ class RingPair:
 
     def __init__(self, spec: RingSpec, *, collector: str | Callable[..., Any] = DEFAULT_COLLECTOR,
                  learner: str | Callable[..., Any] = DEFAULT_LEARNER,
-                 collector_cpus: _cpus.CpuSpec = None, learner_cpus: _cpus.CpuSpec = None,
+                 collector_cpus: Any = None, learner_cpus: _cpus.CpuSpec = None,
                  collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  learner_kwargs: dict[str, Any] | None = None, start_timeout: float = 120.0,
                  snap_timeout: float = 30.0, park: bool = True,
