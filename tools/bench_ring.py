@@ -310,11 +310,21 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
             ring.conn.send(steps)
             borrow_copy(ring.ring, steps, dst, ring.min_steps)  # type: ignore[arg-type]
             return time.perf_counter() - t0
+        if mode == "fresh":  # new arrays every pop: their pages fault in during the copy
+            ring.conn.send(steps)
+            got = 0
+            while got < steps:
+                b = ring.ring.pop(max_steps=min(steps - got, batch), timeout=30,  # type: ignore[union-attr]
+                                  min_steps=min(ring.min_steps, steps - got))
+                assert b is not None
+                got += b.steps
+            return time.perf_counter() - t0
         return ring.turn(steps, borrow=mode == "borrow unread")[0]
 
     runs = {"pop(out=)": lambda: ring_turn("pop"),
             "borrow+copy": lambda: ring_turn("borrow+copy"),
             "borrow unread": lambda: ring_turn("borrow unread"),
+            "pop() fresh": lambda: ring_turn("fresh"),
             "hand buffer": lambda: hand.turn(steps),
             "hand unread": lambda: hand.turn(steps, copy=False),
             "mp.Queue": lambda: queue.turn(steps)[0]}

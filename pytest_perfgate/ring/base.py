@@ -28,7 +28,6 @@ W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
 TABLE, TABLE_ROWS = 32, 16
 PRODUCER, CONSUMER, OBSERVER = 1, 2, 4  # role bits; 0: a side that has not pushed or popped
 SEM_OFF = 1024  # mutex, data bell, free bell
-SPIN = 50  # sem_trywait attempts (~25 us through ctypes) before sleeping on the mutex
 
 
 class PeerDied(RuntimeError):
@@ -242,9 +241,6 @@ class _Held:
 
     def __enter__(self) -> None:
         r = self.ring
-        for _ in range(SPIN):  # held for microseconds: a short spin beats a sleep + wake-up
-            if r._mutex.wait(0):
-                return
         while not r._mutex.wait(SLICE_S):
             r._check_peer()
 
