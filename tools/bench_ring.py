@@ -3,6 +3,10 @@ turns, medians of many turns; docs/design.md §1):
 
   push   6-field successor ring vs an 8-field ring that also stores next_obs/next_critic_obs
          (2048 envs x 376 float32 obs and critic obs; target <= 0.6x)
+  copy   pop(out=), borrow + copy, borrow unread and pop() into fresh arrays vs a
+         hand-written shared-memory double buffer (and its unread twin) and mp.Queue, all
+         interleaved, 4096 x 376 float32 obs + the other fields (6.46 MB per step), with
+         minor page faults per step and a pop's wait/copy split (docs/ring.md)
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
   bw     push-to-batch-in-hand bandwidth (producer process -> learner's own copy) vs one
@@ -10,7 +14,7 @@ turns, medians of many turns; docs/design.md §1):
          (target >= 70%)
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
-    flock /work/wt/BENCH.lock python tools/bench_ring.py [--only push,queue,bw,pair]
+    flock /tmp/perfgate-timing.lock python tools/bench_ring.py [--only push,copy,queue,bw,pair]
 """
 
 from __future__ import annotations
@@ -228,7 +232,7 @@ def _hand_slots(buf: Any, n: int, d: int) -> list[dict[str, Any]]:
 
 
 class HandBuffer:
-    """What a user writes by hand: two shared-memory slots of the same six... five fields
+    """What a user writes by hand: two shared-memory slots of the five fields a step holds
     (no next_obs), one full and one empty semaphore per slot, the consumer copying each step
     into a preallocated batch of ``batch`` steps."""
 
