@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, NoReturn
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseStats
@@ -378,22 +378,43 @@ class RingPair:
                     except (EOFError, OSError):
                         self._crashed(i, what)
                     if kind == "error":
-                        if "PeerDied" in body["error"]:  # report the side that died first
-                            for j in range(n):
-                                if j != i:
-                                    self._procs[j].join(1.0 if j == n - 1 or i == n - 1
-                                                        else 0.0)
-                                    if self._procs[j].exitcode is not None:
-                                        self._crashed(j, what)
-                        self.close()
-                        raise WorkerError(f"pair {self.names[i]} failed during the {what}: "
-                                          f"{body['error']}", body["traceback"])
+                        self._blame(i, what, body)
                     got[i] = body
                 elif self._procs[i].sentinel in ready:
-                    self._crashed(i, what)
+                    self._blame(i, what, None)
         return [got[i] for i in range(n)]
 
-    def _crashed(self, i: int, what: str) -> None:
+    def _blame(self, i: int, what: str, error: dict[str, Any] | None) -> NoReturn:
+        """Raise for the side that failed first. Side ``i`` sent ``error`` or died; a side
+        whose error is PeerDied only followed another (a learner told that a collector died,
+        then the other collectors told that the learner did), so let such a cascade settle
+        (within a second) and name the side that died or failed on its own."""
+        errors = {i: error} if error is not None else {}
+        deadline = time.monotonic() + 1.0
+        while True:
+            for j, c in enumerate(self._conns):
+                try:
+                    while j not in errors and c.poll(0):
+                        kind, body = c.recv()
+                        if kind == "error":
+                            errors[j] = body
+                except (EOFError, OSError):
+                    pass
+            first = [j for j, p in enumerate(self._procs)
+                     if "PeerDied" not in (errors.get(j) or {}).get("error", "PeerDied")
+                     or (p.exitcode is not None and j not in errors)]
+            if first or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        pick = min(first, key=lambda j: (j in errors, (self._procs[j].exitcode or 0) >= 0, j),
+                   default=i)
+        if pick in errors:
+            self.close()
+            raise WorkerError(f"pair {self.names[pick]} failed during the {what}: "
+                              f"{errors[pick]['error']}", errors[pick]["traceback"])
+        self._crashed(pick, what)
+
+    def _crashed(self, i: int, what: str) -> NoReturn:
         p = self._procs[i]
         p.join(1.0)
         code = p.exitcode
