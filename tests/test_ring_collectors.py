@@ -209,15 +209,17 @@ def test_the_multi_collector_pair_records_and_gates_under_perfgate(
     """)
     pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
     args = ["--perfgate", "--perfgate-machine=fleetbox", "--perfgate-windows=3",
-            "--perfgate-window-time=0.2", "--perfgate-warmup-max=0.3",
+            "--perfgate-window-time=0.2", "--perfgate-warmup-max=3",
             "--perfgate-unstable=warn", "--perfgate-load-limit=64", "-p", "no:cacheprovider",
             "--perfgate-json=report.json"]
-    first = pytester.runpytest_subprocess(*args)
-    first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*fleet*NO BASELINE*", "recorded run *"])
-    second = pytester.runpytest_subprocess(*args)
-    second.assert_outcomes(passed=1)
-    rep = json.loads((pytester.path / "report.json").read_text())
-    bench = rep["benchmarks"][0]
-    assert bench["verdict"] not in ("NO BASELINE", None)  # judged against the first run
-    assert "fleet" in second.stdout.str()
+    verdicts = []
+    for _ in range(3):  # a loaded machine may make a run UNSTABLE: it is then no baseline
+        res = pytester.runpytest_subprocess(*args)
+        res.assert_outcomes(passed=1)
+        res.stdout.fnmatch_lines(["*perfgate: fleet: *steps/s*", "recorded run *"])
+        rep = json.loads((pytester.path / "report.json").read_text())
+        verdicts.append(rep["benchmarks"][0]["verdict"])
+        if verdicts[-1] not in ("NO BASELINE", "UNSTABLE"):
+            break
+    assert verdicts[0] in ("NO BASELINE", "UNSTABLE"), verdicts  # nothing to judge against
+    assert verdicts[-1] not in ("NO BASELINE", "UNSTABLE", None), verdicts  # judged
