@@ -314,3 +314,68 @@ def test_pop_into_buffers_of_another_ring_names_the_fix() -> None:
             with pytest.raises(RingInputError, match=r"not buffers of this ring .* make "
                                r"them with ring.buffers\(max_steps\)"):
                 r.pop(timeout=0, out=bad)
+
+
+@pytest.mark.parametrize("field", ["obs_dtype", "action_dtype", "reward_dtype"])
+@pytest.mark.parametrize("dtype", [object, "U3", "S4", "datetime64[s]", [("a", "f4")],
+                                   "(2,)f4", "V8"])
+def test_a_dtype_the_ring_cannot_hold_is_refused_naming_the_field(field: str,
+                                                                   dtype: Any) -> None:
+    with pytest.raises(RingInputError) as info:
+        RingSpec(4, (3,), (2,), **{field: dtype})
+    msg = str(info.value)
+    assert msg.startswith(f"{field}={dtype!r} (")
+    assert msg.endswith("the ring holds only fixed-size numeric or bool dtypes (raw bytes "
+                        "in shared memory: an object or string dtype would hand the other "
+                        "process dangling pointers or variable lengths); use e.g. "
+                        "'float32', 'int64' or 'bool'")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "uint32", "bool",
+                                   "complex64"])
+def test_fixed_size_numeric_and_bool_dtypes_are_held(dtype: str) -> None:
+    spec = RingSpec(2, (3,), (1,), capacity=2, obs_dtype=dtype)
+    with Ring(spec) as ring:
+        obs = np.ones((2, 3), np.dtype(spec.obs_dtype))
+        for _ in range(2):
+            ring.push(obs, np.zeros((2, 1), np.float32), np.zeros(2, np.float32),
+                      np.zeros(2, bool), np.zeros(2, bool))
+        b = ring.pop()
+        assert b is not None and b.obs.dtype == np.dtype(dtype) and (b.obs == 1).all()
+
+
+def _obs_step(r: Ring, t: float) -> None:
+    r.push(np.full((4, 3), t, np.float32), np.zeros((4, 2), np.float32),
+           np.zeros(4, np.float32), np.zeros(4, bool), np.zeros(4, bool))
+
+
+def test_consecutive_pops_into_buffers_start_at_the_carried_next_obs_row() -> None:
+    """The last next_obs row of a pop is the next pop's first obs: not copied twice."""
+    with Ring(RingSpec(4, (3,), (2,), capacity=5)) as r:
+        out = r.buffers(2)
+        assert out["obs"].shape[0] == 5 and out["action"].shape[0] == 2
+        for t in range(4):
+            _obs_step(r, t)
+        a = r.pop(max_steps=2, out=out)
+        assert a is not None and a.obs[:, 0, 0].tolist() == [0, 1]
+        last = a.next_obs[-1]
+        b = r.pop(max_steps=2, out=out, timeout=0)
+        assert b is not None and b.obs[:, 0, 0].tolist() == [2]
+        assert np.shares_memory(b.obs[0], last) and b.next_obs[:, 0, 0].tolist() == [3]
+
+
+def test_buffers_shared_by_two_rings_or_skipped_steps_stay_exact() -> None:
+    spec = RingSpec(4, (3,), (2,), capacity=4)
+    with Ring(spec) as r1, Ring(spec) as r2:
+        out = r1.buffers(2)
+        for t in range(3):
+            _obs_step(r1, t)
+            _obs_step(r2, 10 + t)
+        b = r1.pop(max_steps=1, out=out)
+        assert b is not None and b.obs[0, 0, 0] == 0 and b.next_obs[0, 0, 0] == 1
+        b = r2.pop(max_steps=1, out=out)  # another ring: its own first obs
+        assert b is not None and b.obs[0, 0, 0] == 10 and b.next_obs[0, 0, 0] == 11
+        assert r1.pop(max_steps=1) is not None  # a pop without out= in between
+        _obs_step(r1, 3)
+        b = r1.pop(max_steps=1, out=out)
+        assert b is not None and b.obs[0, 0, 0] == 2 and b.next_obs[0, 0, 0] == 3

@@ -3,6 +3,10 @@ turns, medians of many turns; docs/design.md §1):
 
   push   6-field successor ring vs an 8-field ring that also stores next_obs/next_critic_obs
          (2048 envs x 376 float32 obs and critic obs; target <= 0.6x)
+  copy   pop(out=), borrow + copy, borrow unread and pop() into fresh arrays vs a
+         hand-written shared-memory double buffer (and its unread twin) and mp.Queue, all
+         interleaved, 4096 x 376 float32 obs + the other fields (6.46 MB per step), with
+         minor page faults per step and a pop's wait/copy split (docs/ring.md)
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
   bw     push-to-batch-in-hand bandwidth (producer process -> learner's own copy) vs one
@@ -10,7 +14,7 @@ turns, medians of many turns; docs/design.md §1):
          (target >= 70%)
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
-    flock /tmp/perfgate-timing.lock python tools/bench_ring.py [--only push,queue,bw,pair]
+    flock /tmp/perfgate-timing.lock python tools/bench_ring.py [--only push,copy,queue,bw,pair]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.ring import Ring
 
@@ -107,7 +112,8 @@ def producer(ring: Any, queue: Any, conn: Any, n: int, d: int) -> None:
 class Side:
     """One producer process feeding either a ring or a Queue."""
 
-    def __init__(self, kind: str, n: int, d: int, capacity: int = 4) -> None:
+    def __init__(self, kind: str, n: int, d: int, capacity: int = 4, batch: int = 0,
+                 min_steps: int = 0, obs_rows: int | None = None) -> None:
         ctx = mp.get_context("spawn")
         self.ring = Ring(RingSpec(n, (d,), (17,), capacity=capacity)) if kind == "ring" \
             else None
@@ -120,8 +126,10 @@ class Side:
         self.out = None
         if self.ring is not None:
             self.ring.watch(self.proc)
-            self.out = self.ring.buffers(capacity - 1)  # reused: no page faults per pop
-            self.min_steps = max(1, capacity // 2)
+            # reused: no page faults per pop
+            self.out = _batch.buffers(self.ring._fields, batch or capacity - 1,
+                                      obs_rows=obs_rows)
+            self.min_steps = min_steps or max(1, capacity // 2)
 
     def turn(self, steps: int, borrow: bool = False) -> tuple[float, Any]:
         """Seconds from asking for ``steps`` steps to having them all in hand here: copied
@@ -182,6 +190,193 @@ def bench_queue(turns: int, steps: int) -> None:
           f"pop {r_copy:.1f}x, borrow {r_borrow:.1f}x (target >= 10x)")
 
 
+# ---- copy: the ring's two read paths vs a hand-written double buffer and mp.Queue -------------
+def hand_producer(name: str, size: int, full: Any, empty: Any, conn: Any, n: int,
+                  d: int) -> None:
+    """The producer of :class:`HandBuffer`: wait for a slot to be empty, write, post full."""
+    from pytest_perfgate.ring.segment import Segment
+
+    seg = Segment(name, size, create=False)
+    slots = _hand_slots(seg.map, n, d)
+    data = _step_data(n, d)
+    i = 0
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        for _ in range(msg):
+            assert empty[i].acquire(timeout=30)
+            for k, v in slots[i].items():
+                np.copyto(v, data[k])
+            full[i].release()
+            i ^= 1
+
+
+def _step_data(n: int, d: int) -> dict[str, Any]:
+    rng = np.random.default_rng(1)
+    return {"obs": rng.standard_normal((n, d)).astype(np.float32),
+            "action": np.zeros((n, 17), np.float32), "reward": np.zeros(n, np.float32),
+            "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool)}
+
+
+def _hand_slots(buf: Any, n: int, d: int) -> list[dict[str, Any]]:
+    out, off = [], 0
+    for _ in range(2):
+        slot = {}
+        for k, v in _step_data(n, 1).items():  # shapes and dtypes only
+            shape = (n, d) if k == "obs" else v.shape
+            slot[k] = np.ndarray(shape, v.dtype, buf, off)
+            off += (slot[k].nbytes + 63) // 64 * 64
+        out.append(slot)
+    return out
+
+
+class HandBuffer:
+    """What a user writes by hand: two shared-memory slots of the five fields a step holds
+    (no next_obs), one full and one empty semaphore per slot, the consumer copying each step
+    into a preallocated batch of ``batch`` steps."""
+
+    def __init__(self, n: int, d: int, batch: int) -> None:
+        from pytest_perfgate.ring.segment import Segment, new_name
+
+        ctx = mp.get_context("spawn")
+        size = 2 * sum((v.nbytes + 63) // 64 * 64
+                       for v in _hand_slots(bytearray(10**9), n, d)[0].values()) + 4096
+        self.seg = Segment(new_name(), size, create=True)
+        self.seg.populate(size)
+        self.slots = _hand_slots(self.seg.map, n, d)
+        self.full = [ctx.Semaphore(0), ctx.Semaphore(0)]
+        self.empty = [ctx.Semaphore(1), ctx.Semaphore(1)]
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=hand_producer, daemon=True,
+                                args=(self.seg.name, size, self.full, self.empty, child, n, d))
+        self.proc.start()
+        child.close()
+        self.dst = {k: np.zeros((batch, *v.shape), v.dtype) for k, v in self.slots[0].items()}
+        self.batch, self.i = batch, 0
+
+    def turn(self, steps: int, copy: bool = True) -> float:
+        t0 = time.perf_counter()
+        self.conn.send(steps)
+        for j in range(steps):
+            i = self.i
+            assert self.full[i].acquire(timeout=30)
+            for k, v in self.slots[i].items() if copy else ():
+                np.copyto(self.dst[k][j % self.batch], v)
+            self.empty[i].release()
+            self.i ^= 1
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.proc.join(10)
+        if self.proc.exitcode is None:
+            self.proc.kill()
+            self.proc.join()
+        self.seg.unlink()
+        self.seg.close()
+
+
+def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> int:
+    """The learner's own copy of borrowed views: each field into preallocated arrays, obs
+    and its successor as one block (what pop(out=) returns)."""
+    got = 0
+    while got < steps:
+        with ring.borrow(max_steps=min(steps - got, dst["action"].shape[0]), timeout=30,
+                         min_steps=min(min_steps, steps - got)) as b:
+            assert b is not None
+            k = b.steps
+            np.copyto(dst["obs"][:k], b.obs)
+            np.copyto(dst["obs"][k], b.next_obs[-1])
+            for f in ("action", "reward", "terminated", "truncated"):
+                np.copyto(dst[f][:k], getattr(b, f))
+            got += k
+    return got
+
+
+def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
+               obs_rows: int | None) -> None:
+    """pop(out=) and borrow + copy against the hand-written double buffer and mp.Queue, all
+    four interleaved in rotating order, plus where a pop's time goes."""
+    import resource
+
+    n, d = 4096, 376
+    ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
+                obs_rows=obs_rows)
+    queue = Side("queue", n, d)
+    hand = HandBuffer(n, d, batch=batch)
+    assert ring.ring is not None and ring.out is not None
+    dst = _batch.buffers(ring.ring._fields, batch, obs_rows=batch + 1)
+
+    def ring_turn(mode: str) -> float:
+        t0 = time.perf_counter()
+        if mode == "borrow+copy":
+            ring.conn.send(steps)
+            borrow_copy(ring.ring, steps, dst, ring.min_steps)  # type: ignore[arg-type]
+            return time.perf_counter() - t0
+        if mode == "fresh":  # new arrays every pop: their pages fault in during the copy
+            ring.conn.send(steps)
+            got = 0
+            while got < steps:
+                b = ring.ring.pop(max_steps=min(steps - got, batch), timeout=30,  # type: ignore[union-attr]
+                                  min_steps=min(ring.min_steps, steps - got))
+                assert b is not None
+                got += b.steps
+            return time.perf_counter() - t0
+        return ring.turn(steps, borrow=mode == "borrow unread")[0]
+
+    runs = {"pop(out=)": lambda: ring_turn("pop"),
+            "borrow+copy": lambda: ring_turn("borrow+copy"),
+            "borrow unread": lambda: ring_turn("borrow unread"),
+            "pop() fresh": lambda: ring_turn("fresh"),
+            "hand buffer": lambda: hand.turn(steps),
+            "hand unread": lambda: hand.turn(steps, copy=False),
+            "mp.Queue": lambda: queue.turn(steps)[0]}
+    t: dict[str, list[float]] = {k: [] for k in runs}
+    faults: dict[str, list[int]] = {k: [] for k in runs}
+    try:
+        for f in runs.values():
+            f()  # warm every path
+        names = list(runs)
+        for i in range(turns):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                t[name].append(runs[name]())
+                faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        stage = _pop_stages(ring, steps, turns)
+    finally:
+        ring.close()
+        queue.close()
+        hand.close()
+    mb = RingSpec(n, (d,), (17,)).slot_bytes() / 1e6
+    print(f"copy  {n} x {d} float32 obs + action/reward/terminated/truncated ({mb:.2f} MB "
+          f"per step), {steps} steps per turn, {turns} interleaved turns; ring capacity "
+          f"{cap}, pops of {min_steps}-{batch} steps into buffers of {batch} steps "
+          f"({ring.out['obs'].shape[0]} obs rows); hand buffer: 2 slots, batch of {batch}:")
+    for name in runs:
+        rate = steps * mb / statistics.median(t[name])
+        vs_hand = statistics.median(h / r for r, h in zip(t[name], t["hand buffer"],
+                                                           strict=True))
+        vs_q = statistics.median(q / r for r, q in zip(t[name], t["mp.Queue"], strict=True))
+        print(f"      {name:<14} {rate:>6.0f} MB/s  {vs_hand:>5.2f}x hand buffer  "
+              f"{vs_q:>5.1f}x mp.Queue  {statistics.median(faults[name]) / steps:>6.0f} "
+              "minor faults/step")
+    print(f"      pop(out=) stages per step: {stage}")
+
+
+def _pop_stages(side: Side, steps: int, turns: int) -> str:
+    """Median split of a pop(out=) turn: waiting for the producer vs copying."""
+    ring = side.ring
+    assert ring is not None
+    wait, total = [], []
+    for _ in range(max(3, turns // 3)):
+        w0 = ring.waited_ns
+        total.append(side.turn(steps)[0] / steps * 1e3)
+        wait.append((ring.waited_ns - w0) / steps / 1e6)
+    tot, w = statistics.median(total), statistics.median(wait)
+    return f"{tot:.2f} ms, of which waiting for the producer {w:.2f} ms, copying {tot - w:.2f} ms"
+
+
 def bench_bw(turns: int) -> None:
     for n, steps in ((2048, 24), (32768, 4)):  # 3.2 MB and 52 MB per step; L3 is 32 MB here
         _bw_one(n, steps, turns)
@@ -229,13 +424,21 @@ def bench_pair(turns: int, envs: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="push,queue,bw,pair")
+    ap.add_argument("--only", default="push,copy,queue,bw,pair")
     ap.add_argument("--turns", type=int, default=15)
     ap.add_argument("--pair-envs", type=int, default=256)
+    ap.add_argument("--copy-capacity", type=int, default=4)
+    ap.add_argument("--copy-batch", type=int, default=3, help="max steps per pop / batch")
+    ap.add_argument("--copy-min", type=int, default=1, help="min_steps per pop")
+    ap.add_argument("--copy-obs-rows", type=int, default=None,
+                    help="obs rows of the pop(out=) buffers (default 2 * batch + 1)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if "push" in only:
         bench_push(args.turns * 2, 10)
+    if "copy" in only:
+        bench_copy(args.turns, 8, args.copy_capacity, args.copy_batch, args.copy_min,
+                   args.copy_obs_rows)
     if "queue" in only:
         bench_queue(args.turns, 8)
     if "bw" in only:

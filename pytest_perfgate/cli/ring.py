@@ -11,18 +11,29 @@ import sys
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import argparse_type, parse_int_list
-from pytest_perfgate.session.options import parse_positive_int
+from pytest_perfgate.cli.common_args import argparse_type, parse_count, parse_int_list
+from pytest_perfgate.session.options import OptionError, parse_positive_int, parse_seconds
+
+
+def parse_count_list(text: str) -> tuple[int, ...]:
+    """'0,1,2' -> (0, 1, 2): whole numbers >= 0 (0 learner cores: the learner unpinned)."""
+    out = tuple(parse_count(p) for p in str(text).split(",") if p.strip())
+    if not out:
+        raise OptionError(f"{text!r} holds no number: use e.g. 0,1")
+    return out
 
 
 class RingCompare(Command):
     name = "ring-compare"
-    help = "collector/learner ring pair: pinned vs unpinned over learner core counts"
+    help = ("collector/learner ring pair: pinned vs unpinned over learner core counts and "
+            "collector counts")
     description = ("Start the default humanoid collector / SAC learner pair once per "
                    "configuration (unpinned; then per learner core count k the same thread "
                    "caps unpinned, and the learner pinned to its first k cores with the "
-                   "collector on the rest), measure them in rotating turns and print "
-                   "env-steps/s, change vs unpinned, env_step ms and push ms.")
+                   "collector on the rest; per collector count c > 1, c collectors on "
+                   "slices of the rest, the envs split between them), measure them in "
+                   "rotating turns and print whole-machine env-steps/s, change vs unpinned, "
+                   "env_step ms, push ms and the learner's wait share.")
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
@@ -31,12 +42,14 @@ class RingCompare(Command):
                         help="environments the collector steps (default 256)")
         ap.add_argument("--capacity", type=argparse_type(parse_positive_int), default=8,
                         help="ring slots, >= 2 (default 8)")
-        ap.add_argument("--learner-cores", type=argparse_type(parse_int_list), default=None,
-                        help="learner core counts, e.g. 1,2 (default: 1,2,4,8 below the "
-                        "CPU count)")
+        ap.add_argument("--learner-cores", type=argparse_type(parse_count_list), default=None,
+                        help="learner core counts, e.g. 0,1 (0: learner unpinned, collectors "
+                        "on every CPU; default: 1,2,4,8 below the CPU count)")
+        ap.add_argument("--collectors", type=argparse_type(parse_int_list), default=(1,),
+                        help="collector process counts to sweep, e.g. 1,2 (default 1)")
         ap.add_argument("--turns", type=argparse_type(parse_positive_int), default=6,
                         help="interleaved turns (medians; default 6)")
-        ap.add_argument("--window", type=float, default=1.0,
+        ap.add_argument("--window", type=argparse_type(parse_seconds), default=1.0,
                         help="seconds measured per configuration per turn (default 1)")
         return ap
 
@@ -49,8 +62,12 @@ class RingCompare(Command):
         try:
             from pytest_perfgate.ring.workloads import humanoid_spec
 
+            configs = compare.plan(args.learner_cores, collectors=args.collectors)
+            for c in args.collectors:
+                if args.envs < c:
+                    raise RingInputError(f"--envs {args.envs} for {c} collectors: give each "
+                                         "collector one env at least")
             spec = humanoid_spec(args.envs, args.capacity)
-            configs = compare.plan(args.learner_cores)
             rows = compare.compare(spec, configs, turns=args.turns, window_s=args.window)
         except (MujocoUnavailable, RingInputError, ValueError, FileNotFoundError) as exc:
             print(f"perfgate ring-compare: error: {exc}", file=sys.stderr)

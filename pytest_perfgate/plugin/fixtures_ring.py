@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 @pytest.fixture
 def ring_pair() -> Iterator[Callable[..., RingPair]]:
     """Factory ``ring_pair(spec=None, *, num_envs=256, capacity=8, collector_cpus=None,
-    learner_cpus=None, **kw) -> RingPair`` (started). ``spec=None`` is the default humanoid
-    collector's RingSpec; the pair is a WindowSource for ``perfgate.measure_source``."""
+    learner_cpus=None, collectors=1, **kw) -> RingPair`` (started). ``spec=None`` is the
+    default humanoid collector's RingSpec; the pair is a WindowSource for
+    ``perfgate.measure_source``. ``collectors=N`` starts N collectors, each with its own
+    ring, and ``collector_cpus`` is then one core spec per collector (docs/ring.md)."""
     from pytest_perfgate.ring.pair import RingPair
 
     pairs: list[RingPair] = []

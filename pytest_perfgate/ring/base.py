@@ -17,12 +17,16 @@ from typing import Any, Self
 
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
-from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone
+from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone, start_time
 
 # Header int64 slots; producer-written and consumer-written counters on separate lines.
-PUBLISHED, P_PID, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 1, 2, 3, 4, 5
-CONSUMED, C_PID, C_WAIT_NS, CLAIM, POPS = 8, 9, 10, 11, 12
+PUBLISHED, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 2, 3, 4, 5
+CONSUMED, C_WAIT_NS, CLAIM, POPS = 8, 10, 11, 12
 W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
+# The party table: (pid, start time, role bits) per attached process, written under the
+# mutex at attach time, read without it by a waiter (docs/ring.md "Who is reported dead").
+TABLE, TABLE_ROWS = 32, 16
+PRODUCER, CONSUMER, OBSERVER = 1, 2, 4  # role bits; 0: a side that has not pushed or popped
 SEM_OFF = 1024  # mutex, data bell, free bell
 
 
@@ -46,6 +50,7 @@ class RingBase:
         self._finalizer = weakref.finalize(self, self._seg.unlink)
         self._map_views(init=True)
         self._h[PARTIES] = parties
+        self._register(OBSERVER if parties >= 2 else 0)
 
     # ---- setup / teardown ------------------------------------------------------------
     def _map_views(self, init: bool) -> None:
@@ -65,6 +70,13 @@ class RingBase:
         self._fields = self.spec.fields()
         self._peer_watch: Any = None
         self._role: str | None = None
+        # Counters as this side last saw them under the mutex (block mode only): counters
+        # only grow, so a stale view under-states the room, never over-states it, and what
+        # it shows was synchronised by that sem_wait; push/pop skip the mutex when it shows
+        # enough (docs/ring.md "Where the time goes"). Producer: (published, consumed);
+        # consumer: (consumed, published).
+        self._seen_p: tuple[int, int] | None = None
+        self._seen_c: tuple[int, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "name": self._seg.name}
@@ -82,6 +94,7 @@ class RingBase:
         with self._locked():
             self._h[ATTACHED] += 1
             last = self._h[ATTACHED] >= self._h[PARTIES]
+            self._register(0, locked=True)
         if last:
             self._seg.unlink()  # every side is mapped: nothing left to leak (§9)
 
@@ -107,18 +120,69 @@ class RingBase:
         """Let waits report a peer ``multiprocessing.Process`` with its exit code/signal."""
         self._peer_watch = peer
 
+    def observe(self) -> None:
+        """Register this process as an observer (a supervisor that only reads ``stats()``
+        or ``ended``): its own exit is never reported to the sides, and its waits report
+        any side that died."""
+        with self._locked():
+            self._register(OBSERVER, locked=True, replace=True)
+        self._role = "observer"
+
+    # ---- the party table -------------------------------------------------------------
+    def _register(self, bits: int, locked: bool = False, replace: bool = False) -> None:
+        """Put this process in the party table (once), or add ``bits`` to its row."""
+        if not locked:
+            with self._locked():
+                return self._register(bits, True, replace)
+        h, me = self._h, os.getpid()
+        free = None
+        for row in range(TABLE, TABLE + 3 * TABLE_ROWS, 3):
+            pid = int(h[row])
+            if pid == me:
+                h[row + 2] = bits if replace else int(h[row + 2]) | bits
+                return None
+            if pid == 0 and free is None:
+                free = row
+        if free is None:
+            raise RingClosed(f"ring {self.name!r}: {TABLE_ROWS} processes are attached "
+                             "already, the most one ring tracks; a ring joins one producer "
+                             "and one consumer (plus observers)")
+        h[free + 1] = start_time(me)
+        h[free + 2] = bits
+        h[free] = me  # last: a reader without the mutex sees a complete row or none
+        return None
+
+    def parties(self) -> list[tuple[int, int]]:
+        """(pid, role bits) of every process attached so far, this one included."""
+        h = self._h
+        return [(int(h[r]), int(h[r + 2])) for r in range(TABLE, TABLE + 3 * TABLE_ROWS, 3)
+                if int(h[r])]
+
     # ---- locking and waiting ---------------------------------------------------------
-    def _check_peer(self, role: str) -> None:
-        peer_role = "consumer" if role == "producer" else "producer"
+    def _check_peer(self, role: str | None = None) -> None:
+        """PeerDied naming the first side (not an observer) of this ring that is gone."""
+        role = role or self._role
+        peer_role = {"producer": "consumer", "consumer": "producer"}.get(role or "", "side")
         w = self._peer_watch
         if w is not None and w.exitcode is not None:
             code = w.exitcode
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             raise PeerDied(f"ring {peer_role} (pid {w.pid}) died: {how}")
-        pid = int(self._h[C_PID if role == "producer" else P_PID])
-        gone = peer_gone(pid)
-        if gone is not None:
-            raise PeerDied(f"ring {peer_role} (pid {pid}) died: {gone}")
+        h, me = self._h, os.getpid()
+        for row in range(TABLE, TABLE + 3 * TABLE_ROWS, 3):
+            pid, bits = int(h[row]), int(h[row + 2])
+            if pid in (0, me) or bits & OBSERVER:
+                continue
+            gone = peer_gone(pid, int(h[row + 1]))
+            if gone is None:
+                continue
+            if bits & (PRODUCER | CONSUMER):
+                what = "/".join(n for b, n in ((PRODUCER, "producer"), (CONSUMER, "consumer"))
+                                if bits & b)
+                raise PeerDied(f"ring {what} (pid {pid}) died: {gone}")
+            first = {"consumer": "push", "producer": "pop"}.get(role or "", "push or pop")
+            raise PeerDied(f"ring {peer_role} (pid {pid}) died before its first {first}, "
+                           f"having attached to the ring: {gone}")
 
     def _locked(self) -> _Held:
         return _Held(self)
@@ -132,9 +196,9 @@ class RingBase:
         return got
 
     def _claim_role(self, role: str) -> None:
-        if self._role is None:
-            with self._locked():
-                self._h[P_PID if role == "producer" else C_PID] = os.getpid()
+        if self._role in (None, "observer"):  # an observer that pushes is a side now
+            self._register(PRODUCER if role == "producer" else CONSUMER,
+                           replace=self._role == "observer" or self._h[PARTIES] >= 2)
             self._role = role
 
 
@@ -178,7 +242,7 @@ class _Held:
     def __enter__(self) -> None:
         r = self.ring
         while not r._mutex.wait(SLICE_S):
-            r._check_peer(r._role or "producer")
+            r._check_peer()
 
     def __exit__(self, *exc: object) -> None:
         self.ring._mutex.post()

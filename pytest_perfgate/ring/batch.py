@@ -37,19 +37,23 @@ class Batch:
 
 
 def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int,
-            prefault: bool = True) -> dict[str, Any]:
+            prefault: bool = True, obs_rows: int | None = None) -> dict[str, Any]:
     """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
-    same buffers every time skips allocating (and page-faulting) fresh ones."""
+    same buffers every time skips allocating (and page-faulting) fresh ones. obs and
+    critic_obs get ``obs_rows`` rows (default ``2 * max_steps + 1``): room for the next
+    batch to start at the row holding this batch's last next_obs, which is the next
+    step's obs, so it is not copied twice (docs/ring.md "Where the time goes")."""
     import numpy as np
 
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise RingInputError(f"max_steps={max_steps!r}: pass a positive int")
+    rows = 2 * max_steps + 1 if obs_rows is None else max(obs_rows, max_steps + 1)
     out = {}
     for key, (shape, dt) in fields.items():
         if key.startswith("final_"):
             continue
         seq = key in ("obs", "critic_obs")
-        out[key] = np.empty((max_steps + seq, *shape), dt)
+        out[key] = np.empty((rows if seq else max_steps, *shape), dt)
         if seq:
             out["next_" + key] = np.empty((max_steps, *shape), dt)
     if prefault:
@@ -72,25 +76,45 @@ def views(a: dict[str, Any], cap: int, start: int, k: int) -> Batch:
     return _patched(a, cap, start, k, got, copy=True)
 
 
-def copy_rows(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any],
-              at: int) -> None:
-    """Copy steps start..start+k (not their successor) into rows at..at+k of ``out``."""
+def _copy_steps(src: Any, cap: int, start: int, k: int, dst: Any) -> None:
+    """Slots start..start+k (mod cap) of ``src`` into ``dst``: one block copy per run of
+    consecutive slots (two when the steps wrap), no index array."""
     import numpy as np
 
-    idx = (start + np.arange(k)) % cap
+    s = start % cap
+    first = min(k, cap - s)
+    np.copyto(dst[:first], src[s:s + first])
+    if first < k:
+        np.copyto(dst[first:k], src[:k - first])
+
+
+def copy_rows(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any],
+              at: int, base: int = 0, have_first: bool = False) -> None:
+    """Copy steps start..start+k (not their successor) into rows at..at+k of ``out``; obs
+    and critic_obs into rows base+at.. (``have_first``: the first step's obs rows are there
+    already, carried from the previous batch)."""
     for key, dst in out.items():
-        if not key.startswith("next_"):
-            np.take(a[key], idx, axis=0, out=dst[at:at + k], mode="clip")
+        if key.startswith("next_"):
+            continue
+        if key in ("obs", "critic_obs"):
+            skip = 1 if have_first and at == 0 else 0
+            if k > skip:
+                _copy_steps(a[key], cap, start + skip, k - skip,
+                            dst[base + at + skip:base + at + k])
+        else:
+            _copy_steps(a[key], cap, start, k, dst[at:at + k])
 
 
-def finish(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any]) -> Batch:
+def finish(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any],
+           base: int = 0) -> Batch:
     """The batch of steps start..start+k whose rows :func:`copy_rows` put in ``out``:
-    copies the successor's obs and patches next_obs where envs ended."""
+    copies the successor's obs (row base+k) and patches next_obs where envs ended."""
     got = {key: v[:k] for key, v in out.items() if not key.startswith("next_")}
     for key in ("obs", "critic_obs"):
         if key in out:
-            out[key][k] = a[key][(start + k) % cap]
-            got["next_" + key] = out[key][1:k + 1]
+            out[key][base + k] = a[key][(start + k) % cap]
+            got[key] = out[key][base:base + k]
+            got["next_" + key] = out[key][base + 1:base + k + 1]
     return _patched(a, cap, start, k, got, copy=False, out=out)
 
 
@@ -99,7 +123,7 @@ def copy_out(a: dict[str, Any], cap: int, start: int, k: int, out: dict[str, Any
     """Steps start..start+k copied out (into ``out`` from :func:`buffers` when given)."""
     if out is None:
         fields = {key: (v.shape[1:], v.dtype) for key, v in a.items()}
-        out = buffers(fields, k, prefault=False)
+        out = buffers(fields, k, prefault=False, obs_rows=k + 1)
     copy_rows(a, cap, start, k, out, 0)
     return finish(a, cap, start, k, out)
 

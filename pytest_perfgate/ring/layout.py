@@ -55,11 +55,18 @@ class RingSpec:
                 raise RingInputError(f"{name}={shape!r}: every dimension must be >= 1")
             object.__setattr__(self, name, shape)
         for name in ("obs_dtype", "action_dtype", "reward_dtype"):
+            value = getattr(self, name)
             try:
-                object.__setattr__(self, name, np.dtype(getattr(self, name)).name)
+                dt = np.dtype(value)
             except TypeError as exc:
-                raise RingInputError(f"{name}={getattr(self, name)!r}: not a numpy dtype "
-                                     f"({exc})") from None
+                raise RingInputError(f"{name}={value!r}: not a numpy dtype ({exc})") from None
+            if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+                raise RingInputError(
+                    f"{name}={value!r} ({dt}): the ring holds only fixed-size numeric or "
+                    "bool dtypes (raw bytes in shared memory: an object or string dtype "
+                    "would hand the other process dangling pointers or variable lengths); "
+                    "use e.g. 'float32', 'int64' or 'bool'")
+            object.__setattr__(self, name, dt.name)
 
     def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Per-slot arrays (without the capacity axis): name -> (shape, dtype)."""

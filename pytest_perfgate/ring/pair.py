@@ -1,4 +1,9 @@
-"""A collector/learner pair over a :class:`Ring`: two placed spawn processes, one WindowSource.
+"""Collectors and a learner over rings: placed spawn processes, one WindowSource.
+
+One collector (the default) is a pair over one :class:`Ring`; ``collectors=N`` starts N
+collector processes, each with its own ring and its own core spec (and optionally its own
+NUMA node), and one learner draining them all through :class:`Rings` (docs/ring.md
+"Several collectors").
 
 Supervision follows placement/workers.py (docs/design.md §5): sides are placed before
 their interpreter imports anything (``placed_like``), die with the parent (PDEATHSIG),
@@ -16,23 +21,87 @@ import signal
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, NoReturn
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseStats
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement.child import placed_like
 from pytest_perfgate.placement.workers import WorkerCrashed, WorkerError, WorkerTimeout
-from pytest_perfgate.ring.layout import RingSpec
+from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.rings import Rings
 from pytest_perfgate.ring.sides import side_main
 from pytest_perfgate.ring.sync import describe_status
 
 DEFAULT_COLLECTOR = "pytest_perfgate.ring.workloads:humanoid_collector"
 DEFAULT_LEARNER = "pytest_perfgate.ring.workloads:sac_learner"
 ROLES = ("collector", "learner")
+
+
+def split_cpus(cpus: Sequence[int], n: int) -> list[str]:
+    """``cpus`` cut into ``n`` consecutive slices as near equal as possible (core specs)."""
+    cpus = sorted(cpus)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= len(cpus):
+        raise RingInputError(f"collectors={n!r}: give 1 to {len(cpus)} collectors for "
+                             f"the {len(cpus)} CPUs {_cpus.format_cpus(cpus)}, one CPU at "
+                             "least each")
+    q, r = divmod(len(cpus), n)
+    out, at = [], 0
+    for i in range(n):
+        size = q + (i < r)
+        out.append(_cpus.format_cpus(cpus[at:at + size]))
+        at += size
+    return out
+
+
+def _collector_placement(collectors: int, cpus: Any, nodes: Any
+                         ) -> tuple[list[tuple[int, ...] | None], list[int | None]]:
+    """Per-collector (cpus, node), checked before any process starts: a positive count,
+    one core spec (and node) per collector, no CPU or node shared by two collectors, no
+    more collectors than usable CPUs or usable nodes."""
+    if isinstance(collectors, bool) or not isinstance(collectors, int) or collectors < 1:
+        raise RingInputError(f"collectors={collectors!r}: give a whole number >= 1 of "
+                             "collector processes")
+    usable = _cpus.usable_cpus()
+    if collectors > len(usable):
+        raise RingInputError(f"collectors={collectors}: more collectors than the "
+                             f"{len(usable)} usable CPUs ({_cpus.format_cpus(usable)}); "
+                             f"use at most {len(usable)}, one CPU at least each")
+    specs = list(cpus) if isinstance(cpus, list | tuple) else [cpus] * collectors
+    if collectors > 1 and not isinstance(cpus, list | tuple) and cpus is not None:
+        raise RingInputError(f"collector_cpus={cpus!r} with collectors={collectors}: give one "
+                             f"core spec per collector, e.g. {split_cpus(usable, collectors)!r}")
+    if len(specs) != collectors:
+        raise RingInputError(f"collector_cpus={cpus!r}: {len(specs)} core spec(s) for "
+                             f"{collectors} collector(s); give exactly one per collector")
+    node_list = list(nodes) if nodes is not None else [None] * collectors
+    if len(node_list) != collectors:
+        raise RingInputError(f"collector_nodes={nodes!r}: {len(node_list)} node(s) for "
+                             f"{collectors} collector(s); give exactly one per collector")
+    if nodes is not None:
+        from pytest_perfgate.placement import numa as _numa
+
+        avail = {n.id: n for n in _numa.discover().usable_nodes(usable)}
+        bad = [n for n in node_list if n not in avail]
+        if bad or len(set(node_list)) != len(node_list):
+            why = (f"node(s) {bad} are not usable here" if bad
+                   else "two collectors on one node")
+            raise RingInputError(f"collector_nodes={nodes!r}: {why}; usable nodes (with CPUs "
+                                 f"and memory): {sorted(avail) or 'none'}, one per collector")
+        specs = [spec if spec is not None else _cpus.format_cpus(avail[int(n)].cpus)
+                 for spec, n in zip(specs, node_list, strict=True) if n is not None]
+    parsed = [_cpus.parse_cpus(spec) for spec in specs]
+    seen: dict[int, int] = {}
+    for i, got in enumerate(parsed):
+        for c in got or ():
+            if c in seen:
+                raise RingInputError(f"collector_cpus={cpus!r}: collectors {seen[c]} and {i} "
+                                     f"both have CPU {c}; give each collector its own CPUs")
+            seen[c] = i
+    return parsed, node_list
 
 
 def _exit_text(code: int | None) -> str:
@@ -46,19 +115,36 @@ class RingPair:
 
     def __init__(self, spec: RingSpec, *, collector: str | Callable[..., Any] = DEFAULT_COLLECTOR,
                  learner: str | Callable[..., Any] = DEFAULT_LEARNER,
-                 collector_cpus: _cpus.CpuSpec = None, learner_cpus: _cpus.CpuSpec = None,
-                 collector_kwargs: dict[str, Any] | None = None,
+                 collector_cpus: Any = None, learner_cpus: _cpus.CpuSpec = None,
+                 collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  learner_kwargs: dict[str, Any] | None = None, start_timeout: float = 120.0,
                  snap_timeout: float = 30.0, park: bool = True,
-                 threads: tuple[int | None, int | None] = (None, None)) -> None:
-        """``park``: stop both sides (SIGSTOP) between windows, so nothing of the pair runs
-        while another benchmark or the other A/B side is measured."""
+                 threads: tuple[int | None, int | None] = (None, None), collectors: int = 1,
+                 collector_nodes: Sequence[int] | None = None) -> None:
+        """``park``: stop every side (SIGSTOP) between windows, so nothing of the pair runs
+        while another benchmark or the other A/B side is measured. ``collectors``: collector
+        processes, each with its own ring; ``collector_cpus`` is then a list of one core
+        spec per collector (None: unpinned), ``collector_nodes`` one NUMA node each (memory
+        bound there; its CPUs when no core spec is given). Checked before anything starts."""
         self.park = park
         self._paused = False
         self.spec = spec
         self.factories = (collector, learner)
-        self.kwargs = (dict(collector_kwargs or {}), dict(learner_kwargs or {}))
-        self.cpus = (_cpus.parse_cpus(collector_cpus), _cpus.parse_cpus(learner_cpus))
+        col_cpus, self.nodes = _collector_placement(collectors, collector_cpus, collector_nodes)
+        per: list[Any] = (list(collector_kwargs) if isinstance(collector_kwargs, list | tuple)
+                          else [collector_kwargs] * collectors)
+        if len(per) != collectors:
+            raise RingInputError(f"collector_kwargs: {len(per)} dict(s) for {collectors} "
+                                 "collector(s); give one dict, or one per collector")
+        self.col_kwargs = [dict(k or {}) for k in per]
+        self.kwargs = (self.col_kwargs[0], dict(learner_kwargs or {}))
+        self.collectors = collectors
+        self.col_cpus = col_cpus
+        self.names = (["collector"] if collectors == 1
+                      else [f"collector {i}" for i in range(collectors)]) + ["learner"]
+        every = sorted({c for got in col_cpus for c in got or ()})
+        self.cpus = (tuple(every) if all(g is not None for g in col_cpus) else None,
+                     _cpus.parse_cpus(learner_cpus))
         # (collector, learner) thread caps; None: the side's CPU count when pinned, else none
         for t in threads:
             if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
@@ -76,11 +162,14 @@ class RingPair:
             self.notes.append(note)
             warnings.warn(_cpus.PlacementWarning(note), stacklevel=2)
         self.placements: list[dict[str, Any]] = []
-        self.ring: Ring | None = None
+        self.ring: Ring | None = None  # the first collector's ring
+        self.rings: list[Ring] = []
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._last: list[dict[str, Any]] = []
         self._learner: list[tuple[float, float]] = []  # (updates/s, samples/s) per window
+        self._per_collector: list[list[float]] = [[] for _ in range(collectors)]
+        self._learner_wait: list[float] = []  # share of each window the learner waited
         self._closed = False
 
     def __enter__(self) -> RingPair:
@@ -96,24 +185,32 @@ class RingPair:
         if self._procs or self._closed:
             raise WorkerError("this RingPair was already started; create a new one")
         ctx = mp.get_context("spawn")
-        self.ring = Ring(self.spec, parties=2)
         try:
-            for role, factory, kw, cpus, threads in zip(ROLES, self.factories, self.kwargs,
-                                                        self.cpus, self.threads, strict=True):
-                payload = pickle.dumps((factory, kw, self.ring))
+            self.rings = [Ring(self.spec, parties=2) for _ in range(self.collectors)]
+            self.ring = self.rings[0]
+            drained: Any = self.ring if self.collectors == 1 else Rings(self.rings)
+            sides = [(self.factories[0], kw, r, c, n, self.threads[0])
+                     for r, c, n, kw in zip(self.rings, self.col_cpus, self.nodes,
+                                            self.col_kwargs, strict=True)]
+            sides.append((self.factories[1], self.kwargs[1], drained, self.cpus[1], None,
+                          self.threads[1]))
+            for name, (factory, kw, ring, cpus, node, threads) in zip(self.names, sides,
+                                                                       strict=True):
+                payload = pickle.dumps((factory, kw, ring))
                 # applies even if pinning fails
                 cap = threads if threads is not None else len(cpus) if cpus else None
+                role = "learner" if name == "learner" else "collector"
                 parent, child = ctx.Pipe(duplex=True)
-                proc = ctx.Process(target=side_main, name=f"perfgate-{role}", daemon=True,
-                                   args=(child, role, (cpus, None, "bind", cap), payload,
-                                         os.getpid()))
-                with placed_like(cpus, None, "bind", cap):
+                proc = ctx.Process(target=side_main, name=f"perfgate-{name.replace(' ', '')}",
+                                   daemon=True, args=(child, role, (cpus, node, "bind", cap),
+                                                      payload, os.getpid()))
+                with placed_like(cpus, node, "bind", cap):
                     proc.start()
                 child.close()
                 self._procs.append(proc)
                 self._conns.append(parent)
             replies = self._gather("ready", self.start_timeout, "start")
-            self.placements = [{"side": r, **rep} for r, rep in zip(ROLES, replies,
+            self.placements = [{"side": r, **rep} for r, rep in zip(self.names, replies,
                                                                        strict=True)]
             for p in self.placements:
                 if p["requested_cpus"] is not None and not p["pinned"]:
@@ -160,8 +257,8 @@ class RingPair:
         for c in self._conns:
             c.close()
         self.exitcodes = [p.exitcode for p in self._procs]
-        if self.ring is not None:
-            self.ring.close()
+        for ring in self.rings:
+            ring.close()
 
     def pause(self) -> None:
         """SIGSTOP both sides (an interleaved comparison parks the pairs not measured)."""
@@ -198,17 +295,27 @@ class RingPair:
         if self.park:
             self.pause()
         diffs = [self._diff(a, b) for a, b in zip(first, last, strict=True)]
-        col, lrn = diffs
+        cols, lrn = diffs[:-1], diffs[-1]
         upd = lrn.phases.get("update")
         self._learner.append(((upd.calls if upd else 0) / lrn.wall_s,
                               lrn.transitions / lrn.wall_s))
-        return RawWindow(col.transitions, col.wall_s, col.cpu_s + lrn.cpu_s,
-                         {**col.phases, **lrn.phases}, col.calls + lrn.calls, streams=2)
+        waited = lrn.phases.get("wait_data")
+        self._learner_wait.append(waited.wall_ns / 1e9 / lrn.wall_s if waited else 0.0)
+        phases: dict[str, PhaseStats] = {}
+        for i, c in enumerate(cols):
+            self._per_collector[i].append(c.transitions / c.wall_s)
+            for name, st in c.phases.items():
+                phases[name] = phases[name] + st if name in phases else st
+        wall = statistics.median(c.wall_s for c in cols)
+        return RawWindow(sum(c.transitions for c in cols), wall,
+                         sum(c.cpu_s for c in cols) + lrn.cpu_s, {**phases, **lrn.phases},
+                         sum(c.calls for c in cols) + lrn.calls, streams=len(diffs))
 
     def quantization(self, raw: RawWindow) -> float:
-        """The collector's count moves by one push (num_envs env-steps) per window (the
+        """Each collector's count moves by one push (num_envs env-steps) per window (the
         Meter widens windows until that is small)."""
-        return self.spec.num_envs / raw.transitions if raw.transitions > 0 else 1.0
+        step = self.spec.num_envs * self.collectors
+        return step / raw.transitions if raw.transitions > 0 else 1.0
 
     @staticmethod
     def _diff(a: dict[str, Any], b: dict[str, Any]) -> RawWindow:
@@ -231,7 +338,13 @@ class RingPair:
             "ring": (self.ring.stats(lock=False) if self.ring is not None and not self._closed
                      else {}),
             "learner_updates_per_s": statistics.median(ups),
-            "learner_samples_per_s": statistics.median(sps)}}
+            "learner_samples_per_s": statistics.median(sps),
+            "collectors": self.collectors,
+            "collector_env_steps_per_s": [statistics.median(r) if r else 0.0
+                                          for r in self._per_collector],
+            "learner_wait_share": statistics.median(self._learner_wait or [0.0]),
+            "rings": ([r.stats(lock=False) for r in self.rings] if not self._closed
+                      else [])}}
 
     # ---- plumbing --------------------------------------------------------------------
     def _gather(self, tag: str, timeout: float, what: str, ask: bool = False
@@ -244,16 +357,18 @@ class RingPair:
                     pass
         deadline = time.monotonic() + timeout
         got: dict[int, dict[str, Any]] = {}
-        while len(got) < 2:
-            objs = [o for i in range(2) if i not in got
+        n = len(self._procs)
+        while len(got) < n:
+            objs = [o for i in range(n) if i not in got
                     for o in (self._conns[i], self._procs[i].sentinel)]
             ready = wait(objs, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
-                late = [ROLES[i] for i in range(2) if i not in got]
+                late = [self.names[i] for i in range(n) if i not in got]
                 self.close()
+                every = "both sides were" if n == 2 else "every side was"
                 raise WorkerTimeout(f"pair {' and '.join(late)} did not answer the {what} "
-                                    f"within {timeout:g} s (hang?); both sides were stopped")
-            for i in range(2):
+                                    f"within {timeout:g} s (hang?); {every} stopped")
+            for i in range(n):
                 if i in got:
                     continue
                 c = self._conns[i]
@@ -263,25 +378,49 @@ class RingPair:
                     except (EOFError, OSError):
                         self._crashed(i, what)
                     if kind == "error":
-                        if "PeerDied" in body["error"]:  # report the side that died first
-                            self._procs[1 - i].join(1.0)
-                            if self._procs[1 - i].exitcode is not None:
-                                self._crashed(1 - i, what)
-                        self.close()
-                        raise WorkerError(f"pair {ROLES[i]} failed during the {what}: "
-                                          f"{body['error']}", body["traceback"])
+                        self._blame(i, what, body)
                     got[i] = body
                 elif self._procs[i].sentinel in ready:
-                    self._crashed(i, what)
-        return [got[0], got[1]]
+                    self._blame(i, what, None)
+        return [got[i] for i in range(n)]
 
-    def _crashed(self, i: int, what: str) -> None:
+    def _blame(self, i: int, what: str, error: dict[str, Any] | None) -> NoReturn:
+        """Raise for the side that failed first. Side ``i`` sent ``error`` or died; a side
+        whose error is PeerDied only followed another (a learner told that a collector died,
+        then the other collectors told that the learner did), so let such a cascade settle
+        (within a second) and name the side that died or failed on its own."""
+        errors = {i: error} if error is not None else {}
+        deadline = time.monotonic() + 1.0
+        while True:
+            for j, c in enumerate(self._conns):
+                try:
+                    while j not in errors and c.poll(0):
+                        kind, body = c.recv()
+                        if kind == "error":
+                            errors[j] = body
+                except (EOFError, OSError):
+                    pass
+            first = [j for j, p in enumerate(self._procs)
+                     if "PeerDied" not in (errors.get(j) or {}).get("error", "PeerDied")
+                     or (p.exitcode is not None and j not in errors)]
+            if first or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        pick = min(first, key=lambda j: (j in errors, (self._procs[j].exitcode or 0) >= 0, j),
+                   default=i)
+        if pick in errors:
+            self.close()
+            raise WorkerError(f"pair {self.names[pick]} failed during the {what}: "
+                              f"{errors[pick]['error']}", errors[pick]["traceback"])
+        self._crashed(pick, what)
+
+    def _crashed(self, i: int, what: str) -> NoReturn:
         p = self._procs[i]
         p.join(1.0)
         code = p.exitcode
         self.close()
-        raise WorkerCrashed(f"pair {ROLES[i]} (pid {p.pid}) died during the {what}: "
+        raise WorkerCrashed(f"pair {self.names[i]} (pid {p.pid}) died during the {what}: "
                             f"{_exit_text(code)}")
 
 
-__all__ = ["DEFAULT_COLLECTOR", "DEFAULT_LEARNER", "RingPair"]
+__all__ = ["DEFAULT_COLLECTOR", "DEFAULT_LEARNER", "RingPair", "split_cpus"]

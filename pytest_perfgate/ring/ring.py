@@ -16,6 +16,7 @@ the ring is full; ``overwrite=True`` drops the oldest unread step and counts it.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,6 +40,20 @@ from pytest_perfgate.ring.base import (
 )
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
+
+# id(pop(out=) obs buffer) -> (weak ref to it, ring name, stream index, row) of the obs
+# row the next pop may start from; the entry goes when the buffer does.
+_CARRY: dict[int, tuple[Any, str, int, int]] = {}
+
+
+def _take_carry(arr: Any) -> tuple[str, int, int] | None:
+    got = _CARRY.pop(id(arr), None)
+    return got[1:] if got is not None and got[0]() is arr else None
+
+
+def _put_carry(arr: Any, name: str, index: int, row: int) -> None:
+    key = id(arr)
+    _CARRY[key] = (weakref.ref(arr, lambda _: _CARRY.pop(key, None)), name, index, row)
 
 
 class Ring(RingBase):
@@ -98,6 +113,9 @@ class Ring(RingBase):
         """Index of a free slot (dropping the oldest in overwrite mode), or None at timeout."""
         self._claim_role("producer")
         h, cap = self._h, self.spec.capacity
+        seen = self._seen_p
+        if seen is not None and seen[0] - seen[1] < cap:
+            return seen[0] % cap  # free by the last locked look (base.py)
         deadline = None if timeout is None else time.monotonic() + timeout
         t0 = time.perf_counter_ns()
         try:
@@ -128,9 +146,12 @@ class Ring(RingBase):
             h[PUSHES] += not closed
             if closed:
                 h[CLOSED] = 1
-            if h[W_CONS]:
-                h[W_CONS] = 0
-                self._data_bell.post()
+            ring_bell = bool(h[W_CONS])
+            h[W_CONS] = 0
+            self._seen_p = (None if closed or self.spec.overwrite
+                            else (int(h[PUBLISHED]), int(h[CONSUMED])))
+        if ring_bell:  # after unlocking: the woken side finds the mutex free
+            self._data_bell.post()
 
     def finish(self, next_obs: Any, next_critic_obs: Any = None,
                timeout: float | None = None) -> bool:
@@ -176,6 +197,13 @@ class Ring(RingBase):
         max_steps = room if max_steps is None else min(max_steps, room)
         goal = max(1, min(min_steps, max_steps, self.spec.capacity - 1))
         deadline = None if timeout is None else time.monotonic() + timeout
+        # The previous pop's last next_obs row is this pop's first obs when nothing came
+        # between them: start there instead of copying it again (docs/ring.md).
+        rows = int(out["obs"].shape[0])
+        carry = _take_carry(out["obs"])
+        base = carry[2] if (carry is not None and carry[0] == self.name
+                            and carry[2] + 1 + goal <= rows) else 0
+        max_steps = min(max_steps, rows - 1 - base)
         con = total = 0
         try:
             while total < goal:
@@ -187,13 +215,17 @@ class Ring(RingBase):
                     self._unclaim()
                     return None
                 con, k = got
-                _batch.copy_rows(self._a, self.spec.capacity, con + total, k, out, total)
+                if total == 0 and base and (carry is None or con != carry[1]):
+                    base = 0  # something was consumed or dropped in between
+                _batch.copy_rows(self._a, self.spec.capacity, con + total, k, out, total,
+                                 base, have_first=base > 0)
                 total += k
-            batch = _batch.finish(self._a, self.spec.capacity, con, total, out)
+            batch = _batch.finish(self._a, self.spec.capacity, con, total, out, base)
         except BaseException:
             self._unclaim()
             raise
         self._release(con, total)
+        _put_carry(out["obs"], self.name, con + total, base + total)
         return batch
 
     def _check_out(self, out: Any) -> int:
@@ -204,6 +236,7 @@ class Ring(RingBase):
             room = int(out["action"].shape[0])
             ok = all(out[k].shape[1:] == shape and out[k].dtype == dt
                      and out[k].shape[0] >= room for k, (shape, dt) in want.items())
+            ok = ok and all(out[k].shape[0] > room for k in ("obs", "critic_obs") if k in want)
         except (KeyError, TypeError, AttributeError, IndexError):
             ok = False
         if not ok:
@@ -239,6 +272,11 @@ class Ring(RingBase):
         read: (first unconsumed index, count of new steps)."""
         self._claim_role("consumer")
         h = self._h
+        want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
+        seen = self._seen_c
+        if seen is not None and seen[1] - seen[0] - 1 - skip >= want:
+            con, avail = seen[0], seen[1] - seen[0] - 1 - skip
+            return con, avail if max_steps is None else min(avail, max_steps)
         deadline = None if timeout is None else time.monotonic() + timeout
         t0 = time.perf_counter_ns()
         while True:
@@ -246,10 +284,11 @@ class Ring(RingBase):
                 con = int(h[CONSUMED])
                 avail = int(h[PUBLISHED]) - con - 1 - skip
                 ended = bool(h[CLOSED])
-                want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
                 if avail >= want or (ended and avail > 0):
                     k = avail if max_steps is None else min(avail, max_steps)
                     h[CLAIM] = skip + k
+                    if not self.spec.overwrite:
+                        self._seen_c = (con, int(h[PUBLISHED]))
                     break
                 if not ended:
                     h[W_CONS] = 1
@@ -271,9 +310,10 @@ class Ring(RingBase):
         h = self._h
         with self._locked():
             h[CLAIM] = 0
-            if h[W_PROD]:
-                h[W_PROD] = 0
-                self._free_bell.post()
+            ring_bell = bool(h[W_PROD])
+            h[W_PROD] = 0
+        if ring_bell:
+            self._free_bell.post()
 
     def _release(self, con: int, k: int) -> None:
         h = self._h
@@ -281,9 +321,12 @@ class Ring(RingBase):
             h[CONSUMED] = con + k
             h[CLAIM] = 0
             h[POPS] += 1
-            if h[W_PROD]:
-                h[W_PROD] = 0
-                self._free_bell.post()
+            ring_bell = bool(h[W_PROD])
+            h[W_PROD] = 0
+            self._seen_c = (None if self.spec.overwrite
+                            else (con + k, int(h[PUBLISHED])))
+        if ring_bell:
+            self._free_bell.post()
 
 
 def _check_counts(max_steps: int | None, min_steps: int) -> None:

@@ -85,11 +85,22 @@ def describe_status(status: int) -> str:
     return f"exit code {(status >> 8) & 0xFF}"
 
 
-def peer_gone(pid: int) -> str | None:
+def start_time(pid: int) -> int:
+    """``pid``'s start time in clock ticks since boot (/proc/<pid>/stat field 22), 0 if
+    unknown: with the pid it names one process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def peer_gone(pid: int, started: int = 0) -> str | None:
     """None while ``pid`` runs; else how it ended, as far as this process can see.
 
     A dead child not yet reaped is a zombie: /proc/<pid>/stat field 52 holds its wait
-    status (Linux >= 3.5). Once reaped, the status is its parent's to report.
+    status (Linux >= 3.5). Once reaped, the status is its parent's to report. ``started``
+    (from :func:`start_time`, 0 = unchecked): another start time means the pid was reused.
     """
     if pid <= 0:
         return None
@@ -106,6 +117,8 @@ def peer_gone(pid: int) -> str | None:
             return "exited"
         except PermissionError:
             return None
+    if started and len(rest) > 19 and rest[19].isdigit() and int(rest[19]) != started:
+        return "exited (its pid now belongs to another process)"
     if rest[0] not in (b"Z", b"X"):
         return None
     try:

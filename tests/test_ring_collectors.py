@@ -1,0 +1,225 @@
+"""Several collectors per machine: bad input refused up front, the round-robin learner,
+real processes measured as one benchmark, a collector dying, the pair under --perfgate.
+
+The workloads are tests/test_ring_pair.py's tiny factories (spawn imports them by name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from test_ring_pair import SPEC, _children, fake_collector, fake_learner
+
+from pytest_perfgate.placement import numa
+from pytest_perfgate.placement.cpus import format_cpus, usable_cpus
+from pytest_perfgate.placement.workers import WorkerCrashed
+from pytest_perfgate.ring.layout import RingInputError
+from pytest_perfgate.ring.pair import RingPair, split_cpus
+from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.rings import Rings
+
+slow = pytest.mark.slow
+
+
+def _segments() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
+
+
+def _fleet(**kw: Any) -> RingPair:
+    return RingPair(SPEC, collector=fake_collector, learner=fake_learner, **kw)
+
+
+# ---- bad input, before any process starts --------------------------------------------
+@pytest.fixture
+def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing as mp
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(mp.get_context("spawn"), "Process", refuse)
+
+
+@pytest.mark.parametrize("n", [0, -1, True, 1.5, "2"])
+def test_a_collector_count_below_one_or_not_whole_is_refused(n: object,
+                                                             no_spawn: None) -> None:
+    with pytest.raises(RingInputError) as info:
+        _fleet(collectors=n)
+    assert str(info.value) == (f"collectors={n!r}: give a whole number >= 1 of collector "
+                               "processes")
+
+
+def test_more_collectors_than_cpus_is_refused(no_spawn: None) -> None:
+    cpus = usable_cpus()
+    with pytest.raises(RingInputError) as info:
+        _fleet(collectors=len(cpus) + 1)
+    assert str(info.value) == (f"collectors={len(cpus) + 1}: more collectors than the "
+                               f"{len(cpus)} usable CPUs ({format_cpus(cpus)}); use at most "
+                               f"{len(cpus)}, one CPU at least each")
+
+
+def test_one_core_spec_for_several_collectors_is_refused_with_an_example(
+        no_spawn: None) -> None:
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two usable CPUs")
+    spec = format_cpus(cpus)
+    with pytest.raises(RingInputError) as info:
+        _fleet(collectors=2, collector_cpus=spec)
+    assert str(info.value) == (f"collector_cpus={spec!r} with collectors=2: give one core "
+                               f"spec per collector, e.g. {split_cpus(cpus, 2)!r}")
+
+
+def test_a_wrong_number_of_specs_or_kwargs_is_refused(no_spawn: None) -> None:
+    if len(usable_cpus()) < 2:
+        pytest.skip("needs two usable CPUs")
+    with pytest.raises(RingInputError, match=r"^collector_cpus=\[None\]: 1 core spec\(s\) "
+                       r"for 2 collector\(s\); give exactly one per collector$"):
+        _fleet(collectors=2, collector_cpus=[None])
+    with pytest.raises(RingInputError, match=r"^collector_kwargs: 3 dict\(s\) for 2 "
+                       r"collector\(s\); give one dict, or one per collector$"):
+        _fleet(collectors=2, collector_kwargs=[{}, {}, {}])
+
+
+def test_overlapping_collector_specs_are_refused(no_spawn: None) -> None:
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two usable CPUs")
+    a, b = str(cpus[0]), f"{cpus[0]},{cpus[1]}"
+    with pytest.raises(RingInputError) as info:
+        _fleet(collectors=2, collector_cpus=[a, b])
+    assert str(info.value) == (f"collector_cpus={[a, b]!r}: collectors 0 and 1 both have "
+                               f"CPU {cpus[0]}; give each collector its own CPUs")
+
+
+def test_unusable_or_shared_nodes_are_refused(no_spawn: None) -> None:
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two usable CPUs")
+    nodes = sorted(n.id for n in numa.discover().usable_nodes(cpus))
+    with pytest.raises(RingInputError) as info:
+        _fleet(collectors=2, collector_nodes=[0, 99])
+    bad = [99] if 0 in nodes else [0, 99]
+    assert str(info.value) == (f"collector_nodes=[0, 99]: node(s) {bad} "
+                               "are not usable here; usable nodes (with CPUs and memory): "
+                               f"{nodes or 'none'}, one per collector")
+    if nodes:
+        with pytest.raises(RingInputError, match=r"two collectors on one node"):
+            _fleet(collectors=2, collector_nodes=[nodes[0], nodes[0]])
+
+
+def test_split_cpus_cuts_near_equal_slices_and_refuses_too_many() -> None:
+    assert split_cpus([0, 1, 2, 3, 4], 2) == ["0-2", "3-4"]
+    assert split_cpus([3, 1], 2) == ["1", "3"]
+    with pytest.raises(RingInputError, match=r"collectors=3: give 1 to 2 collectors for the "
+                       r"2 CPUs 0-1, one CPU at least each"):
+        split_cpus([0, 1], 3)
+
+
+# ---- the learner's view: Rings ---------------------------------------------------------
+def _push(r: Ring, t: float) -> None:
+    z = np.zeros(8, np.float32)
+    r.push(np.full((8, 4), t, np.float32), np.zeros((8, 2), np.float32), z, z > 0, z > 0)
+
+
+def test_rings_serve_every_collector_in_turn_and_end_when_all_have() -> None:
+    with Ring(SPEC) as a, Ring(SPEC) as b:
+        for t in range(3):
+            _push(a, t)
+            _push(b, 10 + t)
+        rings = Rings([a, b])
+        got = [rings.pop(max_steps=1, timeout=0) for _ in range(4)]
+        assert [int(g.obs[0, 0, 0]) for g in got if g is not None] == [0, 10, 1, 11]
+        assert rings.served == [16, 16] and rings.pop(timeout=0.01) is None
+        a.finish(np.zeros((8, 4), np.float32))
+        b.finish(np.zeros((8, 4), np.float32))
+        assert sorted(int(g.obs[0, 0, 0]) for g in (rings.pop(), rings.pop())) == [2, 12]
+        assert rings.pop() is None and rings.ended
+
+
+def test_rings_refuse_mixed_specs() -> None:
+    from pytest_perfgate.ring.layout import RingSpec
+
+    with Ring(SPEC) as a, Ring(RingSpec(8, (4,), (2,), capacity=5)) as b:
+        with pytest.raises(RingInputError, match=r"every collector's ring must have the "
+                           r"same RingSpec \(got 2 different ones\)"):
+            Rings([a, b])
+
+
+# ---- real processes ----------------------------------------------------------------------
+@slow
+def test_two_collectors_are_measured_as_one_benchmark() -> None:
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two usable CPUs")
+    before = _segments()
+    with _fleet(collectors=2, collector_cpus=split_cpus(cpus, 2)) as pair:
+        assert len(pair.pids) == 3
+        w = pair.run_window(0.4)
+        meta = pair.metadata()["ring_pair"]
+        placed = {p["side"]: p for p in pair.placements}
+    assert w.transitions > 0 and w.streams == 3
+    assert meta["collectors"] == 2
+    rates = meta["collector_env_steps_per_s"]
+    assert len(rates) == 2 and all(r > 0 for r in rates)
+    assert 0 <= meta["learner_wait_share"] <= 1 and len(meta["rings"]) == 2
+    assert [placed[f"collector {i}"]["pinned"] for i in range(2)] == [True, True]
+    assert placed["collector 0"]["actual_cpus"] != placed["collector 1"]["actual_cpus"]
+    assert not _children() and _segments() <= before
+
+
+@slow
+def test_a_collector_dying_is_reported_by_name() -> None:
+    import signal
+
+    if len(usable_cpus()) < 2:
+        pytest.skip("needs two usable CPUs")
+    pair = _fleet(collectors=2, collector_kwargs=[{}, {"die_after": 5,
+                                                       "sig": int(signal.SIGKILL)}])
+    with pytest.raises(WorkerCrashed) as info:
+        pair.start()
+        pair.run_window(2.0)
+    assert str(info.value).startswith(f"pair collector 1 (pid {pair.pids[1]}) died during "
+                                      "the ")
+    assert str(info.value).endswith("killed by signal SIGKILL")
+    assert not _children()
+    assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == "zombie"
+               for p in pair.pids)
+
+
+@slow
+def test_the_multi_collector_pair_records_and_gates_under_perfgate(
+        pytester: pytest.Pytester) -> None:
+    if len(usable_cpus()) < 2:
+        pytest.skip("needs two usable CPUs")
+    pytester.makepyfile(test_fleet=f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_ring_pair import SPEC, fake_collector, fake_learner
+
+        def test_fleet(perfgate, ring_pair):
+            pair = ring_pair(SPEC, collectors=2, collector=fake_collector,
+                             learner=fake_learner)
+            perfgate.measure_source(pair, transitions=16, name="fleet")
+    """)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    args = ["--perfgate", "--perfgate-machine=fleetbox", "--perfgate-windows=3",
+            "--perfgate-window-time=0.2", "--perfgate-warmup-max=3",
+            "--perfgate-unstable=warn", "--perfgate-load-limit=64", "-p", "no:cacheprovider",
+            "--perfgate-json=report.json"]
+    verdicts = []
+    for _ in range(3):  # a loaded machine may make a run UNSTABLE: it is then no baseline
+        res = pytester.runpytest_subprocess(*args)
+        res.assert_outcomes(passed=1)
+        res.stdout.fnmatch_lines(["*perfgate: fleet: *steps/s*", "recorded run *"])
+        rep = json.loads((pytester.path / "report.json").read_text())
+        verdicts.append(rep["benchmarks"][0]["verdict"])
+        if verdicts[-1] not in ("NO BASELINE", "UNSTABLE"):
+            break
+    assert verdicts[0] in ("NO BASELINE", "UNSTABLE"), verdicts  # nothing to judge against
+    assert verdicts[-1] not in ("NO BASELINE", "UNSTABLE", None), verdicts  # judged
