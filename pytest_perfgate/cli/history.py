@@ -10,6 +10,8 @@ error, 3 infrastructure error (no or unreadable history, change-point library mi
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
 import time
 import warnings
@@ -193,7 +195,8 @@ def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> di
                            "run_id": s.points[cp.index].run.run_id,
                            "before": num(cp.before), "after": num(cp.after),
                            "display_change": num(s.display(cp.after) / s.display(cp.before)
-                                                 - 1)} for cp in cps],
+                                                 - 1),
+                           "bisect": bisect_command(s, cp.index)} for cp in cps],
         "noise": num(noise(s.values)) if enough else None,
     }
 
@@ -208,6 +211,39 @@ def describe_change(s: Series, cp: Any) -> str:
     return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({fmt(a)} -> {fmt(b)}), "
             f"began at commit {p.run.commit[:10]} (run {p.run.run_id})"
             + (f"; {why}" if why else ""))
+
+
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
+# derive_name's marks of a name that is not the test's own: a parameter ('_256_') or a hash
+_NOT_A_TEST_NAME = re.compile(r"(_|-[0-9a-f]{6})$")
+
+
+def bisect_command(s: Series, index: int) -> str | None:
+    """The ``perfgate bisect`` command for the change point at ``index``: from the last run
+    of the old level to the first at the new one (docs/bisect.md). None when there is no
+    commit range to search: the same commit on both sides (the machine moved), or a commit
+    unknown (outside git) or measured on a dirty checkout."""
+    from pytest_perfgate.report.series import COUNTS_SUFFIX
+
+    if index < 1:
+        return None
+    before, after = s.points[index - 1].run, s.points[index].run
+    for r in (before, after):
+        if r.dirty or not _COMMIT.fullmatch(r.commit) or set(r.commit) == {"0"}:
+            return None
+    if before.commit == after.commit:
+        return None
+    args = [before.commit[:12], after.commit[:12]]
+    test_file = next((b.test_file for r in (after, before)
+                      for b in (r.benchmarks.get(s.benchmark),
+                                r.benchmarks.get(s.benchmark + COUNTS_SUFFIX))
+                      if b is not None and b.test_file), None)
+    if test_file:
+        args.append(test_file)
+    last = s.benchmark.rpartition(".")[2]
+    if last and not _NOT_A_TEST_NAME.search(last):
+        args += ["-k", last]
+    return "perfgate bisect " + shlex.join(args)
 
 
 def render(s: Series, cps: list[Any], where: str) -> list[str]:
@@ -227,7 +263,11 @@ def render(s: Series, cps: list[Any], where: str) -> list[str]:
     sigma = noise(s.values)
     out.append(f"noise: {sigma:.2%} run to run (robust sigma of the log run medians); "
                f"{len(cps)} change point(s)")
-    out += [f"  {describe_change(s, cp)}" for cp in cps]
+    for cp in cps:
+        out.append(f"  {describe_change(s, cp)}")
+        command = bisect_command(s, cp.index)
+        if command is not None:
+            out.append(f"    find the commit: {command}")
     return out
 
 
