@@ -119,6 +119,16 @@ def test_a_change_point_prints_the_bisect_command_for_its_range(tmp_path: Path,
            test_file="perf/test x.py")
     assert _bisect_lines(tmp_path / "param", capsys, "test_walk_256_") == [
         "    find the commit: perfgate bisect 888888888888 999999999999 'perf/test x.py'"]
+    # a name given to measure(name=...) is not the test's: the file alone selects it
+    record(tmp_path / "named", STEP, names=("humanoid_batch",), test_file="perf/test_h.py")
+    assert _bisect_lines(tmp_path / "named", capsys, "humanoid_batch") == [
+        "    find the commit: perfgate bisect 888888888888 999999999999 perf/test_h.py"]
+    # the file relative to the checkout's top, the name to an ini's folder inside it
+    record(tmp_path / "sub", STEP, names=("perf.test_w.test_walk",),
+           test_file="sub/perf/test_w.py")
+    assert _bisect_lines(tmp_path / "sub", capsys, "test_walk") == [
+        "    find the commit: perfgate bisect 888888888888 999999999999 sub/perf/test_w.py "
+        "-k test_walk"]
     with_json = main(["history", "test_walk", "--results-dir", str(tmp_path / "file"),
                       "--json"])
     assert with_json == 0

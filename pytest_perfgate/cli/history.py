@@ -240,10 +240,23 @@ def bisect_command(s: Series, index: int) -> str | None:
                       if b is not None and b.test_file), None)
     if test_file:
         args.append(test_file)
-    last = s.benchmark.rpartition(".")[2]
-    if last and not _NOT_A_TEST_NAME.search(last):
+    if (last := _test_name(s.benchmark, test_file)) is not None:
         args += ["-k", last]
     return "perfgate bisect " + shlex.join(args)
+
+
+def _test_name(benchmark: str, test_file: str | None) -> str | None:
+    """The last part of ``benchmark`` when ``-k`` would select its test by it: not a
+    parameter or hash (derive_name's), and, when the test's file is known, a name derived
+    from that file's path (a name given to ``measure(name=...)`` is not the test's)."""
+    module, _, last = benchmark.rpartition(".")
+    if not last or _NOT_A_TEST_NAME.search(last):
+        return None
+    if test_file:
+        path = test_file.removesuffix(".py").replace("/", ".")
+        if not module or not (path == module or path.endswith("." + module)):
+            return None
+    return last
 
 
 def render(s: Series, cps: list[Any], where: str) -> list[str]:
