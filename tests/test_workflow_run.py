@@ -535,7 +535,7 @@ def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path
                                                              runner: Machine) -> None:
     origin, dev = scratch
     slow = commit(dev, "C2 slow", work=6)
-    head = commit(dev, "C3")
+    head = commit(dev, "C3", work=6)  # still slow
     _git(dev, "push", "-q", "origin", "main")
     # few short turns and a coarse threshold for a 6x step (the product defaults take minutes)
     text = WORKFLOW.read_text().replace(
