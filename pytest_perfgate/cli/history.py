@@ -3,7 +3,8 @@
 Reads the run sidecars of one machine (the source of truth, docs/design.md §6) and prints a
 row per history-mode run, oldest first: commit, date, run id, the run median, the spread of
 its samples and the verdict the gate gave it; a row opens each change point, naming the
-commit where the new level began (ruptures' PELT, docs/design.md §11). Exit 0, 2 usage
+commit where the new level began (ruptures' PELT, docs/design.md §11), and under each the
+``perfgate bisect`` command that finds the commit (docs/bisect.md). Exit 0, 2 usage
 error, 3 infrastructure error (no or unreadable history, change-point library missing).
 """
 
@@ -113,7 +114,8 @@ class HistoryCommand(Command):
                    "part of it) on one machine, one row per history-mode run, oldest first: "
                    "commit, date, run id, run median, spread of the run's samples, the "
                    "verdict it got. Change points (ruptures' PELT on the log run medians) "
-                   "are marked with the commit where each new level began. Exit 0; 2 usage "
+                   "are marked with the commit where each new level began, each followed by "
+                   "the perfgate bisect command that finds the commit. Exit 0; 2 usage "
                    "error; 3 infrastructure error (no or unreadable history).")
 
     @classmethod
