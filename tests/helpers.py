@@ -123,7 +123,8 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
            names: Sequence[str] = ("walk",), mode: str = "history",
            counts: Sequence[float] | None = None, sigma: float = 0.0,
            first_commit: int = 1, dirty: bool = False,
-           fingerprints: Sequence[str] = ()) -> list[RunRecord]:
+           fingerprints: Sequence[str] = (), test_file: str | None = None
+           ) -> list[RunRecord]:
     """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
     ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
     rng = random.Random(7)
@@ -134,7 +135,7 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
             samples = tuple(level * math.exp(rng.gauss(0, sigma)) for _ in range(6))
             phases = {"physics": PhaseSummary(level * 0.256, 0.9, 1.0)}
             benches[name] = BenchResult(name, samples, 1e6 / level, phases=phases,
-                                        verdict="OK")
+                                        verdict="OK", test_file=test_file)
             if counts is not None:
                 c = (counts[i],) * 3
                 extra = {"est_cycles_per_step": counts[i] * 1.25,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -36,15 +37,16 @@ def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -
     assert out[mark] == (">> change point: -16.7% env-steps/s (4000 -> 3333), began at "
                          "commit 9999999999 (run 20240101T000008-aa0008)")
     assert out[mark + 1].startswith("   9999999999  2024-01-01 08:00  20240101T000008-aa0008")
-    assert out[-2].startswith("noise: 0.") and out[-2].endswith("1 change point(s)")
-    assert out[-1] == "  " + out[mark][3:]
+    assert out[-3].startswith("noise: 0.") and out[-3].endswith("1 change point(s)")
+    assert out[-2] == "  " + out[mark][3:]
+    assert out[-1] == "    find the commit: perfgate bisect 888888888888 999999999999 -k walk"
 
 
 def test_a_change_point_says_when_the_machine_or_nothing_changed(tmp_path: Path,
                                                                  capsys) -> None:
     record(tmp_path / "fp", STEP, fingerprints=["aaa"] * 8 + ["bbb"] * 8)
     assert history("walk", "--results-dir", str(tmp_path / "fp")) == 0
-    assert capsys.readouterr().out.splitlines()[-1].endswith(
+    assert capsys.readouterr().out.splitlines()[-2].endswith(
         "(run 20240101T000008-aa0008); the machine's fingerprint changed here (aaa -> bbb): "
         "new hardware or software, not only new code")
     runs = record(tmp_path / "same", STEP)
@@ -52,10 +54,60 @@ def test_a_change_point_says_when_the_machine_or_nothing_changed(tmp_path: Path,
         path = tmp_path / "same" / "box" / "perfgate" / f"{run.run_id}.pgrun"
         path.write_text(path.read_text().replace(run.commit, "1" * 40))
     assert history("walk", "--results-dir", str(tmp_path / "same")) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert capsys.readouterr().out.splitlines()[-1] == (  # no bisect line: no commit range
         "  change point: -16.7% env-steps/s (4000 -> 3333), began at commit 1111111111 (run "
         "20240101T000008-aa0008); the run before it measured the same commit: the machine's "
         "speed moved, not the code")
+
+
+def _bisect_lines(results: Path, capsys, bench: str = "walk") -> list[str]:
+    assert history(bench, "--results-dir", str(results)) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if "find the commit" in line]
+
+
+def test_a_change_point_prints_the_bisect_command_for_its_range(tmp_path: Path,
+                                                               capsys) -> None:
+    record(tmp_path / "file", STEP, names=("perf.test_perf_walk.test_walk",),
+           test_file="perf/test_perf_walk.py")
+    assert _bisect_lines(tmp_path / "file", capsys, "test_walk") == [
+        "    find the commit: perfgate bisect 888888888888 999999999999 "
+        "perf/test_perf_walk.py -k test_walk"]
+    # a parametrized name ('_256_') is not the test's: -k would select nothing, so it is left
+    # out and the file's tests all run
+    record(tmp_path / "param", STEP, names=("perf.test_x.test_walk_256_",),
+           test_file="perf/test x.py")
+    assert _bisect_lines(tmp_path / "param", capsys, "test_walk_256_") == [
+        "    find the commit: perfgate bisect 888888888888 999999999999 'perf/test x.py'"]
+    # a name given to measure(name=...) is not the test's: the file alone selects it
+    record(tmp_path / "named", STEP, names=("humanoid_batch",), test_file="perf/test_h.py")
+    assert _bisect_lines(tmp_path / "named", capsys, "humanoid_batch") == [
+        "    find the commit: perfgate bisect 888888888888 999999999999 perf/test_h.py"]
+    # the file relative to the checkout's top, the name to an ini's folder inside it
+    record(tmp_path / "sub", STEP, names=("perf.test_w.test_walk",),
+           test_file="sub/perf/test_w.py")
+    assert _bisect_lines(tmp_path / "sub", capsys, "test_walk") == [
+        "    find the commit: perfgate bisect 888888888888 999999999999 sub/perf/test_w.py "
+        "-k test_walk"]
+    with_json = main(["history", "test_walk", "--results-dir", str(tmp_path / "file"),
+                      "--json"])
+    assert with_json == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [cp["bisect"] for cp in doc["change_points"]] == [
+        "perfgate bisect 888888888888 999999999999 perf/test_perf_walk.py -k test_walk"]
+
+
+def test_no_bisect_command_without_a_commit_range(tmp_path: Path, capsys) -> None:
+    """The same commit on both sides (the machine moved: the existing test above), a
+    dirty checkout or a commit outside git leave the line out."""
+    record(tmp_path / "dirty", STEP, dirty=True)
+    assert _bisect_lines(tmp_path / "dirty", capsys) == []
+    runs = record(tmp_path / "nogit", STEP)
+    path = tmp_path / "nogit" / "box" / "perfgate" / f"{runs[8].run_id}.pgrun"
+    path.write_text(path.read_text().replace(runs[8].commit, "0" * 40))
+    assert history("walk", "--results-dir", str(tmp_path / "nogit"), "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [cp["bisect"] for cp in doc["change_points"]] == [None]
+    assert _bisect_lines(tmp_path / "nogit", capsys) == []
 
 
 def test_a_flat_series_has_none_and_a_substring_names_the_benchmark(tmp_path: Path,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,22 +183,33 @@ def test_two_machines_one_comment_and_a_job_that_stopped_early(
     assert code == 3 and "name different pull requests: #12, #13" in out[0]
 
 
+def _sparse_checkout(tmp_path: Path) -> Path:
+    """The script as perfgate-comment.yml checks it out: that file alone (python puts its
+    folder first on sys.path, where the package's cli/bisect.py would shadow the standard
+    library's bisect)."""
+    script = tmp_path / "checkout" / "pytest_perfgate" / "cli" / SCRIPT.name
+    script.parent.mkdir(parents=True)
+    shutil.copy(SCRIPT, script)
+    return script
+
+
 def test_the_script_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
-    """As the hosted runner runs it: a file, no project environment (-s -E, no PYTHONPATH),
-    and -P, so no module beside it (cli/bisect.py) can shadow the standard library's."""
-    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(SCRIPT), "--artifacts",
+    """As the hosted runner runs it: the file alone, no project environment (-s -E, no
+    PYTHONPATH), and -P, so nothing beside it can shadow the standard library."""
+    script = _sparse_checkout(tmp_path)
+    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(script), "--artifacts",
                            str(tmp_path), "--repository", "acme/proj", "--head-sha", "nope",
                            "--run-url", "u"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
     assert done.returncode == 2
     assert "error: --head-sha 'nope' is not a 40-digit commit id" in done.stderr
-    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(SCRIPT), "--artifacts",
+    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(script), "--artifacts",
                            str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
                            "--run-url", "u"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
     assert done.returncode == 0 and "nothing posted: no perfgate-pr-*" in done.stdout
     _artifact(tmp_path)
-    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(SCRIPT), "--artifacts",
+    done = subprocess.run([sys.executable, "-s", "-E", "-P", "-S", str(script), "--artifacts",
                            str(tmp_path), "--repository", "acme/proj", "--head-sha", SHA,
                            "--run-url", "u"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
@@ -235,10 +247,11 @@ def test_the_script_talks_to_the_rest_api(tmp_path: Path) -> None:
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    script = _sparse_checkout(tmp_path)
     try:
         _artifact(tmp_path / "artifacts")
         done = subprocess.run(
-            [sys.executable, "-s", "-E", "-P", str(SCRIPT), "--artifacts",
+            [sys.executable, "-s", "-E", "-P", str(script), "--artifacts",
              str(tmp_path / "artifacts"),
              "--repository", "acme/proj", "--head-sha", SHA, "--run-url", "https://r/9"],
             capture_output=True, text=True, timeout=60,

@@ -231,14 +231,20 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     assert ok.step("gate_history")["code"] == 0 and ok.step("gate_anchor")["code"] == 0
     assert "## perfgate: perf-xeon: history: passed" in ok.summary
     assert "## perfgate: perf-xeon: vs anchor v0.1: passed" in ok.summary
+    assert "Find the commit" not in ok.summary  # only a failed anchor gate names a range
     report = ok.artifacts / "perfgate-perf-xeon" / "report"
     assert (report / "report.md").is_file() and list(report.glob("*.png"))
     assert "![" not in (report / "summary.md").read_text()  # no images in the job summary
 
     # 4. an 8x slower commit: history and the anchor both say REGRESSION, at the test's line
-    _, slow = push("C3 slow", work=8)
+    c3, slow = push("C3 slow", work=8)
     for gate in ("gate_history", "gate_anchor"):
         assert slow.step(gate)["code"] == 1, slow.step(gate)["out"]
+    v01 = _git(dev, "rev-parse", "v0.1")
+    assert f"\n```\nperfgate bisect {v01[:12]} {c3[:12]} perf\n```\n" in slow.summary
+    assert (f"run this workflow by hand (Actions > perfgate > Run workflow) with bisect_good "
+            f"{v01[:12]}, bisect_bad {c3[:12]}, bisect_machine perf-xeon: its bisect job "
+            "writes the culprit to its summary (docs/bisect.md).") in slow.summary
     errs = _errors(slow, "perfgate REGRESSION")
     assert len(errs) == 2 and all(e.startswith(f"::error file=perf/test_perf_walk.py,{TEST_LINE},")
                                   for e in errs)
@@ -455,6 +461,97 @@ def test_seed_runs_must_be_a_count(scratch: tuple[Path, Path], runner: Machine,
     assert job.annotations == [
         f"::error title=perfgate usage error::seed_runs is '{seed_runs}', not a count of runs: "
         "give a whole number from 1 (e.g. 3), or leave it empty for a normal run"]
+
+
+# --- the manual bisect job ------------------------------------------------------------------
+
+def _bisect_inputs(**given: str) -> dict[str, str]:
+    return {"seed_runs": "", "anchor": "", "bisect_good": "", "bisect_bad": "",
+            "bisect_tests": "", "bisect_machine": "perf-xeon", **given}
+
+
+def test_the_bisect_job_runs_by_hand_only_and_alone() -> None:
+    """Not on a push or a pull request; a dispatch with bisect_good runs it and neither
+    history job (it writes no history); a dispatch without runs the history jobs only."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    jobs = wf["jobs"]
+
+    def runs(job: str, event: str, inputs: dict[str, str] | None) -> bool:
+        ctx = {"github": {"event_name": event, "ref": "refs/heads/main",
+                          "event": {"repository": {"default_branch": "main"}}},
+               "inputs": inputs or {}, "_failed": False}
+        return condition(jobs[job]["if"], ctx)
+
+    for event in ("push", "pull_request"):
+        assert not runs("bisect", event, None)
+    bisect = _bisect_inputs(bisect_good="v0.1")
+    assert runs("bisect", "workflow_dispatch", bisect)
+    assert not runs("default-branch", "workflow_dispatch", bisect)
+    assert not runs("save-history", "workflow_dispatch", bisect)
+    assert not runs("bisect", "workflow_dispatch", _bisect_inputs())
+    assert runs("default-branch", "workflow_dispatch", _bisect_inputs())
+    assert runs("default-branch", "push", None) and runs("save-history", "push", None)
+    job = jobs["bisect"]
+    assert job["permissions"] == {"contents": "read"} and "timeout-minutes" in job
+    assert job["runs-on"] == ["self-hosted", "linux", "perf", "${{ inputs.bisect_machine }}"]
+    cleans = [s for s in job["steps"] if s.get("name") == "Clean the runner"]
+    assert len(cleans) == 2 and cleans[-1] is job["steps"][-1]
+    assert cleans[-1]["if"] == "always()" and "if" not in cleans[0]
+    assert all(c["run"] == jobs["pull-request"]["steps"][0]["run"] for c in cleans)
+    install = next(s for s in job["steps"] if s.get("name") == "Python environment")
+    assert install["run"] == next(s for s in jobs["pull-request"]["steps"]
+                                  if s.get("name") == "Python environment")["run"]
+    assert not any("history" in str(s.get("run", "")).lower() for s in job["steps"])
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("bisect_good", "-x"), ("bisect_good", "v1;id"), ("bisect_good", "$(id)"),
+    ("bisect_bad", "HEAD main"), ("bisect_bad", "a`b`"),
+    ("bisect_tests", "perf;id"), ("bisect_tests", "perf -k $(id)")])
+def test_the_bisect_job_refuses_a_bad_input(scratch: tuple[Path, Path], runner: Machine,
+                                            name: str, value: str) -> None:
+    origin, dev = scratch
+    head = _git(dev, "rev-parse", "HEAD")
+    inputs = _bisect_inputs(**{"bisect_good": "v0.1", name: value})
+    job = run_job("bisect", "workflow_dispatch", {}, head, origin, runner, "perf-xeon", inputs)
+    assert job.step("Check the inputs")["code"] == 2
+    (error,) = job.annotations
+    if name == "bisect_tests":
+        word = next(w for w in value.split() if not re.fullmatch(r"[\w./:=,+@%\[\]-]+", w))
+        assert error == (
+            f"::error title=perfgate usage error::bisect_tests holds '{word}': give test paths "
+            "and pytest options separated by spaces (letters, digits and . _ / : = , + @ % - "
+            "[ ]), e.g. perf/test_perf_mujoco.py -k humanoid")
+    else:
+        assert error == (
+            f"::error title=perfgate usage error::{name} is '{value}', not a revision: give a "
+            "commit hash, tag or branch (letters, digits and . _ / ~ ^ -, not starting with -)")
+    assert [s["name"] for s in job.steps] == [  # nothing checked out, nothing measured
+        "Check the inputs", "Upload the bisect log", "Clean the runner"]
+
+
+@pytest.mark.slow  # a real bisection of four commits (A/B probes), ~1-2 min
+def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path, Path],
+                                                             runner: Machine) -> None:
+    origin, dev = scratch
+    slow = commit(dev, "C2 slow", work=6)
+    head = commit(dev, "C3", work=6)  # still slow
+    _git(dev, "push", "-q", "origin", "main")
+    # few short turns and a coarse threshold for a 6x step (the product defaults take minutes)
+    text = WORKFLOW.read_text().replace(
+        'bisect "$GOOD"', 'bisect --turns 8 --turn-time 0.05 --threshold 50% "$GOOD"')
+    job = run_job("bisect", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
+                  _bisect_inputs(bisect_good="v0.1", bisect_tests="perf -k walk"),
+                  workflow=text)
+    step = job.step("bisect")
+    assert step["code"] == 0, step["out"][-3000:]
+    assert "[probe 1/" in step["out"]
+    assert job.summary.startswith(
+        f"### perfgate bisect on perf-xeon: GOOD v0.1, BAD {head} (exit 0)\n\n```\n"
+        "perfgate bisect: 1 step found between GOOD v0.1")
+    assert f"first bad commit: {slow[:10]} \"C2 slow\"" in job.summary
+    assert "[probe" not in job.summary and job.summary.endswith("```\n")
+    assert job.steps[-1]["name"] == "Clean the runner" and not job.failed
 
 
 # --- one runner, a pull request then a push ---------------------------------------------------

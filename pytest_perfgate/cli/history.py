@@ -3,13 +3,16 @@
 Reads the run sidecars of one machine (the source of truth, docs/design.md §6) and prints a
 row per history-mode run, oldest first: commit, date, run id, the run median, the spread of
 its samples and the verdict the gate gave it; a row opens each change point, naming the
-commit where the new level began (ruptures' PELT, docs/design.md §11). Exit 0, 2 usage
+commit where the new level began (ruptures' PELT, docs/design.md §11), and under each the
+``perfgate bisect`` command that finds the commit (docs/bisect.md). Exit 0, 2 usage
 error, 3 infrastructure error (no or unreadable history, change-point library missing).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
 import time
 import warnings
@@ -111,7 +114,8 @@ class HistoryCommand(Command):
                    "part of it) on one machine, one row per history-mode run, oldest first: "
                    "commit, date, run id, run median, spread of the run's samples, the "
                    "verdict it got. Change points (ruptures' PELT on the log run medians) "
-                   "are marked with the commit where each new level began. Exit 0; 2 usage "
+                   "are marked with the commit where each new level began, each followed by "
+                   "the perfgate bisect command that finds the commit. Exit 0; 2 usage "
                    "error; 3 infrastructure error (no or unreadable history).")
 
     @classmethod
@@ -193,7 +197,8 @@ def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> di
                            "run_id": s.points[cp.index].run.run_id,
                            "before": num(cp.before), "after": num(cp.after),
                            "display_change": num(s.display(cp.after) / s.display(cp.before)
-                                                 - 1)} for cp in cps],
+                                                 - 1),
+                           "bisect": bisect_command(s, cp.index)} for cp in cps],
         "noise": num(noise(s.values)) if enough else None,
     }
 
@@ -208,6 +213,52 @@ def describe_change(s: Series, cp: Any) -> str:
     return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({fmt(a)} -> {fmt(b)}), "
             f"began at commit {p.run.commit[:10]} (run {p.run.run_id})"
             + (f"; {why}" if why else ""))
+
+
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
+# derive_name's marks of a name that is not the test's own: a parameter ('_256_') or a hash
+_NOT_A_TEST_NAME = re.compile(r"(_|-[0-9a-f]{6})$")
+
+
+def bisect_command(s: Series, index: int) -> str | None:
+    """The ``perfgate bisect`` command for the change point at ``index``: from the last run
+    of the old level to the first at the new one (docs/bisect.md). None when there is no
+    commit range to search: the same commit on both sides (the machine moved), or a commit
+    unknown (outside git) or measured on a dirty checkout."""
+    from pytest_perfgate.report.series import COUNTS_SUFFIX
+
+    if index < 1:
+        return None
+    before, after = s.points[index - 1].run, s.points[index].run
+    for r in (before, after):
+        if r.dirty or not _COMMIT.fullmatch(r.commit) or set(r.commit) == {"0"}:
+            return None
+    if before.commit == after.commit:
+        return None
+    args = [before.commit[:12], after.commit[:12]]
+    test_file = next((b.test_file for r in (after, before)
+                      for b in (r.benchmarks.get(s.benchmark),
+                                r.benchmarks.get(s.benchmark + COUNTS_SUFFIX))
+                      if b is not None and b.test_file), None)
+    if test_file:
+        args.append(test_file)
+    if (last := _test_name(s.benchmark, test_file)) is not None:
+        args += ["-k", last]
+    return "perfgate bisect " + shlex.join(args)
+
+
+def _test_name(benchmark: str, test_file: str | None) -> str | None:
+    """The last part of ``benchmark`` when ``-k`` would select its test by it: not a
+    parameter or hash (derive_name's), and, when the test's file is known, a name derived
+    from that file's path (a name given to ``measure(name=...)`` is not the test's)."""
+    module, _, last = benchmark.rpartition(".")
+    if not last or _NOT_A_TEST_NAME.search(last):
+        return None
+    if test_file:
+        path = test_file.removesuffix(".py").replace("/", ".")
+        if not module or not (path == module or path.endswith("." + module)):
+            return None
+    return last
 
 
 def render(s: Series, cps: list[Any], where: str) -> list[str]:
@@ -227,7 +278,11 @@ def render(s: Series, cps: list[Any], where: str) -> list[str]:
     sigma = noise(s.values)
     out.append(f"noise: {sigma:.2%} run to run (robust sigma of the log run medians); "
                f"{len(cps)} change point(s)")
-    out += [f"  {describe_change(s, cp)}" for cp in cps]
+    for cp in cps:
+        out.append(f"  {describe_change(s, cp)}")
+        command = bisect_command(s, cp.index)
+        if command is not None:
+            out.append(f"    find the commit: {command}")
     return out
 
 
