@@ -187,6 +187,8 @@ def test_a_child_whose_parent_died_before_pushing_is_told(tmp_path: Path) -> Non
         helper.kill()
         killed = time.monotonic()
         helper.wait(10)
+        if helper.stdout is not None:
+            helper.stdout.close()  # not read to its end: the orphan still holds the pipe
     deadline = time.monotonic() + 30
     while not out.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -1,7 +1,8 @@
 """Build the initramfs for the emulated multi-NUMA machine (tests/test_numa_qemu.py).
 
 The image carries: a static busybox, the *running* CPython (its binary, shared libraries
-found with ldd, a trimmed stdlib with its bytecode), the ``pytest_perfgate`` sources, the
+found with ldd, a trimmed stdlib with its bytecode), the ``pytest_perfgate`` sources and
+psutil (the one dependency the guest's workers import), the
 guest script and workload from this directory, and an ``/init`` that mounts proc, sysfs and
 devtmpfs, runs the guest script, prints its exit status and powers the machine off.
 
@@ -193,7 +194,22 @@ def collect() -> tuple[list[Entry], Path]:
                  if p.suffix == ".so" and not DYNLOAD_SKIP.match(p.name))
     for p in dyn:
         add_file(p)
-    for lib in ldd([exe, *dyn]):
+    # psutil, a dependency of the package (each worker counts its own process tree)
+    spec = importlib.util.find_spec("psutil")
+    if spec is None or not spec.submodule_search_locations:
+        raise Missing("psutil is not importable here: pip install psutil")
+    psutil_dir = Path(next(iter(spec.submodule_search_locations)))
+    psutil_so = []
+    for src in sorted(psutil_dir.rglob("*")):
+        rel = src.relative_to(psutil_dir)
+        if "__pycache__" in rel.parts or "tests" in rel.parts:
+            continue
+        if src.suffix == ".py":
+            add_py(src, f"{GUEST_DIR}/psutil/{rel}")
+        elif src.suffix == ".so":
+            add_file(src, f"{GUEST_DIR}/psutil/{rel}")
+            psutil_so.append(src)
+    for lib in ldd([exe, *dyn, *psutil_so]):
         real = Path(os.path.realpath(lib))
         add_file(real)
         if str(real) != str(lib):  # keep the name ldd resolved (a symlink on the host)
