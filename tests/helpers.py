@@ -196,3 +196,27 @@ class Recorder(Progress):
 
     def finished(self, name: str, summary: str) -> None:
         self.events.append(("finished", name, summary))
+
+
+def asv_project(repo: Path, conftest: str, perf_test: str, timeout: float = 300
+                ) -> subprocess.CompletedProcess[str]:
+    """A scratch git repository asv can publish: asv.conf.json on its branch, the perf test
+    and its conftest (the asv site tests). Returns the ``git init``."""
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")
+             or k == "PERFGATE_REQUIRE_TOOLS"}
+    env = {**clean, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo)}
+    init = subprocess.run(["git", "init", "-q", str(repo)], cwd=repo, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    branch = subprocess.run(["git", "symbolic-ref", "--short", "HEAD"], cwd=repo,
+                            capture_output=True, text=True, timeout=timeout,
+                            env=env).stdout.strip()
+    (repo / "asv.conf.json").write_text(json.dumps({
+        "version": 1, "project": "walker", "repo": ".", "branches": [branch],
+        "environment_type": "existing", "pythons": ["same"], "results_dir": "results",
+        "html_dir": "html"}))
+    (repo / ".gitignore").write_text("results/\nhtml/\n__pycache__/\n.asv/\n")
+    (repo / "conftest.py").write_text(conftest)
+    (repo / "test_perf.py").write_text(perf_test)
+    return init

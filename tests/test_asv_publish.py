@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from asv_browser import PageLog, browser_page, chromium_path, serve
 from fake_session import FAKE_CLOCK_CONFTEST
+from helpers import asv_project
 
 pytest.importorskip("asv")
 pytestmark = pytest.mark.slow  # subprocess pytest runs, asv publish and a browser
@@ -67,15 +68,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> dict[s
     """The published site of the recorded commits: html dir, results dir, commits."""
     chromium_path()  # no browser: skip before recording anything
     repo = tmp_path_factory.mktemp("proj")
-    assert _run(["git", "init", "-q", str(repo)], repo).returncode == 0
-    branch = _run(["git", "symbolic-ref", "--short", "HEAD"], repo).stdout.strip()
-    (repo / "asv.conf.json").write_text(json.dumps({
-        "version": 1, "project": "walker", "repo": ".", "branches": [branch],
-        "environment_type": "existing", "pythons": ["same"], "results_dir": "results",
-        "html_dir": "html"}))
-    (repo / ".gitignore").write_text("results/\nhtml/\n__pycache__/\n.asv/\n")
-    (repo / "conftest.py").write_text(CONFTEST)
-    (repo / "test_perf.py").write_text(PERF_TEST)
+    assert asv_project(repo, CONFTEST, PERF_TEST).returncode == 0
     commits = []
     for i, slow in enumerate(SLOWDOWN):
         (repo / "walker.py").write_text(f"PHYSICS_COST = {slow}  # commit {i}\n")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from asv_browser import browser_page, chromium_path, serve
 from fake_session import FAKE_CLOCK_CONFTEST
+from helpers import asv_project
 
 pytest.importorskip("asv")
 pytestmark = pytest.mark.slow  # subprocess pytest runs, asv publish and a browser
@@ -57,15 +58,7 @@ def _run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
 def publish_site(repo: Path, windows: list[str], scripts: Path,
                  plan: list[tuple[float, float]] = PLAN, **env: str) -> dict[str, Any]:
     repo.mkdir()
-    assert _run(["git", "init", "-q", str(repo)], repo).returncode == 0
-    branch = _run(["git", "symbolic-ref", "--short", "HEAD"], repo).stdout.strip()
-    (repo / "asv.conf.json").write_text(json.dumps({
-        "version": 1, "project": "walker", "repo": ".", "branches": [branch],
-        "environment_type": "existing", "pythons": ["same"], "results_dir": "results",
-        "html_dir": "html"}))
-    (repo / ".gitignore").write_text("results/\nhtml/\n__pycache__/\n.asv/\n")
-    (repo / "conftest.py").write_text(FAKE_CLOCK_CONFTEST)
-    (repo / "test_perf.py").write_text(PERF_TEST)
+    assert asv_project(repo, FAKE_CLOCK_CONFTEST, PERF_TEST).returncode == 0
     commits = []
     for i, (slow, noise) in enumerate(plan):
         (repo / "walker.py").write_text(f"COST = {slow}  # commit {i}\n")
