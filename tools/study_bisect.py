@@ -13,6 +13,9 @@
         the probes or benchmarks run and the wall time; then the tally.
     python tools/study_bisect.py --trials 1 --seed 7 --no-asv
         one trial, perfgate only (trials are independent: run them in short sittings).
+    python tools/study_bisect.py --trials 3 --step 3% --steps 2 --gap 10 --no-asv
+        two 3% steps 10 commits apart (the second at a random place, the first 10 commits
+        before it): a hit is both named, and nothing else.
 
 Run it under ``flock /tmp/perfgate-timing.lock`` on a shared machine: a measurement beside
 another one measures both.
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,9 +88,10 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def build(repo: Path, commits: int, slow_at: int, step: float) -> tuple[str, list[str]]:
-    """The scratch repository: a root commit, GOOD, then ``commits`` commits of which the
-    ``slow_at``-th (0-based) adds the extra work. Returns GOOD and the commits."""
+def build(repo: Path, commits: int, slow_at: list[int], step: float) -> tuple[str, list[str]]:
+    """The scratch repository: a root commit, GOOD, then ``commits`` commits of which each
+    one listed in ``slow_at`` (0-based) adds ``step`` of the base work more. Returns GOOD and
+    the commits."""
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "study@example.com")
@@ -112,11 +117,12 @@ def build(repo: Path, commits: int, slow_at: int, step: float) -> tuple[str, lis
     good = git(repo, "rev-parse", "HEAD")
     hashes = []
     for i in range(commits):
-        if i == slow_at:
-            pkg.write_text(PACKAGE.format(sorts=round(BASE_SORTS * (1 + step))))
+        if i in slow_at:
+            done = sum(1 for k in slow_at if k <= i)
+            pkg.write_text(PACKAGE.format(sorts=round(BASE_SORTS * (1 + done * step))))
         with (repo / "NOTES.txt").open("a") as f:
             f.write(f"commit {i}\n")
-        git(repo, "commit", "-qam", f"commit {i}" + (" (slower)" if i == slow_at else ""))
+        git(repo, "commit", "-qam", f"commit {i}" + (" (slower)" if i in slow_at else ""))
         hashes.append(git(repo, "rev-parse", "HEAD"))
     return good, hashes
 
@@ -159,35 +165,43 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--commits", type=int, default=32)
     ap.add_argument("--step", default="5%", help="the slowdown, e.g. 5%% or 0.05")
+    ap.add_argument("--steps", type=int, default=1, help="how many slow commits (default 1)")
+    ap.add_argument("--gap", type=int, default=10, help="commits between two slow commits")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-asv", action="store_true", help="skip asv find")
     ap.add_argument("--dir", type=Path, default=None, help="keep the repositories here")
     ap.add_argument("bisect_args", nargs="*", help="extra perfgate bisect options, after --")
     args = ap.parse_args()
     step = float(args.step.rstrip("%")) / (100 if args.step.endswith("%") else 1)
+    if args.steps < 1 or (args.steps - 1) * args.gap >= args.commits:
+        ap.error(f"--steps {args.steps} --gap {args.gap} do not fit in --commits "
+                 f"{args.commits}: need (steps - 1) x gap < commits")
     rng = random.Random(args.seed)
     top = args.dir or Path(tempfile.mkdtemp(prefix="study-bisect-"))
-    print(f"study_bisect: {args.trials} trials, {args.commits} commits, a {step:.0%} step "
-          f"({BASE_SORTS} -> {round(BASE_SORTS * (1 + step))} sorts), seed {args.seed}, "
+    print(f"study_bisect: {args.trials} trials, {args.commits} commits, {args.steps} x a "
+          f"{step:.0%} step ({BASE_SORTS} -> {round(BASE_SORTS * (1 + step))} sorts"
+          f"{f', {args.gap} commits apart' if args.steps > 1 else ''}), seed {args.seed}, "
           f"repositories in {top}; load average {load()}", flush=True)
     tally = {"perfgate": 0, "asv": 0}
     probes: list[int] = []
     walls: list[float] = []
     asv_walls: list[float] = []
     for t in range(args.trials):
-        slow_at = rng.randrange(args.commits)
+        first = rng.randrange(args.commits - (args.steps - 1) * args.gap)
+        slow_at = [first + k * args.gap for k in range(args.steps)]
         repo = top / f"trial-{t}"
         good, hashes = build(repo, args.commits, slow_at, step)
-        truth = hashes[slow_at]
+        truth = [hashes[i] for i in slow_at]
         pg = run_perfgate(repo, good, args.bisect_args)
         (top / f"trial-{t}-perfgate.txt").write_text(str(pg["output"]))
         retried = str(pg["output"]).count("-> inconclusive")
-        hit = pg["named"] == [truth[:10]]
+        hit = sorted(cast("list[str]", pg["named"])) == sorted(h[:10] for h in truth)
         tally["perfgate"] += hit
         probes.append(int(str(pg["probes"])))
         walls.append(float(str(pg["seconds"])))
         ranges = f" (ranges of {pg['ranges']} commits)" if pg["ranges"] else ""
-        line = (f"trial {t}: slow commit #{slow_at} {truth[:10]}; perfgate bisect named "
+        where = ", ".join(f"#{i} {h[:10]}" for i, h in zip(slow_at, truth, strict=True))
+        line = (f"trial {t}: slow commit {where}; perfgate bisect named "
                 f"{pg['named'] or 'nothing'}{ranges} {'HIT' if hit else 'MISS'}, exit "
                 f"{pg['rc']}, {pg['probes']} probes ({retried} inconclusive), "
                 f"{pg['seconds']:.0f} s")
@@ -199,7 +213,7 @@ def main() -> int:
             home.mkdir(exist_ok=True)
             a = run_asv(repo, good, home)
             (top / f"trial-{t}-asv.txt").write_text(str(a["output"]))
-            ahit = a["named"] == [truth[:8]]
+            ahit = a["named"] == [truth[0][:8]] if args.steps == 1 else False
             tally["asv"] += ahit
             asv_walls.append(float(str(a["seconds"])))
             line += (f"; asv find named {a['named'] or 'nothing'} {'HIT' if ahit else 'MISS'}, "
