@@ -146,3 +146,27 @@ def test_hog_schedule_is_two_to_five_seconds_by_default() -> None:
 
     assert ON_OFF_S == (2.0, 5.0)
     assert math.isclose(ToggleHog(1).period[1], 5.0)
+
+
+def test_sittings_merge_into_one_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    trials, _ = study(CFG)
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    cal.save(a, CFG, trials[:10], {"command": "perfgate calibrate --seed 1", "started": "s1",
+                                   "finished": "f1", "loadavg_before": [1.0, 1.0, 1.0]})
+    cal.save(b, CFG, trials[10:], {"command": "perfgate calibrate --seed 2", "started": "s2",
+                                   "finished": "f2", "loadavg_after": [2.0, 2.0, 2.0]})
+    assert main(["calibrate", "--analyse", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("$ perfgate calibrate --seed 1 + perfgate calibrate --seed 2\n")
+    assert "  sitting 1: perfgate calibrate --seed 1 ran s1 .. f1, 10 trials, load average " \
+        "before 1.00/1.00/1.00, after ?" in out
+    assert "  sitting 2: perfgate calibrate --seed 2 ran s2 .. f2, 14 trials" in out
+    assert "(0/12) |" in out  # every A/A trial of both sittings
+    from dataclasses import replace
+
+    cal.save(c, replace(CFG, load="both"), trials[10:], {})
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--analyse", str(a), str(c)])
+    assert f"{c}: load='both', but {a} has 'quiet': merge only sittings of the same study " \
+        "settings" in capsys.readouterr().err

@@ -94,8 +94,9 @@ class Calibrate(Command):
                        help="trial order seed (default 0)")
         c.add_argument("--save", type=argparse_type(parse_output_file),
                        help="write the raw trials as JSON to this file")
-        c.add_argument("--analyse", type=Path, metavar="FILE",
-                       help="re-analyse a saved study instead of measuring")
+        c.add_argument("--analyse", type=Path, metavar="FILE", nargs="+",
+                       help="re-analyse saved studies instead of measuring; several files "
+                       "of the same settings (sittings) are merged")
         c.add_argument("--cwd", type=Path, default=Path.cwd(),
                        help="project checkout the sides run in (default: here)")
         return c
@@ -104,11 +105,12 @@ class Calibrate(Command):
     def run_from_args(cls, args: argparse.Namespace) -> int:
         try:
             if args.analyse is not None:
-                cfg, trials, meta = cal.load(args.analyse)
+                cfg, trials, meta = cal.merge([(p, *cal.load(p)) for p in args.analyse])
                 if not trials:
-                    raise cal.StudyError(f"--analyse {args.analyse}: the study holds no "
-                                         "trials (it was stopped before the first one "
-                                         "ended): measure again with --save FILE")
+                    raise cal.StudyError(f"--analyse {' '.join(map(str, args.analyse))}: "
+                                         "the study holds no trials (it was stopped before "
+                                         "the first one ended): measure again with --save "
+                                         "FILE")
                 over = {k: v for k, v in (("threshold", args.threshold),
                                           ("alpha", args.alpha)) if v is not None}
                 if over:
@@ -215,12 +217,17 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
     if cfg.history and any(t.hist_head for t in trials):
         reps.append(ana.analyse_history(trials, rule, cfg.baseline_runs))
     noise = ana.noise_summary(trials)
+    sittings = meta.get("sittings") or []
     lines = [f"$ {meta.get('command', 'perfgate calibrate')}",
              f"perfgate calibrate: {meta.get('nodeid', '?')} ({meta.get('bench', '?')})",
              f"ran {meta.get('started', '?')} .. {meta.get('finished', '?')} "
              f"({meta.get('wall_s', '?')} s wall), load average before "
              f"{_load(meta.get('loadavg_before'))}, after {_load(meta.get('loadavg_after'))}"
              + (f", pinned to CPUs {meta['pin']}" if meta.get("pin") else ""),
+             *(f"  sitting {i + 1}: {m.get('command', '?')} ran {m.get('started', '?')} .. "
+               f"{m.get('finished', '?')}, {m.get('trials', '?')} trials, load average before "
+               f"{_load(m.get('loadavg_before'))}, after {_load(m.get('loadavg_after'))}"
+               for i, m in enumerate(sittings)),
              f"{len(trials)} trials in random order (seed {cfg.seed}), load {cfg.load}; at most "
              f"{cfg.turns} turns x {cfg.turn_s:g} s per side, ABBA, {cfg.looks} look(s); "
              f"history runs of {cfg.history_windows} x {cfg.history_window_s:g} s windows vs "

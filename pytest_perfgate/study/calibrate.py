@@ -26,7 +26,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -323,5 +323,37 @@ def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
                          f"({type(exc).__name__}: {exc}); re-run the study with --save") from None
 
 
+MERGED_KEYS = ("turns", "turn_s", "looks", "load", "threshold", "alpha", "history")
+
+
+def merge(studies: Sequence[tuple[Path, StudyConfig, list[TrialRecord], dict[str, Any]]]
+          ) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
+    """Several sittings of one study as one: the same settings (MERGED_KEYS), trials
+    renumbered in order, each sitting's meta kept under "sittings". One file: itself."""
+    if len(studies) == 1:
+        return studies[0][1], studies[0][2], studies[0][3]
+    first_path, first, _, _ = studies[0]
+    trials: list[TrialRecord] = []
+    sittings = []
+    for path, cfg, recs, meta in studies:
+        for key in MERGED_KEYS:
+            if getattr(cfg, key) != getattr(first, key):
+                raise StudyError(f"{path}: {key}={getattr(cfg, key)!r}, but {first_path} has "
+                                 f"{getattr(first, key)!r}: merge only sittings of the same "
+                                 "study settings")
+        trials += [replace(t, index=len(trials) + i) for i, t in enumerate(recs)]
+        sittings.append({**meta, "trials": len(recs), "file": str(path)})
+    cfg = replace(first, aa_trials=sum(t.slowdown == 0 for t in trials),
+                  slowdowns=tuple(sorted({t.slowdown for t in trials if t.slowdown > 0}))
+                  or first.slowdowns)
+    meta = {"command": " + ".join(str(m.get("command", "?")) for m in sittings),
+            "nodeid": sittings[0].get("nodeid"), "bench": sittings[0].get("bench"),
+            "started": sittings[0].get("started"), "finished": sittings[-1].get("finished"),
+            "wall_s": round(sum(float(m.get("wall_s") or 0) for m in sittings), 1),
+            "loadavg_before": sittings[0].get("loadavg_before"),
+            "loadavg_after": sittings[-1].get("loadavg_after"), "sittings": sittings}
+    return cfg, trials, meta
+
+
 __all__ = ["ESTIMATORS", "FORMAT", "LOADS", "TARGETS", "Injectable", "StudyConfig", "StudyError",
-           "TrialRecord", "load", "run_study", "run_trial", "save", "system_probe"]
+           "TrialRecord", "load", "merge", "run_study", "run_trial", "save", "system_probe"]
