@@ -295,3 +295,11 @@ def test_looks_flow_through_options() -> None:
     assert Options.resolve(True, {}, {"ab_looks": "2"}, {}).ab_looks == 2
     with pytest.raises(OptionError, match=r"^ini option perfgate_ab_looks: '0' is too small"):
         Options.resolve(True, {}, {"ab_looks": "0"}, {})
+
+
+def test_looks_flag_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_perf="def test_walk(perfgate):\n    pass\n")
+    res = pytester.runpytest_subprocess("--perfgate", "--perfgate-ab-looks=0")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "argument --perfgate-ab-looks: '0' is too small: use a whole number of looks >= 1, " \
+        "e.g. 4" in res.stderr.str()

@@ -120,6 +120,9 @@ def test_hog_runs_on_the_cores_asked_and_is_ended_on_exit() -> None:
     assert _alive(pids) == []
     with pytest.raises(ValueError, match=r"cores=3: a hog runs on one core or both"):
         ToggleHog(3)
+    with pytest.raises(ValueError, match=r"period=\(5, 2\): give \(shortest, longest\) "
+                                         r"seconds, 0 < a <= b"):
+        ToggleHog(1, period=(5, 2))
 
 
 def test_hog_dies_with_a_killed_study() -> None:
@@ -170,3 +173,15 @@ def test_sittings_merge_into_one_study(tmp_path: Path, capsys: pytest.CaptureFix
         main(["calibrate", "--analyse", str(a), str(c)])
     assert f"{c}: load='both', but {a} has 'quiet': merge only sittings of the same study " \
         "settings" in capsys.readouterr().err
+
+
+def test_report_says_when_a_design_leaves_trials_out() -> None:
+    from pytest_perfgate.cli.calibrate import report
+
+    trials, _ = study(CFG)
+    from dataclasses import replace
+
+    lines = report(replace(CFG, turns=40), trials, {})
+    assert "Cost of a sequential verdict: 0.0 s wall (both sides, warm-up included), 0 turn " \
+        "pairs measured on average of at most 40 (plus re-measured ones); 24 trial(s) " \
+        "stopped sooner than this design and are left out." in lines
