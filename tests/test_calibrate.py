@@ -267,6 +267,9 @@ def test_cli_reanalyses_a_saved_study(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "| history (3 windows per run, threshold 2.0%, alpha 0.01) |" in out
     assert "injected +10%: measured +10." in out
     assert "Offline levers" in out and "| A/B (6 turns, bootstrap," in out
+    assert "Sequential designs replayed on the same trials (at most N turns, K looks):" in out
+    assert out.count("| A/B sequential (at most 6 turns, 1 look, trimmed, threshold 2.0%, "
+                     "alpha 0.01) | 0% [0%-26%] (0/12) |") == 1  # 2 and 4 looks merge to 1
     assert "Targets: false_alarms<=1% met" in out
     # the headline is the sequential gate's: it catches the +3% the fixed-rule row misses
     assert "| A/B sequential (at most 12 turns, 1 look, trimmed, threshold 2.0%, alpha " \

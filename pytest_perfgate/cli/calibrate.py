@@ -247,7 +247,9 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
              f"{noise['trial_speed_range']:.2f}x.", ""]
     if levers:
         lines += ["Offline levers (same trials, first N turns, each estimator):",
-                  *ana.lever_table(trials, rule, cal.ESTIMATORS, levers), ""]
+                  *ana.lever_table(trials, rule, cal.ESTIMATORS, levers), "",
+                  "Sequential designs replayed on the same trials (at most N turns, K looks):",
+                  *ana.sequential_levers(trials, rule, levers), ""]
     if any(ana.outside_load(t) for t in trials):
         guarded = [ana.analyse(trials, rule, e, guard=0.5) for e in ("trimmed", "t")]
         lines += ["Noise guard (turn pairs with > 0.5 outside busy cores dropped, /proc/stat):",

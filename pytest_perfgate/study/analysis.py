@@ -350,7 +350,9 @@ def render(reports: Iterable[Report]) -> list[str]:
 def _setting(rep: Report) -> str:
     thr = f"threshold {rep.rule.threshold:.1%}, alpha {rep.rule.alpha:g}"
     if rep.mode == "A/B sequential":
-        return f"at most {rep.turns} turns, {rep.estimator}, {thr}"
+        out = f"at most {rep.turns} turns, {rep.estimator}, {thr}"
+        return out + (f"; {rep.left_out} trials stopped sooner live, left out"
+                      if rep.left_out else "")
     if rep.mode == "history":
         return f"{rep.turns} windows per run, {thr}"
     return f"{rep.turns} turns, {rep.estimator}, {thr}"
@@ -415,6 +417,15 @@ def lever_table(trials: Sequence[TrialRecord], rule: Rule,
     return render(reps)
 
 
+def sequential_levers(trials: Sequence[TrialRecord], rule: Rule, turns: Sequence[int],
+                      looks: Sequence[int] = (1, 2, 4)) -> list[str]:
+    """Other sequential designs replayed on the same trials: at most N turns x K looks.
+    Trials that measured fewer pairs live than a design needs are left out (and counted)."""
+    designs = {(n, plan(n, k, rule.alpha).looks): k for n in sorted(set(turns)) if n >= 2
+               for k in sorted(set(looks), reverse=True)}  # merged looks: one row each
+    return render(analyse_sequential(trials, rule, n, k) for (n, _), k in sorted(designs.items()))
+
+
 def noise_summary(trials: Sequence[TrialRecord]) -> dict[str, float]:
     """How noisy the runner is: per-turn spread of base speed, and of the paired log ratio."""
     aa = [t for t in trials if t.slowdown == 0] or list(trials)
@@ -477,4 +488,5 @@ __all__ = [
     "render",
     "render_measured",
     "replay",
+    "sequential_levers",
 ]
