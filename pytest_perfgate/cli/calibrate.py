@@ -239,8 +239,10 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
              + (f"; {seq.left_out} trial(s) stopped sooner than this design and are left out"
                 if seq.left_out else "") + ".",
              f"The second row judges the first {fixed.turns} turns of every trial at a fixed "
-             "length by the estimate-above-threshold rule.", "",
-             "Injected slowdown as measured by the interleaved turns (pooled over trials):",
+             "length by the estimate-above-threshold rule (every pair, load-changed ones "
+             "too).", "",
+             "Injected slowdown as measured by the interleaved turns (pooled over trials, "
+             "load-changed pairs left out):",
              *ana.render_measured(fixed),
              f"Noise: per-turn spread of base speed {noise['base_turn_sd']:.1%}, of the paired "
              f"log ratio {noise['pair_diff_sd']:.1%}; base speed across trials varied "

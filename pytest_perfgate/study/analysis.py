@@ -32,7 +32,13 @@ from pytest_perfgate.core.gate import (
 )
 from pytest_perfgate.core.measure import Window
 from pytest_perfgate.core.sequential import Design, plan
-from pytest_perfgate.study.calibrate import ESTIMATORS, TARGETS, StudyError, TrialRecord
+from pytest_perfgate.study.calibrate import (
+    ESTIMATORS,
+    LOAD_CHANGE,
+    TARGETS,
+    StudyError,
+    TrialRecord,
+)
 
 BOOTSTRAP_RESAMPLES = 4000
 
@@ -124,7 +130,6 @@ def paired_outcome(t: TrialRecord, rule: Rule, estimator: str = "trimmed",
     return decide(estimator_evidence(base, head, estimator, seed=t.index), rule).outcome
 
 
-LOAD_CHANGE = 0.25  # busy cores: the A/B default (half of --perfgate-load-limit 0.5)
 
 
 def replay(t: TrialRecord, rule: Rule, design: Design, limit: float = LOAD_CHANGE
@@ -271,7 +276,7 @@ def measured_slowdown(trials: Sequence[TrialRecord], turns: int | None = None
     so the interval reflects trial-to-trial variation (including the calibration's).
     """
     stats = _stats()
-    means = [statistics.fmean(t.diffs[:turns or len(t.base)]) for t in trials]
+    means = [statistics.fmean(t.diffs[:turns or len(t.base)]) for t in trials if t.diffs]
     if not means:
         return None
     m = statistics.fmean(means)
@@ -430,7 +435,7 @@ def noise_summary(trials: Sequence[TrialRecord]) -> dict[str, float]:
     """How noisy the runner is: per-turn spread of base speed, and of the paired log ratio."""
     aa = [t for t in trials if t.slowdown == 0] or list(trials)
     within = [statistics.stdev(math.log(x) for x in t.base) for t in aa if len(t.base) > 1]
-    pair_sd = [statistics.stdev(t.diffs) for t in aa if len(t.base) > 1]
+    pair_sd = [statistics.stdev(t.diffs) for t in aa if len(t.diffs) > 1]
     speeds = [math.log(statistics.median(t.base)) for t in trials]
     return {
         "base_turn_sd": statistics.median(within) if within else float("nan"),

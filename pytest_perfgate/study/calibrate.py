@@ -41,6 +41,7 @@ FORMAT = 1  # version of the saved study file (new fields have defaults: old fil
 ESTIMATORS = ("trimmed", "t", "wilcoxon", "bootstrap")  # "trimmed" is the shipped gate
 TARGETS = {"false_alarms": 0.01, "detect_5": 0.95, "detect_3": 0.80, "detect_2": 0.95,
            "seconds": 20.0}
+LOAD_CHANGE = 0.25  # busy cores: the A/B default (half of --perfgate-load-limit 0.5)
 LOADS = ("quiet", "one", "both")  # the scenario: no hog, a toggling hog on one core, on both
 
 
@@ -151,8 +152,12 @@ class TrialRecord:
 
     @property
     def diffs(self) -> list[float]:
-        """Per-turn log(head / base): > 0 means head took longer."""
-        return [math.log(h / b) for b, h in zip(self.base, self.head, strict=True)]
+        """Per-turn log(head / base) of the pairs the load-change rule keeps (all of them
+        when no load was recorded): > 0 means head took longer."""
+        loads = self.loads or ((None, None),) * len(self.base)
+        return [math.log(h / b) for b, h, (lb, lh) in zip(self.base, self.head, loads,
+                                                          strict=True)
+                if lb is None or lh is None or abs(lb - lh) <= LOAD_CHANGE]
 
 
 # ---- running -------------------------------------------------------------------------------
