@@ -43,6 +43,23 @@ def test_twice_as_slow_head_is_a_regression(pytester: pytest.Pytester) -> None:
     no_leftovers(pytester)
 
 
+def test_a_clear_regression_stops_at_the_first_look(pytester: pytest.Pytester) -> None:
+    repo(pytester, "time.sleep(0.002 * SLOW)", head_slow=2.0)
+    args = [a for a in ARGS if not a.startswith("--perfgate-ab-turns=")]
+    res = pytester.runpytest_subprocess(*args, "--perfgate-ab-turns=16",
+                                        "--perfgate-ab-looks=2", "--perfgate-json=r.json",
+                                        timeout=300)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*perfgate REGRESSION: test_perf.test_walk",
+                              "*over 8 interleaved turns (stopped at look 1 of 2, of at most "
+                              "16)*"])
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    seq = entry["result"]["extra"]["ab_sequential"]
+    assert seq["turns"] == 8 and seq["looks"] == [8, 16] and seq["looks_taken"] == 1
+    assert entry["verdict"] == "REGRESSION" and entry["resolvable_drop"] > 0
+    no_leftovers(pytester)
+
+
 def test_same_code_is_not_a_regression(pytester: pytest.Pytester) -> None:
     repo(pytester, "time.sleep(0.002 * SLOW)")
     res = pytester.runpytest_subprocess(*ARGS, timeout=300)

@@ -267,8 +267,20 @@ def test_cli_reanalyses_a_saved_study(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "| history (3 windows per run, threshold 2.0%, alpha 0.01) |" in out
     assert "injected +10%: measured +10." in out
     assert "Offline levers" in out and "| A/B (6 turns, bootstrap," in out
+    assert "Sequential designs replayed on the same trials (at most N turns, K looks):" in out
+    assert out.count("| A/B sequential (at most 6 turns, 1 look, trimmed, threshold 2.0%, "
+                     "alpha 0.01) | 0% [0%-26%] (0/12) |") == 1  # 2 and 4 looks merge to 1
     assert "Targets: false_alarms<=1% met" in out
-    assert out.rstrip().splitlines()[-1].startswith("This runner catches a 10% slowdown")
+    # the headline is the sequential gate's: it catches the +3% the fixed-rule row misses
+    assert "| A/B sequential (at most 12 turns, 1 look, trimmed, threshold 2.0%, alpha " \
+        "0.01) | 0% [0%-26%] (0/12) | 100% [54%-100%] (6/6) |" in out
+    assert "| A/B (12 turns, trimmed, threshold 2.0%, alpha 0.01) | 0% [0%-26%] (0/12) | " \
+        "83% [36%-100%] (5/6) |" in out
+    assert "Cost of a sequential verdict: " in out and " turn pairs measured on average of " \
+        "at most 12 (plus re-measured ones)." in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        "This runner catches a 3% slowdown 100% of the time (95% CI 54%-100%) with 0% false "
+        "alarms (95% CI up to 26.5%) (at most 12 turns, 1 look, trimmed")
 
 
 def test_noise_guard_drops_turn_pairs_with_outside_load() -> None:

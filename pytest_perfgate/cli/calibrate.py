@@ -29,7 +29,12 @@ from pytest_perfgate.cli.common_args import (
 )
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.progress import stream_progress
-from pytest_perfgate.session.options import parse_fraction, parse_positive_int, parse_seconds
+from pytest_perfgate.session.options import (
+    parse_fraction,
+    parse_looks,
+    parse_positive_int,
+    parse_seconds,
+)
 from pytest_perfgate.study import analysis as ana
 from pytest_perfgate.study import calibrate as cal
 
@@ -57,7 +62,13 @@ class Calibrate(Command):
         c.add_argument("--slowdowns", type=argparse_type(parse_fractions),
                        help="injected slowdowns (default 0.02,0.03,0.05,0.10)")
         c.add_argument("--turns", type=argparse_type(parse_positive_int),
-                       help="turns per side (default 96)")
+                       help="turns per side at most: the sequential test's last look "
+                       "(default 96)")
+        c.add_argument("--looks", type=argparse_type(parse_looks),
+                       help="looks of the sequential test (default 4; 1 = fixed length)")
+        c.add_argument("--load", choices=cal.LOADS, default="quiet",
+                       help="scenario: quiet, or a CPU hog switching on and off every 2-5 s "
+                       "at random on one core or both (real processes, ended on exit)")
         c.add_argument("--turn-time", type=argparse_type(parse_seconds),
                        help="seconds per turn (default 0.1)")
         c.add_argument("--threshold", type=argparse_type(parse_fraction),
@@ -83,8 +94,9 @@ class Calibrate(Command):
                        help="trial order seed (default 0)")
         c.add_argument("--save", type=argparse_type(parse_output_file),
                        help="write the raw trials as JSON to this file")
-        c.add_argument("--analyse", type=Path, metavar="FILE",
-                       help="re-analyse a saved study instead of measuring")
+        c.add_argument("--analyse", type=Path, metavar="FILE", nargs="+",
+                       help="re-analyse saved studies instead of measuring; several files "
+                       "of the same settings (sittings) are merged")
         c.add_argument("--cwd", type=Path, default=Path.cwd(),
                        help="project checkout the sides run in (default: here)")
         return c
@@ -93,11 +105,12 @@ class Calibrate(Command):
     def run_from_args(cls, args: argparse.Namespace) -> int:
         try:
             if args.analyse is not None:
-                cfg, trials, meta = cal.load(args.analyse)
+                cfg, trials, meta = cal.merge([(p, *cal.load(p)) for p in args.analyse])
                 if not trials:
-                    raise cal.StudyError(f"--analyse {args.analyse}: the study holds no "
-                                         "trials (it was stopped before the first one "
-                                         "ended): measure again with --save FILE")
+                    raise cal.StudyError(f"--analyse {' '.join(map(str, args.analyse))}: "
+                                         "the study holds no trials (it was stopped before "
+                                         "the first one ended): measure again with --save "
+                                         "FILE")
                 over = {k: v for k, v in (("threshold", args.threshold),
                                           ("alpha", args.alpha)) if v is not None}
                 if over:
@@ -122,9 +135,9 @@ class Calibrate(Command):
 
 def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
     """Flags over defaults (--quick changes the defaults, flags still win)."""
-    kw: dict[str, Any] = {"seed": ns.seed, "history": not ns.no_history}
+    kw: dict[str, Any] = {"seed": ns.seed, "history": not ns.no_history, "load": ns.load}
     for flag, name in (("trials", "trials"), ("aa_trials", "aa_trials"),
-                       ("slowdowns", "slowdowns"), ("turns", "turns"),
+                       ("slowdowns", "slowdowns"), ("turns", "turns"), ("looks", "looks"),
                        ("turn_time", "turn_s"), ("threshold", "threshold"), ("alpha", "alpha")):
         v = getattr(ns, flag)
         if v is not None:
@@ -136,7 +149,9 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
             ) -> tuple[list[cal.TrialRecord], dict[str, Any]]:
     """Start one pair of sides of the same checkout and run the study on it."""
     import pytest_perfgate
+    from pytest_perfgate.core.load import ProcStatProbe
     from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
+    from pytest_perfgate.study.hog import hog_for
 
     root = ns.cwd.resolve()
     if not (root / ns.nodeid.split("::")[0]).exists():
@@ -147,7 +162,9 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
     plugin_root = str(Path(pytest_perfgate.__file__).resolve().parent.parent)
     meta: dict[str, Any] = {"nodeid": ns.nodeid, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                             "loadavg_before": os.getloadavg(), "pin": sorted(ns.pin or ()),
-                            "command": getattr(ns, "command_line", "perfgate calibrate")}
+                            "command": getattr(ns, "command_line", "perfgate calibrate"),
+                            "load": cfg.load}
+    hog = hog_for(cfg.load, cfg.seed)
     pair = Pair(Side(SideSpec("base", root, calibration=True), ns.nodeid, plugin_root),
                 Side(SideSpec("head", root, calibration=True), ns.nodeid, plugin_root))
     try:
@@ -175,9 +192,14 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
                           f"{statistics.median(t.base):.0f} s/Msteps"
                           f"{'' if t.steady else ' (warm-up not steady)'}")
 
-        trials = cal.run_study(base, head, cfg, progress, probe=probe, progress=live)
+        if hog is not None:
+            hog.start()
+        trials = cal.run_study(base, head, cfg, progress, probe=probe, progress=live,
+                               load_probe=ProcStatProbe())
         pair.done()
     finally:
+        if hog is not None:
+            hog.stop()
         pair.close()
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     meta["loadavg_after"] = os.getloadavg()
@@ -189,29 +211,47 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
            estimator: str = "trimmed", levers: Sequence[int] = ()) -> list[str]:
     """The study's output: settings, the table, measured slowdowns, the conclusion."""
     rule = Rule(threshold=cfg.threshold, alpha=cfg.alpha)
-    ab = ana.analyse(trials, rule, estimator)
-    reps = [ab]
+    seq = ana.analyse_sequential(trials, rule, cfg.turns, cfg.looks)
+    fixed = ana.analyse(trials, rule, estimator)
+    reps = [seq, fixed]
     if cfg.history and any(t.hist_head for t in trials):
         reps.append(ana.analyse_history(trials, rule, cfg.baseline_runs))
     noise = ana.noise_summary(trials)
+    sittings = meta.get("sittings") or []
     lines = [f"$ {meta.get('command', 'perfgate calibrate')}",
              f"perfgate calibrate: {meta.get('nodeid', '?')} ({meta.get('bench', '?')})",
              f"ran {meta.get('started', '?')} .. {meta.get('finished', '?')} "
              f"({meta.get('wall_s', '?')} s wall), load average before "
              f"{_load(meta.get('loadavg_before'))}, after {_load(meta.get('loadavg_after'))}"
              + (f", pinned to CPUs {meta['pin']}" if meta.get("pin") else ""),
-             f"{len(trials)} trials in random order (seed {cfg.seed}); {cfg.turns} turns x "
-             f"{cfg.turn_s:g} s per side, ABBA; history runs of {cfg.history_windows} x "
-             f"{cfg.history_window_s:g} s windows vs the previous {cfg.baseline_runs} base runs",
+             *(f"  sitting {i + 1}: {m.get('command', '?')} ran {m.get('started', '?')} .. "
+               f"{m.get('finished', '?')}, {m.get('trials', '?')} trials, load average before "
+               f"{_load(m.get('loadavg_before'))}, after {_load(m.get('loadavg_after'))}"
+               for i, m in enumerate(sittings)),
+             f"{len(trials)} trials in random order (seed {cfg.seed}), load {cfg.load}; at most "
+             f"{cfg.turns} turns x {cfg.turn_s:g} s per side, ABBA, {cfg.looks} look(s); "
+             f"history runs of {cfg.history_windows} x {cfg.history_window_s:g} s windows vs "
+             f"the previous {cfg.baseline_runs} base runs",
              "", *ana.render(reps), "",
-             "Injected slowdown as measured by the interleaved turns (pooled over trials):",
-             *ana.render_measured(ab),
+             f"Cost of a sequential verdict: {seq.wall:.1f} s wall (both sides, warm-up "
+             f"included), {seq.pairs:.0f} turn pairs measured on average of at most "
+             f"{cfg.turns} (plus re-measured ones)"
+             + (f"; {seq.left_out} trial(s) stopped sooner than this design and are left out"
+                if seq.left_out else "") + ".",
+             f"The second row judges the first {fixed.turns} turns of every trial at a fixed "
+             "length by the estimate-above-threshold rule (every pair, load-changed ones "
+             "too).", "",
+             "Injected slowdown as measured by the interleaved turns (pooled over trials, "
+             "load-changed pairs left out):",
+             *ana.render_measured(fixed),
              f"Noise: per-turn spread of base speed {noise['base_turn_sd']:.1%}, of the paired "
              f"log ratio {noise['pair_diff_sd']:.1%}; base speed across trials varied "
              f"{noise['trial_speed_range']:.2f}x.", ""]
     if levers:
         lines += ["Offline levers (same trials, first N turns, each estimator):",
-                  *ana.lever_table(trials, rule, cal.ESTIMATORS, levers), ""]
+                  *ana.lever_table(trials, rule, cal.ESTIMATORS, levers), "",
+                  "Sequential designs replayed on the same trials (at most N turns, K looks):",
+                  *ana.sequential_levers(trials, rule, levers), ""]
     if any(ana.outside_load(t) for t in trials):
         guarded = [ana.analyse(trials, rule, e, guard=0.5) for e in ("trimmed", "t")]
         lines += ["Noise guard (turn pairs with > 0.5 outside busy cores dropped, /proc/stat):",
@@ -221,10 +261,10 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
         lines.append("Noise guard: Spearman correlation of probe rates with the base turn's "
                      "slowness: " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(corr.items())))
         lines.append("")
-    met = ana.meets_targets(ab)
+    met = ana.meets_targets(seq)
     lines.append("Targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}"
                                          for k, v in met.items()))
-    lines.append(ana.conclusion(ab))
+    lines.append(ana.conclusion(seq))
     return lines
 
 

@@ -84,6 +84,12 @@ class Evidence:
     slack: float = 0.0  # log units either way: how far kept polluted windows could move it
     polluted: int = 0  # polluted windows kept (current run and baseline runs)
     thin: str | None = None  # what is missing when the model cannot judge at all
+    # paired, group-sequential (core/sequential.py): the look this evidence was judged at
+    look: int = 0  # 1-based; 0: not a sequential look
+    looks: int = 0  # planned looks
+    max_turns: int = 0  # planned turns per side at the last look
+    excluded: int = 0  # turn pairs left out: the outside load changed between their turns
+    cut_short: bool = False  # re-measuring load-changed pairs ran out before the last look
 
 
 @dataclass(frozen=True)
@@ -298,6 +304,89 @@ def decide(ev: Evidence, rule: Rule, metric: Metric = ENV_STEPS) -> Verdict:
                    f"{_drop(resolvable)})")
 
 
+def sequential_decide(ev: Evidence, rule: Rule, level: float, final: bool,
+                      metric: Metric = ENV_STEPS) -> Verdict | None:
+    """One look of the group-sequential paired test (docs/design.md §3); None: measure on.
+
+    ``level`` is the look's nominal one-sided level (core/sequential.py): the interval
+    ``[lo, hi]`` of the log time ratio at that level is a repeated confidence interval, true
+    at every look at once with confidence 1 - alpha per side. REGRESSION when it shows a
+    slowdown (lo > 0) and does not rule out a drop of the threshold; OK when it rules such a
+    drop out ("no drop larger than X"); IMPROVEMENT symmetrically; at the last look
+    INCONCLUSIVE when it still holds both no change and the threshold, naming how many more
+    turns would resolve it. The threshold is thus the drop the test is built to catch, not a
+    bar the estimate itself must clear (which caught a drop of exactly the threshold in at
+    most half the trials).
+    """
+    ratio = math.exp(-ev.log_ratio)
+    drop = 1 - ratio
+    where = _basis(ev)
+    if ev.thin is not None:
+        return Verdict(Outcome.INCONCLUSIVE,
+                       metric.say(f"measured {_signed(drop)} {where}, but {ev.thin}"),
+                       ratio=ratio, evidence=ev)
+    q = _t().isf(level, ev.df) if ev.se > 0 else 0.0
+    half = float(q) * ev.se + ev.slack
+    lo, hi = ev.log_ratio - half, ev.log_ratio + half
+    limit = -math.log1p(-rule.threshold)  # a drop of the threshold, as a log slowdown
+    rise = math.log1p(rule.threshold)  # a rise of the threshold, as a log speed-up
+    p_slow = _t_sf(ev.log_ratio / ev.se, ev.df) if ev.se > 0 else float(ev.log_ratio <= 0)
+    least, worst = -math.expm1(-lo), -math.expm1(-hi)  # the drop's interval
+    conf = f"{percent(1 - rule.alpha)} confidence"
+    thr = percent(rule.threshold)
+
+    def verdict(outcome: Outcome, message: str) -> Verdict:
+        return Verdict(outcome, metric.say(message), ratio=ratio,
+                       ci=(math.exp(-hi), math.exp(-lo)), p_value=p_slow,
+                       resolvable=-math.expm1(-half), evidence=ev)
+
+    if lo > 0 and hi >= limit:
+        return verdict(Outcome.REGRESSION,
+                       f"{metric.fell} {drop:.1%} (threshold {thr}): by {least:.1%} to "
+                       f"{worst:.1%} at {conf}, p={p_slow:.2g} {where}")
+    if hi < 0 and -lo >= rise:
+        return verdict(Outcome.IMPROVEMENT,
+                       f"{metric.rose} {-drop:.1%}: by {math.expm1(-hi):.1%} to "
+                       f"{math.expm1(-lo):.1%} at {conf} {where}; the baseline will move up "
+                       "once this lands")
+    if hi < limit:
+        if lo > 0:
+            return verdict(Outcome.OK, f"{_signed(drop)} {where}: a real drop, but no larger "
+                           f"than {worst:.1%} at {conf}, within the {thr} threshold")
+        bound = (f"no drop larger than {worst:.1%}" if worst > 0
+                 else f"no drop at all (a rise of at least {math.expm1(-hi):.1%})")
+        return verdict(Outcome.OK, f"{_signed(drop)} {where}: {bound} at {conf} "
+                       f"(threshold {thr})")
+    if not final:
+        return None
+    return verdict(Outcome.INCONCLUSIVE,
+                   f"measured {_signed(drop)} {where}, but at {conf} the change lies between "
+                   f"{_signed(least)} and {_signed(worst)}: that holds both no drop and the "
+                   f"{thr} threshold. {_more_turns(ev, rule, float(q))}")
+
+
+def _more_turns(ev: Evidence, rule: Rule, q: float) -> str:
+    """How many more turns would resolve the threshold, if the measured change holds.
+
+    The interval's half-width shrinks as 1/sqrt(turns). It resolves the threshold once it
+    is narrower than the estimate's distance to 0 or to the threshold, whichever is larger
+    (at least half the threshold): then it excludes one of them."""
+    limit = -math.log1p(-rule.threshold)
+    need = max(ev.log_ratio, limit - ev.log_ratio) - ev.slack
+    cause = ""
+    if ev.excluded:
+        cause = (f" The outside load also changed during {ev.excluded} turn pair(s): a quiet "
+                 "machine needs fewer.")
+    if need <= 0 or q <= 0 or ev.se <= 0:
+        return ("More turns cannot resolve it: raise the threshold, or run when the machine "
+                "is quiet." + cause)
+    total = math.ceil(ev.n_base * (q * ev.se / need) ** 2)
+    total = max(total, ev.n_base + 1)
+    return (f"About {total - ev.n_base} more turns would resolve {percent(rule.threshold)} "
+            f"if the measured change holds: run again with --perfgate-ab-turns={total}, or "
+            "raise the threshold." + cause)
+
+
 def percent(fraction: float) -> str:
     """A fraction as a percentage with the digits it needs (3 significant): 0.05 -> '5%',
     0.005 -> '0.5%', 0.0025 -> '0.25%', 2.1e-6 -> '0.00021%'. ``:.0%`` printed a 0.5%
@@ -321,7 +410,14 @@ def _signed(drop: float) -> str:
 
 def _basis(ev: Evidence) -> str:
     if ev.method == "paired":
-        return f"over {ev.n_base} interleaved turns"
+        text = f"over {ev.n_base} interleaved turns"
+        if ev.look and ev.look < ev.looks and not ev.cut_short:
+            text += f" (stopped at look {ev.look} of {ev.looks}, of at most {ev.max_turns})"
+        if ev.excluded:
+            text += (f", {ev.excluded} more turn pair(s) left out because the outside load "
+                     "changed between their two turns"
+                     + (" (re-measuring ran out)" if ev.cut_short else ""))
+        return text
     spread = max(ev.between or 0.0, ev.within or 0.0)
     text = f"against {ev.n_base} baseline run(s), run-to-run spread {spread:.1%}"
     if ev.slack > 0:
@@ -335,7 +431,7 @@ def _advice(ev: Evidence, rule: Rule, metric: Metric) -> str:
     too few runs (the spread is small but its estimate has few degrees of freedom), outside
     load (the slack of kept spoiled windows), or the spread itself."""
     if ev.method == "paired":
-        return "Measure more turns (--perfgate-ab-turns) or raise the threshold."
+        return _more_turns(ev, rule, _t_ppf(1 - rule.alpha, ev.df))
     limit = -math.log1p(-rule.threshold)  # the threshold as a log drop
     spread = max(ev.between or 0.0, ev.within or 0.0)
     room = math.sqrt(1 + 1 / ev.n_base)

@@ -371,6 +371,11 @@ class Meter:
                 self.progress.warmup_ended(steady, elapsed, side)
                 return steady, elapsed, len(rates)
 
+    def window(self, source: WindowSource, duration_s: float) -> Window:
+        """One window with the outside load the guard saw meanwhile, never re-measured: the
+        A/B turns decide what a spoiled turn costs (docs/design.md §3)."""
+        return self._window(source, duration_s)
+
     def _window(self, source: WindowSource, duration_s: float) -> Window:
         before = self._probe.sample()
         raw = completed_window(source, duration_s)

@@ -76,6 +76,17 @@ def parse_turns(text: str) -> int:
     return int(_parse_number(text, int, 2, "a whole number of turns", "96"))
 
 
+def parse_looks(text: str) -> int:
+    """Looks of the sequential A/B test: 1 (a fixed-length test) to MAX_LOOKS."""
+    from pytest_perfgate.core.sequential import MAX_LOOKS  # not loaded by the plugin's import
+
+    v = int(_parse_number(text, int, 1, "a whole number of looks", "4"))
+    if v > MAX_LOOKS:
+        raise OptionError(f"{text!r} is too many looks: use 1 to {MAX_LOOKS} (more looks "
+                          "stop a run hardly any sooner), e.g. 4")
+    return v
+
+
 def parse_seconds(text: str) -> float:
     v = float(_parse_number(text, float, 0, "a number of seconds", "1.5"))
     if v == 0:
@@ -238,8 +249,12 @@ SPECS: tuple[Spec, ...] = (
     Spec("record", parse_bool, "record results into history"),
     Spec("ab", parse_rev, "interleaved A/B mode: measure this base revision and the working "
          "tree in alternating turns, gate on the paired ratio", "PERFGATE_AB"),
-    Spec("ab_turns", parse_turns, "A/B turns per side"),
+    Spec("ab_turns", parse_turns, "A/B turns per side, at most: the sequential test's last "
+         "look"),
     Spec("ab_turn_time", parse_seconds, "seconds per A/B turn"),
+    Spec("ab_looks", parse_looks, "looks of the sequential A/B test, evenly spaced up to "
+         "--perfgate-ab-turns (at least 8 turns apart): it stops at the first look that "
+         "decides, the false-alarm rate held at alpha over all of them; 1 = fixed length"),
     Spec("ab_setup", parse_command, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
     Spec("jsonl", parse_path, "append one JSON line per measured benchmark to this file "
@@ -274,6 +289,7 @@ class Options:
     ab: str | None = None
     ab_turns: int = 96
     ab_turn_time: float = 0.1
+    ab_looks: int = 4
     ab_setup: str | None = None
     jsonl: str | None = None
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests

@@ -129,7 +129,8 @@ class GateSession:
             from pytest_perfgate.modes.ab.controller import ABController
 
             o = self.options
-            return ABController(ab, self.meters, self.verdicts, o.ab_turns, o.ab_turn_time)
+            return ABController(ab, self.meters, self.verdicts, o.ab_turns, o.ab_turn_time,
+                                o.ab_looks)
         return self.history_mode
 
     def mode_for(self, counts: bool) -> Mode:

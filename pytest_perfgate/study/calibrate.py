@@ -26,18 +26,23 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_perfgate.core.gate import Rule
+from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow, WindowSource
 from pytest_perfgate.core.progress import Progress
+from pytest_perfgate.core.sequential import MAX_LOOKS, Design, plan
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
-FORMAT = 1  # version of the saved study file
+FORMAT = 1  # version of the saved study file (new fields have defaults: old files load)
 ESTIMATORS = ("trimmed", "t", "wilcoxon", "bootstrap")  # "trimmed" is the shipped gate
-TARGETS = {"false_alarms": 0.01, "detect_5": 0.95, "detect_3": 0.80, "seconds": 20.0}
+TARGETS = {"false_alarms": 0.01, "detect_5": 0.95, "detect_3": 0.80, "detect_2": 0.95,
+           "seconds": 20.0}
+LOAD_CHANGE = 0.25  # busy cores: the A/B default (half of --perfgate-load-limit 0.5)
+LOADS = ("quiet", "one", "both")  # the scenario: no hog, a toggling hog on one core, on both
 
 
 class StudyError(ValueError):
@@ -68,6 +73,8 @@ class StudyConfig:
     warmup_window_s: float = 0.25
     warmup_max_s: float = 3.0
     seed: int = 0
+    looks: int = 4  # the sequential test's looks up to ``turns`` (1: fixed length)
+    load: str = "quiet"  # the scenario: "quiet", or a toggling hog on "one" core or "both"
 
     def __post_init__(self) -> None:
         for name in ("aa_trials", "trials", "turns", "history_windows", "baseline_runs"):
@@ -87,6 +94,16 @@ class StudyConfig:
             if not getattr(self, name) > 0:
                 raise StudyError(f"{name}={getattr(self, name)!r} must be > 0 seconds")
         Rule(threshold=self.threshold, alpha=self.alpha)  # validates, naming the value
+        if isinstance(self.looks, bool) or not isinstance(self.looks, int) \
+                or not 1 <= self.looks <= MAX_LOOKS:
+            raise StudyError(f"looks={self.looks!r} must be a whole number from 1 to "
+                             f"{MAX_LOOKS}, e.g. --looks 4")
+        if self.load not in LOADS:
+            raise StudyError(f"load={self.load!r}: use one of {', '.join(LOADS)}")
+
+    def design(self) -> Design:
+        """The sequential design every trial runs (the shipped A/B gate's)."""
+        return plan(self.turns, self.looks, self.alpha)
 
     @classmethod
     def quick(cls, **kw: Any) -> StudyConfig:
@@ -101,12 +118,14 @@ class StudyConfig:
         random.Random(self.seed).shuffle(order)
         return order
 
-    def meter(self, clock: Clock = SYSTEM_CLOCK, progress: Progress | None = None) -> Meter:
-        """The warm-up check each trial runs (the sides stay warm; this re-verifies it)."""
+    def meter(self, clock: Clock = SYSTEM_CLOCK, progress: Progress | None = None,
+              load_probe: LoadProbe | None = None) -> Meter:
+        """The warm-up check each trial runs (the sides stay warm; this re-verifies it), and
+        the load guard of its turns (``load_probe``; None: none, as in the tests' fakes)."""
         from pytest_perfgate.core.load import NullProbe
 
         cfg = MeasureConfig(warmup_window_s=self.warmup_window_s, warmup_max_s=self.warmup_max_s)
-        return Meter(cfg, clock=clock, load_probe=NullProbe(), progress=progress)
+        return Meter(cfg, clock=clock, load_probe=load_probe or NullProbe(), progress=progress)
 
 
 @dataclass(frozen=True)
@@ -125,11 +144,20 @@ class TrialRecord:
     hist_head: tuple[float, ...] = ()
     hist_wall: float = 0.0  # wall seconds of one history run
     probes: tuple[Mapping[str, float], ...] = ()  # per turn, base then head alternating
+    # the sequential run: outside load (busy cores) of each pair's base and head turn, as
+    # the guard saw it (None: unknown), the live verdict, and the trial's wall seconds
+    loads: tuple[tuple[float | None, float | None], ...] = ()
+    verdict: str = ""
+    wall_s: float = 0.0
 
     @property
     def diffs(self) -> list[float]:
-        """Per-turn log(head / base): > 0 means head took longer."""
-        return [math.log(h / b) for b, h in zip(self.base, self.head, strict=True)]
+        """Per-turn log(head / base) of the pairs the load-change rule keeps (all of them
+        when no load was recorded): > 0 means head took longer."""
+        loads = self.loads or ((None, None),) * len(self.base)
+        return [math.log(h / b) for b, h, (lb, lh) in zip(self.base, self.head, loads,
+                                                          strict=True)
+                if lb is None or lh is None or abs(lb - lh) <= LOAD_CHANGE]
 
 
 # ---- running -------------------------------------------------------------------------------
@@ -139,11 +167,15 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
               cfg: StudyConfig, meter: Meter, clock: Clock = SYSTEM_CLOCK,
               t0_ns: int = 0, probe: Callable[[], Mapping[str, float]] | None = None
               ) -> TrialRecord:
-    """Warm-up check, interleaved ABBA turns and (optionally) one history run per side."""
-    from pytest_perfgate.modes.ab import interleave
+    """Warm-up check, the sequential A/B test exactly as the gate runs it (stopping at the
+    look that decides, load-changed pairs re-measured), and (optionally) one history run
+    per side. Every pair measured is kept with its outside load, so other designs can be
+    replayed offline (:mod:`.analysis`)."""
+    from pytest_perfgate.modes.ab.controller import LOAD_CHANGE_SHARE, run_looks, turn_pair
 
     head.inject_slowdown(slowdown)
-    started = (clock.wall_ns() - t0_ns) / 1e9
+    start_ns = clock.wall_ns()
+    started = (start_ns - t0_ns) / 1e9
     sb, wb_s, _ = meter.warm_up(base, "base")
     sh, wh_s, _ = meter.warm_up(head, "head")
     probes: list[Mapping[str, float]] = []
@@ -151,7 +183,13 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
     h_src: WindowSource = head
     if probe is not None:
         b_src, h_src = _Probed(base, probe, probes), _Probed(head, probe, probes)
-    b, h = interleave(b_src, h_src, cfg.turns, cfg.turn_s, meter.progress)
+    rule = Rule(threshold=cfg.threshold, alpha=cfg.alpha)
+    looks = run_looks(lambda i: turn_pair(b_src, h_src, i, cfg.turn_s, meter), cfg.design(),
+                      rule, meter.config.load_limit * LOAD_CHANGE_SHARE,
+                      progress=meter.progress)
+    b = [p[0] for p in looks.pairs]
+    h = [p[1] for p in looks.pairs]
+    wall_s = (clock.wall_ns() - start_ns) / 1e9
     walls = [w.wall_s for w in (*b, *h)]
     hb: list[RawWindow] = []
     hh: list[RawWindow] = []
@@ -162,18 +200,22 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
     return TrialRecord(index, slowdown, tuple(_spm(w) for w in b), tuple(_spm(w) for w in h),
                        statistics.fmean(walls), (wb_s + wh_s) / 2, sb and sh, started,
                        tuple(_spm(w) for w in hb), tuple(_spm(w) for w in hh), hist_wall,
-                       tuple(probes))
+                       tuple(probes), tuple((p[0].other_load, p[1].other_load)
+                                            for p in looks.pairs),
+                       looks.verdict.outcome.value, wall_s)
 
 
 def run_study(base: Injectable, head: Injectable, cfg: StudyConfig,
               on_trial: Callable[[TrialRecord, int], None] | None = None,
               clock: Clock = SYSTEM_CLOCK,
               probe: Callable[[], Mapping[str, float]] | None = None,
-              progress: Progress | None = None) -> list[TrialRecord]:
+              progress: Progress | None = None, load_probe: LoadProbe | None = None
+              ) -> list[TrialRecord]:
     """Run every planned trial on one pair of sources; base is never slowed. ``progress``
-    hears each trial start (``on_trial`` reports its end) and its warm-ups and turns."""
+    hears each trial start (``on_trial`` reports its end) and its warm-ups and turns;
+    ``load_probe`` is the turns' load guard (the CLI's: /proc/stat)."""
     base.inject_slowdown(0.0)
-    meter = cfg.meter(clock, progress)
+    meter = cfg.meter(clock, progress, load_probe)
     t0 = clock.wall_ns()
     out: list[TrialRecord] = []
     plan = cfg.plan()
@@ -278,6 +320,7 @@ def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
             t = dict(t)
             for k in ("base", "head", "hist_base", "hist_head", "probes"):
                 t[k] = tuple(t.get(k, ()))
+            t["loads"] = tuple(tuple(p) for p in t.get("loads", ()))
             trials.append(TrialRecord(**t))
         return StudyConfig(**c), trials, dict(data.get("meta") or {})
     except (KeyError, TypeError, ValueError) as exc:
@@ -285,5 +328,37 @@ def load(path: Path) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
                          f"({type(exc).__name__}: {exc}); re-run the study with --save") from None
 
 
-__all__ = ["ESTIMATORS", "FORMAT", "TARGETS", "Injectable", "StudyConfig", "StudyError",
-           "TrialRecord", "load", "run_study", "run_trial", "save", "system_probe"]
+MERGED_KEYS = ("turns", "turn_s", "looks", "load", "threshold", "alpha", "history")
+
+
+def merge(studies: Sequence[tuple[Path, StudyConfig, list[TrialRecord], dict[str, Any]]]
+          ) -> tuple[StudyConfig, list[TrialRecord], dict[str, Any]]:
+    """Several sittings of one study as one: the same settings (MERGED_KEYS), trials
+    renumbered in order, each sitting's meta kept under "sittings". One file: itself."""
+    if len(studies) == 1:
+        return studies[0][1], studies[0][2], studies[0][3]
+    first_path, first, _, _ = studies[0]
+    trials: list[TrialRecord] = []
+    sittings = []
+    for path, cfg, recs, meta in studies:
+        for key in MERGED_KEYS:
+            if getattr(cfg, key) != getattr(first, key):
+                raise StudyError(f"{path}: {key}={getattr(cfg, key)!r}, but {first_path} has "
+                                 f"{getattr(first, key)!r}: merge only sittings of the same "
+                                 "study settings")
+        trials += [replace(t, index=len(trials) + i) for i, t in enumerate(recs)]
+        sittings.append({**meta, "trials": len(recs), "file": str(path)})
+    cfg = replace(first, aa_trials=sum(t.slowdown == 0 for t in trials),
+                  slowdowns=tuple(sorted({t.slowdown for t in trials if t.slowdown > 0}))
+                  or first.slowdowns)
+    meta = {"command": " + ".join(str(m.get("command", "?")) for m in sittings),
+            "nodeid": sittings[0].get("nodeid"), "bench": sittings[0].get("bench"),
+            "started": sittings[0].get("started"), "finished": sittings[-1].get("finished"),
+            "wall_s": round(sum(float(m.get("wall_s") or 0) for m in sittings), 1),
+            "loadavg_before": sittings[0].get("loadavg_before"),
+            "loadavg_after": sittings[-1].get("loadavg_after"), "sittings": sittings}
+    return cfg, trials, meta
+
+
+__all__ = ["ESTIMATORS", "FORMAT", "LOADS", "TARGETS", "Injectable", "StudyConfig", "StudyError",
+           "TrialRecord", "load", "merge", "run_study", "run_trial", "save", "system_probe"]

@@ -11,16 +11,26 @@ the working tree); the plugin calls it at configure time and shows its
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_perfgate.core.gate import decide, no_baseline, paired_evidence, unstable
+from pytest_perfgate.core.gate import (
+    Outcome,
+    Rule,
+    Verdict,
+    no_baseline,
+    paired_evidence,
+    sequential_decide,
+    unstable,
+)
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
-from pytest_perfgate.core.metric import metric_for
+from pytest_perfgate.core.metric import ENV_STEPS, Metric, metric_for
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
+from pytest_perfgate.core.sequential import Design, plan
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
@@ -103,12 +113,13 @@ class ABController:
     runs_step = False
 
     def __init__(self, setup: ABSetup, meter: MeterFactory, sink: Sink, turns: int,
-                 turn_s: float) -> None:
+                 turn_s: float, looks: int = 1) -> None:
         self.setup = setup
         self.meter = meter
         self.sink = sink
-        self.turns = turns
+        self.turns = turns  # at most, per side: the design's last look
         self.turn_s = turn_s
+        self.looks = looks
         self._pairs: dict[str, Pair] = {}  # test id -> its running sides
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
@@ -124,18 +135,20 @@ class ABController:
             if pair.base.proc.poll() is None or not pair.base.lacks_test():
                 raise
             return self._new_in_head(pair, call)
-        mb, mh = measure_pair(base_src, head_src, self.meter(), self.turns, self.turn_s)
-        pair.done()
-        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
-                "ab_base_samples": mb.samples}
-        result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
         metric = metric_for(call.unit)
+        design = plan(self.turns, self.looks, call.rule.alpha)
+        run = measure_sequential(base_src, head_src, self.meter(), design, self.turn_s,
+                                 call.rule, metric)
+        pair.done()
+        mb, mh = run.base, run.head
+        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
+                "ab_base_samples": mb.samples, "ab_sequential": run.looks.summary()}
+        result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
+        verdict = run.verdict
         if not (mb.steady and mh.steady):
             side = "base" if not mb.steady else "head"
             verdict = unstable(f"the {side} side never reached steady state during warm-up",
                                metric)
-        else:
-            verdict = decide(paired_evidence(mb.samples, mh.samples), call.rule, metric)
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
                    {n: p.ms_per_call for n, p in base.phases.items()})
@@ -166,6 +179,134 @@ class ABController:
         pair = self._pairs.pop(test_id, None)
         if pair is not None:
             pair.close()
+
+
+LOAD_CHANGE_SHARE = 0.5  # of --perfgate-load-limit: a pair whose turns' outside load differ
+# by more is left out and re-measured (docs/ab.md, docs/design.md §3)
+REMEASURE_SHARE = 0.25  # of the maximum turns: re-measured pairs allowed per benchmark
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What the sequential looks decided, over which turn pairs."""
+
+    verdict: Verdict
+    design: Design
+    taken: tuple[int, ...]  # kept turns at each look taken
+    pairs: tuple[tuple[Window, Window], ...]  # every pair measured, in order, kept or not
+    kept: tuple[int, ...]  # indices into ``pairs`` of those the paired test used
+
+    @property
+    def excluded(self) -> int:
+        return len(self.pairs) - len(self.kept)
+
+    def summary(self) -> dict[str, object]:
+        """What the run's JSON report keeps of the design (result extra "ab_sequential")."""
+        return {"turns": len(self.kept), "measured": len(self.pairs),
+                "excluded_pairs": self.excluded, "looks_taken": len(self.taken),
+                "looks": list(self.design.looks), "max_turns": self.design.max_turns,
+                "resolvable_drop": self.verdict.resolvable}
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A sequential A/B measurement: both sides' kept turns, and what the looks decided."""
+
+    base: Measurement
+    head: Measurement
+    looks: Looks
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.looks.verdict
+
+
+def load_changed(b: Window, h: Window, limit: float) -> bool:
+    """The stated rule: a turn pair is left out of the paired test when the outside load the
+    /proc/stat guard saw differs between its two turns by more than ``limit`` busy cores. A
+    load present in both turns slows both alike and the ratio cancels it; a load switching
+    on during one turn only would read as a change of the code."""
+    if b.other_load is None or h.other_load is None:
+        return False
+    return abs(b.other_load - h.other_load) > limit
+
+
+def turn_pair(base: WindowSource, head: WindowSource, i: int, turn_s: float, meter: Meter
+              ) -> tuple[Window, Window]:
+    """Turn ``i`` in ABBA order (base first on even turns), each window with its load."""
+    if i % 2 == 0:
+        b = meter.window(base, turn_s)
+        h = meter.window(head, turn_s)
+    else:
+        h = meter.window(head, turn_s)
+        b = meter.window(base, turn_s)
+    return b, h
+
+
+PairFeed = Callable[[int], "tuple[Window, Window] | None"]  # turn i, or None: no more
+
+
+def run_looks(feed: PairFeed, design: Design, rule: Rule, limit: float,
+              metric: Metric = ENV_STEPS, progress: Progress = NULL_PROGRESS) -> Looks:
+    """Take turn pairs from ``feed`` up to each look of ``design`` and judge; stop at the
+    first look that decides. Load-changed pairs (:func:`load_changed` at ``limit`` busy
+    cores) are left out and measured again, up to REMEASURE_SHARE of the maximum turns;
+    when that runs out (or the feed does) the run is judged where it stands, as its last
+    look. Pure over ``feed``: the controller feeds live turns, the study recorded ones."""
+    budget = max(2, int(design.max_turns * REMEASURE_SHARE))
+    pairs: list[tuple[Window, Window]] = []
+    kept: list[int] = []
+    taken: list[int] = []
+    verdict: Verdict | None = None
+    for k, at in enumerate(design.looks):
+        while len(kept) < at and len(pairs) - len(kept) <= budget:
+            got = feed(len(pairs))
+            if got is None:
+                break
+            pairs.append(got)
+            for side, w in zip(("base", "head"), got, strict=True):
+                progress.window_done(len(kept) + 1, design.max_turns, w.steps_per_s, side)
+            if not load_changed(*got, limit):
+                kept.append(len(pairs) - 1)
+        n = len(kept)
+        cut = n < at
+        final = cut or k == len(design.looks) - 1
+        if taken and taken[-1] == n:
+            taken.pop()  # no new turns since the last look: that look becomes the last
+        taken.append(n)
+        if n < 2:
+            verdict = _too_few(n, len(pairs) - n, metric)
+            break
+        ev = dataclasses.replace(paired_evidence([pairs[i][0].s_per_msteps for i in kept],
+                                                 [pairs[i][1].s_per_msteps for i in kept]),
+                                 look=len(taken), looks=len(design.looks),
+                                 max_turns=design.max_turns, excluded=len(pairs) - n,
+                                 cut_short=cut)
+        verdict = sequential_decide(ev, rule, design.level(taken, final), final, metric)
+        if verdict is not None:
+            break
+    assert verdict is not None  # the last look always decides
+    return Looks(verdict, design, tuple(taken), tuple(pairs), tuple(kept))
+
+
+def measure_sequential(base: WindowSource, head: WindowSource, meter: Meter, design: Design,
+                       turn_s: float, rule: Rule, metric: Metric = ENV_STEPS) -> Paired:
+    """Warm both sides up, then :func:`run_looks` over live ABBA turns; the load-change
+    limit is half the meter's --perfgate-load-limit (LOAD_CHANGE_SHARE)."""
+    warm_b = meter.warm_up(base, "base")
+    warm_h = meter.warm_up(head, "head")
+    looks = run_looks(lambda i: turn_pair(base, head, i, turn_s, meter), design, rule,
+                      meter.config.load_limit * LOAD_CHANGE_SHARE, metric, meter.progress)
+    use = looks.kept if len(looks.kept) >= 2 else range(len(looks.pairs))  # too few: all
+    return Paired(Measurement(tuple(looks.pairs[i][0] for i in use), *warm_b),
+                  Measurement(tuple(looks.pairs[i][1] for i in use), *warm_h), looks)
+
+
+def _too_few(n: int, excluded: int, metric: Metric) -> Verdict:
+    return Verdict(Outcome.INCONCLUSIVE, metric.say(
+        f"only {n} turn pair(s) kept: the outside load changed between the two turns of "
+        f"{excluded} pairs, so their ratios measure the other work on this machine, not "
+        "the code; run again when the machine is quiet"))
 
 
 def measure_pair(base: WindowSource, head: WindowSource, meter: Meter, turns: int,

@@ -94,8 +94,12 @@ class Side:
         boot = (f"import sys; sys.path.insert(0, {plugin_root!r}); "
                 "import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
+        # The boot imported pytest_perfgate before pytest could mark it for assertion
+        # rewriting; a project whose filterwarnings has "error" (this one) turned pytest's
+        # warning about that into a failed start-up.
         args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
-                "-p", "no:randomly", *spec.pytest_args]
+                "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=self.log,
