@@ -18,9 +18,14 @@ topology, starts one NumaWorkers worker per usable node (each touching 32 MiB af
 placement), reads every worker's /proc/<pid>/numa_maps and prints one JSON line that this
 test asserts on. KVM is not used (guests hang under KVM on these machines): TCG only.
 
+A second boot of the same image (kernel parameter ``perfgate_guest=guest_ring``) runs
+tests/qemu/guest_ring.py: a ring pair with two collectors, ``collector_nodes=[1, 2]``, the
+learner on node 0's CPU, and checks each collector's affinity, memory policy, anonymous
+pages and ring pages, and that the learner drained both rings.
+
 Needs the Debian packages qemu-system-x86, linux-image-cloud-amd64 and busybox-static;
-without them the test is skipped, naming what is missing (a failure instead when
-PERFGATE_REQUIRE_QEMU=1, for a CI that installed them). Takes about 25 s here.
+without them the tests are skipped, naming what is missing (a failure instead when
+PERFGATE_REQUIRE_QEMU=1, for a CI that installed them). About 25 s each here.
 """
 
 from __future__ import annotations
