@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 import pytest
+from test_numa import fake_tree
 from test_ring_pair import SPEC, _children, fake_collector, fake_learner
 
 from pytest_perfgate.placement import numa
@@ -111,6 +113,42 @@ def test_unusable_or_shared_nodes_are_refused(no_spawn: None) -> None:
     if nodes:
         with pytest.raises(RingInputError, match=r"two collectors on one node"):
             _fleet(collectors=2, collector_nodes=[nodes[0], nodes[0]])
+
+
+@pytest.fixture
+def five_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulated machine of tests/test_numa_qemu.py, faked: CPUs 0-3 on nodes 0-3, node
+    3 without memory, node 4 without CPUs; usable nodes 0-2."""
+    from pytest_perfgate.placement import cpus as cpus_mod
+
+    sysfs, proc = fake_tree(tmp_path, {0: "0", 1: "1", 2: "2", 3: "3", 4: ""},
+                            has_memory="0-2,4", mems_allowed="0-2,4", online="0-4")
+    topo = numa.discover(sysfs, proc)
+    monkeypatch.setattr(numa, "discover", lambda *a, **k: topo)
+    monkeypatch.setattr(cpus_mod, "usable_cpus", lambda: (0, 1, 2, 3))
+
+
+def test_nodes_without_memory_or_cpus_are_refused(five_nodes: None, no_spawn: None) -> None:
+    for nodes, bad in (([1, 3], [3]), ([4, 1], [4])):
+        with pytest.raises(RingInputError) as info:
+            _fleet(collectors=2, collector_nodes=nodes)
+        assert str(info.value) == (f"collector_nodes={nodes!r}: node(s) {bad} are not usable "
+                                   "here; usable nodes (with CPUs and memory): [0, 1, 2], one "
+                                   "per collector")
+
+
+def test_collectors_on_nodes_get_their_nodes_cpus(five_nodes: None, no_spawn: None) -> None:
+    pair = _fleet(collectors=2, collector_nodes=[2, 1])
+    assert pair.col_cpus == [(2,), (1,)] and pair.nodes == [2, 1]
+
+
+def test_a_core_spec_overlapping_another_collectors_node_is_refused(
+        five_nodes: None, no_spawn: None) -> None:
+    # collector 0 is given CPU 2 explicitly; collector 1 gets node 2's CPUs: CPU 2 again.
+    with pytest.raises(RingInputError) as info:
+        _fleet(collectors=2, collector_nodes=[1, 2], collector_cpus=["2", None])
+    assert str(info.value) == ("collector_cpus=['2', None]: collectors 0 and 1 both have CPU "
+                               "2; give each collector its own CPUs")
 
 
 def test_split_cpus_cuts_near_equal_slices_and_refuses_too_many() -> None:

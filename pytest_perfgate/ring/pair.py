@@ -186,7 +186,11 @@ class RingPair:
             raise WorkerError("this RingPair was already started; create a new one")
         ctx = mp.get_context("spawn")
         try:
-            self.rings = [Ring(self.spec, parties=2) for _ in range(self.collectors)]
+            # Each ring's pages are faulted in by its creator: bound to the collector's node
+            # while it is made, so they land there (docs/ring.md "Several collectors").
+            for node in self.nodes:
+                with placed_like(None, node, "bind", None):
+                    self.rings.append(Ring(self.spec, parties=2))
             self.ring = self.rings[0]
             drained: Any = self.ring if self.collectors == 1 else Rings(self.rings)
             sides = [(self.factories[0], kw, r, c, n, self.threads[0])

@@ -1,10 +1,13 @@
 """Build the initramfs for the emulated multi-NUMA machine (tests/test_numa_qemu.py).
 
 The image carries: a static busybox, the *running* CPython (its binary, shared libraries
-found with ldd, a trimmed stdlib with its bytecode), the ``pytest_perfgate`` sources and
-psutil (the one dependency the guest's workers import), the
-guest script and workload from this directory, and an ``/init`` that mounts proc, sysfs and
-devtmpfs, runs the guest script, prints its exit status and powers the machine off.
+found with ldd, a trimmed stdlib with its bytecode), the ``pytest_perfgate`` sources, the
+packages the guest's processes import (psutil; numpy with its bundled ``numpy.libs``, for
+the ring), the guest scripts and workload from this directory, and an ``/init`` that mounts
+proc, sysfs and devtmpfs, runs one guest script, prints its exit status and powers the
+machine off. The kernel command line picks the script: ``perfgate_guest=guest_ring`` (the
+kernel hands unknown ``name=value`` parameters to init as environment variables); without
+it, guest_numa. One image serves every guest test.
 
 Everything keeps its host path inside the guest, so the interpreter finds its stdlib and
 libraries exactly as on the host (no PYTHONHOME, no rpath games). The cpio (newc) archive is
@@ -37,7 +40,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PACKAGE = REPO / "pytest_perfgate"
 GUEST_DIR = "/opt/perfgate"  # the package and the guest scripts live here in the guest
-GUEST_FILES = ("guest_numa.py", "guest_workload.py")
+GUEST_FILES = ("guest_numa.py", "guest_ring.py", "guest_workload.py")
+# What the guest's processes import besides the stdlib and pytest_perfgate.
+GUEST_PACKAGES = ("psutil", "numpy")
+# Parts of those packages nothing in the guest imports (build tools, test suites).
+PACKAGE_SKIP_DIRS = {"tests", "testing", "f2py", "distutils", "_pyinstaller", "_examples",
+                     "typing", "include"}
+PACKAGE_SKIP_SO = re.compile(r"^_(simd|multiarray_tests|umath_tests|rational_tests|"
+                             r"struct_ufunc_tests|operand_flag_tests)\.")
 FORMAT_VERSION = "1"  # bump to invalidate every cached image
 
 # Stdlib parts the guest never imports (and the biggest ones).
@@ -59,7 +69,11 @@ INIT_SCRIPT = f"""#!/bin/busybox sh
 /bin/busybox mount -t tmpfs tmpfs /dev/shm
 export PATH=/bin HOME=/tmp TMPDIR=/tmp PYTHONPATH={GUEST_DIR} PYTHONUNBUFFERED=1
 echo PERFGATE_GUEST_BOOTED uptime=$(/bin/busybox cut -d' ' -f1 /proc/uptime)
-@PYTHON@ -S {GUEST_DIR}/guest_numa.py
+case "$perfgate_guest" in
+  guest_ring) script=guest_ring ;;
+  *) script=guest_numa ;;
+esac
+@PYTHON@ -S {GUEST_DIR}/$script.py
 echo PERFGATE_GUEST_EXIT=$? uptime=$(/bin/busybox cut -d' ' -f1 /proc/uptime)
 /bin/busybox sync
 /bin/busybox poweroff -f
@@ -161,6 +175,18 @@ class Entry:
         return f"{self.name}|{self.mode:o}|{hashlib.sha256(self.data).hexdigest()}"
 
 
+def package_dirs(name: str) -> list[Path]:
+    """The directory of the importable package ``name`` and, when its wheel has one, the
+    ``<name>.libs`` directory beside it (auditwheel's bundled libraries, which the
+    package's extension modules find through an rpath of ``$ORIGIN/../..``)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise Missing(f"{name} is not importable here: pip install {name}")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    libs = root.parent / f"{name}.libs"
+    return [root, libs] if libs.is_dir() else [root]
+
+
 def collect() -> tuple[list[Entry], Path]:
     """Every member of the image, plus the guest interpreter's path."""
     busybox = find_busybox()
@@ -194,27 +220,33 @@ def collect() -> tuple[list[Entry], Path]:
                  if p.suffix == ".so" and not DYNLOAD_SKIP.match(p.name))
     for p in dyn:
         add_file(p)
-    # psutil, a dependency of the package (each worker counts its own process tree)
-    spec = importlib.util.find_spec("psutil")
-    if spec is None or not spec.submodule_search_locations:
-        raise Missing("psutil is not importable here: pip install psutil")
-    psutil_dir = Path(next(iter(spec.submodule_search_locations)))
-    psutil_so = []
-    for src in sorted(psutil_dir.rglob("*")):
-        rel = src.relative_to(psutil_dir)
-        if "__pycache__" in rel.parts or "tests" in rel.parts:
-            continue
-        if src.suffix == ".py":
-            add_py(src, f"{GUEST_DIR}/psutil/{rel}")
-        elif src.suffix == ".so":
-            add_file(src, f"{GUEST_DIR}/psutil/{rel}")
-            psutil_so.append(src)
-    for lib in ldd([exe, *dyn, *psutil_so]):
+    # the package's run-time dependencies: psutil (each worker counts its own process tree)
+    # and numpy (the ring), each with its auditwheel library directory (numpy.libs)
+    pkg_so: list[Path] = []
+    pkg_roots: list[Path] = []
+    for pkg in GUEST_PACKAGES:
+        for root in package_dirs(pkg):
+            pkg_roots.append(root)
+            for src in sorted(root.rglob("*")):
+                rel = src.relative_to(root)
+                if ("__pycache__" in rel.parts or PACKAGE_SKIP_DIRS & set(rel.parts[:-1])
+                        or not src.is_file()):
+                    continue
+                name = f"{GUEST_DIR}/{root.name}/{rel}"
+                if src.suffix == ".py":
+                    add_py(src, name)
+                elif ".so" in src.suffixes and not PACKAGE_SKIP_SO.match(src.name):
+                    add_file(src, name)
+                    pkg_so.append(src)
+    for lib in ldd([exe, *dyn, *pkg_so]):
         real = Path(os.path.realpath(lib))
+        if any(real.is_relative_to(r) for r in pkg_roots):
+            continue  # a package's own library (numpy.libs): copied above, found by rpath
         add_file(real)
-        if str(real) != str(lib):  # keep the name ldd resolved (a symlink on the host)
-            entries[str(lib).lstrip("/")] = Entry(str(lib), stat.S_IFLNK | 0o777,
-                                                  data=str(real).encode())
+        name = os.path.normpath(lib)  # ldd may say numpy/_core/../../numpy.libs/...
+        if name != str(real):  # keep the name ldd resolved (a symlink on the host)
+            entries[name.lstrip("/")] = Entry(name, stat.S_IFLNK | 0o777,
+                                              data=str(real).encode())
     # the stdlib, trimmed
     for root, dirs, files in os.walk(stdlib):
         rel = Path(root).relative_to(stdlib)
