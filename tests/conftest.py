@@ -34,7 +34,7 @@ def need_valgrind() -> None:
 
 @pytest.fixture(scope="session")
 def node_modules() -> Path:
-    """tests/node/node_modules at the versions pinned in tests/node/package-lock.json.
+    """The node_modules folder in tests/node, at the versions its package-lock.json pins.
 
     Installed with `npm ci` on first use (once per checkout, under a lock); skips naming the
     Debian packages when node or npm is missing.
