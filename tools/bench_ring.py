@@ -9,12 +9,17 @@ turns, medians of many turns; docs/design.md §1):
          minor page faults per step and a pop's wait/copy split (docs/ring.md)
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
+  stages where a step's time goes on the consumer side, pop(out=) vs the hand buffer,
+         interleaved (per-stage perf_counter_ns sums; this VM has no hardware counters)
+  footprint  one process: a write + a copy per step through S slots and R rows, the cost
+         of the working set outgrowing the L3 (cache misses, measured by their effect)
   bw     push-to-batch-in-hand bandwidth (producer process -> learner's own copy) vs one
          plain memcpy of the same bytes, at a batch below and one above the L3 cache
          (target >= 70%)
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
-    flock /tmp/perfgate-timing.lock python tools/bench_ring.py [--only push,copy,queue,bw,pair]
+    flock /tmp/perfgate-timing.lock python tools/bench_ring.py \
+        [--only push,copy,stages,footprint,queue,bw,pair]
 """
 
 from __future__ import annotations
@@ -278,19 +283,24 @@ class HandBuffer:
 
 
 def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> int:
-    """The learner's own copy of borrowed views: each field into preallocated arrays, obs
-    and its successor as one block (what pop(out=) returns)."""
+    """The learner's own copy of borrowed views, the same bytes the hand buffer's consumer
+    copies: each step's five fields once, into row ``j % rows`` of preallocated arrays (the
+    next step's obs row is its next_obs). Where an env ended, its patched next_obs rows are
+    copied too (none do here)."""
+    rows = int(dst["action"].shape[0])
     got = 0
     while got < steps:
-        with ring.borrow(max_steps=min(steps - got, dst["action"].shape[0]), timeout=30,
+        with ring.borrow(max_steps=steps - got, timeout=30,
                          min_steps=min(min_steps, steps - got)) as b:
             assert b is not None
-            k = b.steps
-            np.copyto(dst["obs"][:k], b.obs)
-            np.copyto(dst["obs"][k], b.next_obs[-1])
-            for f in ("action", "reward", "terminated", "truncated"):
-                np.copyto(dst[f][:k], getattr(b, f))
-            got += k
+            done = b.terminated | b.truncated
+            for t in range(b.steps):
+                j = (got + t) % rows
+                for f in ("obs", "action", "reward", "terminated", "truncated"):
+                    np.copyto(dst[f][j], getattr(b, f)[t])
+                if done[t].any():
+                    np.copyto(dst["next_obs"][j], b.next_obs[t])
+            got += b.steps
     return got
 
 
@@ -306,7 +316,7 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     queue = Side("queue", n, d)
     hand = HandBuffer(n, d, batch=batch)
     assert ring.ring is not None and ring.out is not None
-    dst = _batch.buffers(ring.ring._fields, batch, obs_rows=batch + 1)
+    dst = _batch.buffers(ring.ring._fields, batch, obs_rows=batch)
 
     def ring_turn(mode: str) -> float:
         t0 = time.perf_counter()
@@ -377,6 +387,106 @@ def _pop_stages(side: Side, steps: int, turns: int) -> str:
     return f"{tot:.2f} ms, of which waiting for the producer {w:.2f} ms, copying {tot - w:.2f} ms"
 
 
+def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
+                 obs_rows: int | None) -> None:
+    """Where a step's time goes on the consumer side, ring pop(out=) vs the hand buffer,
+    interleaved: each stage timed with perf_counter_ns (this VM exposes no hardware
+    counters to perf), summed per step."""
+
+    n, d = 4096, 376
+    t: dict[str, list[int]] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapped(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                t.setdefault(name, []).append(time.perf_counter_ns() - t0)
+        return wrapped
+
+    saved = (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release)
+    _batch.copy_rows = timed("ring: copy_rows (steps' fields)", _batch.copy_rows)
+    _batch.finish = timed("ring: finish (successor obs row)", _batch.finish)
+    Ring._claim = timed("ring: claim (wait + mutex)", Ring._claim)  # type: ignore[method-assign]
+    Ring._release = timed("ring: release (mutex + bell)", Ring._release)  # type: ignore[method-assign]
+    ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
+                obs_rows=obs_rows)
+    hand = HandBuffer(n, d, batch=batch)
+
+    def hand_turn() -> float:
+        t0 = time.perf_counter()
+        hand.conn.send(steps)
+        for j in range(steps):
+            i = hand.i
+            a = time.perf_counter_ns()
+            assert hand.full[i].acquire(timeout=30)
+            b = time.perf_counter_ns()
+            for k, v in hand.slots[i].items():
+                np.copyto(hand.dst[k][j % hand.batch], v)
+            c = time.perf_counter_ns()
+            hand.empty[i].release()
+            t.setdefault("hand: acquire full (wait)", []).append(b - a)
+            t.setdefault("hand: copy (5 fields)", []).append(c - b)
+            t.setdefault("hand: release empty (post)", []).append(time.perf_counter_ns() - c)
+            hand.i ^= 1
+        return time.perf_counter() - t0
+
+    tr: list[float] = []
+    th: list[float] = []
+    try:
+        ring.turn(2)
+        hand_turn()
+        t.clear()
+        for i in range(turns):
+            if i % 2:
+                tr.append(ring.turn(steps)[0])
+                th.append(hand_turn())
+            else:
+                th.append(hand_turn())
+                tr.append(ring.turn(steps)[0])
+    finally:
+        _batch.copy_rows, _batch.finish, Ring._claim, Ring._release = saved  # type: ignore[method-assign]
+        ring.close()
+        hand.close()
+    total = turns * steps
+    pops = len(t.get("ring: release (mutex + bell)", []))
+    assert ring.out is not None
+    print(f"stages ring capacity {cap}, pops of {min_steps}-{batch} steps into "
+          f"{ring.out['obs'].shape[0]} obs rows ({pops / total:.2f} pops per step); hand "
+          f"buffer 2 slots, batch of {batch}; {turns} interleaved turns x {steps} steps:\n"
+          f"      turn per step: ring {statistics.median(tr) / steps * 1e3:.3f} ms, hand "
+          f"{statistics.median(th) / steps * 1e3:.3f} ms (hand/ring "
+          f"{statistics.median(h / r for r, h in zip(tr, th, strict=True)):.2f}x)")
+    for name, v in sorted(t.items()):
+        print(f"      {name:<34} {sum(v) / total / 1e3:7.1f} us per step  (median call "
+              f"{statistics.median(v) / 1e3:6.1f} us)")
+
+
+def bench_footprint(reps: int) -> None:
+    """One process, no IPC: write a 6.16 MB obs row into slot i % S (the producer) and copy
+    the row written one step before into dst row i % R (the consumer). The bytes per step
+    are fixed; only the working set (S + R rows, + the source) changes: the cost of cache
+    misses without hardware counters."""
+    row = 4096 * 376
+    src_data = np.random.default_rng(3).standard_normal(row).astype(np.float32)
+    print(f"footprint one process, {row * 4 / 1e6:.2f} MB per write + copy, medians of "
+          f"{reps} passes x 40 steps (L3 32 MB here):")
+    for s_rows, d_rows in ((2, 3), (3, 4), (4, 4), (2, 7), (4, 7), (8, 7)):
+        src = np.zeros((s_rows, row), np.float32)
+        dst = np.zeros((d_rows, row), np.float32)
+        out = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for i in range(40):
+                np.copyto(src[i % s_rows], src_data)
+                np.copyto(dst[i % d_rows], src[(i - 1) % s_rows])
+            out.append((time.perf_counter() - t0) / 40 * 1e3)
+        mb = (s_rows + d_rows + 1) * row * 4 / 1e6
+        print(f"      {s_rows} slots + {d_rows} dst rows ({mb:4.0f} MB): "
+              f"{statistics.median(out):.3f} ms per step")
+
+
 def bench_bw(turns: int) -> None:
     for n, steps in ((2048, 24), (32768, 4)):  # 3.2 MB and 52 MB per step; L3 is 32 MB here
         _bw_one(n, steps, turns)
@@ -441,6 +551,11 @@ def main() -> None:
                    args.copy_obs_rows)
     if "queue" in only:
         bench_queue(args.turns, 8)
+    if "stages" in only:
+        bench_stages(args.turns, 8, args.copy_capacity, args.copy_batch, args.copy_min,
+                     args.copy_obs_rows)
+    if "footprint" in only:
+        bench_footprint(args.turns)
     if "bw" in only:
         bench_bw(args.turns)
     if "pair" in only:
