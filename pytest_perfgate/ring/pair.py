@@ -29,6 +29,7 @@ from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseStats
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement.child import placed_like
+from pytest_perfgate.placement.launchers import split_slices
 from pytest_perfgate.placement.workers import WorkerCrashed, WorkerError, WorkerTimeout
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import Ring
@@ -48,13 +49,7 @@ def split_cpus(cpus: Sequence[int], n: int) -> list[str]:
         raise RingInputError(f"collectors={n!r}: give 1 to {len(cpus)} collectors for "
                              f"the {len(cpus)} CPUs {_cpus.format_cpus(cpus)}, one CPU at "
                              "least each")
-    q, r = divmod(len(cpus), n)
-    out, at = [], 0
-    for i in range(n):
-        size = q + (i < r)
-        out.append(_cpus.format_cpus(cpus[at:at + size]))
-        at += size
-    return out
+    return [_cpus.format_cpus(s) for s in split_slices(cpus, n)]
 
 
 def _collector_placement(collectors: int, cpus: Any, nodes: Any
