@@ -174,7 +174,12 @@ def test_conclusion_sentences() -> None:
         "alarms (95% CI up to 7.1%) (40 turns, t, threshold 2.0%, alpha 0.01, 11 s of "
         "measurement per side).")
     assert ana.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
-                                      "3% caught>=80%": True, "<=20 s per side": True}
+                                      "3% caught>=80%": True, "2% caught>=95%": None,
+                                      "<=20 s per side": True}
+    none = ana.Report("A/B", "t", 40, rule, rows[1:2], 11.0)  # no A/A, no 5%, no 2%
+    assert ana.meets_targets(none) == {"false_alarms<=1%": None, "5% caught>=95%": None,
+                                       "3% caught>=80%": True, "2% caught>=95%": None,
+                                       "<=20 s per side": True}
     first = ana.Row(0.0, ana.Rate(3, 50), ana.Rate(0, 50), None)
     noisy = ana.Report("A/B", "t", 40, rule, (first, *rows[1:]), 11.0)
     assert ana.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
@@ -271,6 +276,7 @@ def test_cli_reanalyses_a_saved_study(tmp_path: Path, capsys: pytest.CaptureFixt
     assert out.count("| A/B sequential (at most 6 turns, 1 look, trimmed, threshold 2.0%, "
                      "alpha 0.01) | 0% [0%-26%] (0/12) |") == 1  # 2 and 4 looks merge to 1
     assert "Targets: false_alarms<=1% met" in out
+    assert "2% caught>=95% not measured" in out  # --quick injects 3% and 10% only
     # the headline is the sequential gate's: it catches the +3% the fixed-rule row misses
     assert "| A/B sequential (at most 12 turns, 1 look, trimmed, threshold 2.0%, alpha " \
         "0.01) | 0% [0%-26%] (0/12) | 100% [54%-100%] (6/6) |" in out

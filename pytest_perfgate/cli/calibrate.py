@@ -262,8 +262,9 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
                      "slowness: " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(corr.items())))
         lines.append("")
     met = ana.meets_targets(seq)
-    lines.append("Targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}"
-                                         for k, v in met.items()))
+    lines.append("Targets: " + ", ".join(
+        f"{k} {'not measured' if v is None else 'met' if v else 'MISSED'}"
+        for k, v in met.items()))
     lines.append(ana.conclusion(seq))
     return lines
 

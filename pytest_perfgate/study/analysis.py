@@ -398,18 +398,17 @@ def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str
             f"{fa.value:.0%} false alarms (95% CI up to {ci[1]:.1%}) {setting}.")
 
 
-def meets_targets(rep: Report) -> dict[str, bool]:
-    """The issue's targets for the best mode, judged on point estimates."""
+def meets_targets(rep: Report) -> dict[str, bool | None]:
+    """The targets for the best mode, judged on point estimates; None where the study did
+    not measure what a target needs (a slowdown it did not inject, no A/A trials)."""
     d5, d3, d2, fa = rep.row(0.05), rep.row(0.03), rep.row(0.02), rep.false_alarms
-    out = {
-        "false_alarms<=1%": fa.n > 0 and fa.value <= TARGETS["false_alarms"],
-        "5% caught>=95%": d5 is not None and d5.called.value >= TARGETS["detect_5"],
-        "3% caught>=80%": d3 is not None and d3.called.value >= TARGETS["detect_3"],
+    return {
+        "false_alarms<=1%": fa.value <= TARGETS["false_alarms"] if fa.n else None,
+        "5% caught>=95%": None if d5 is None else d5.called.value >= TARGETS["detect_5"],
+        "3% caught>=80%": None if d3 is None else d3.called.value >= TARGETS["detect_3"],
+        "2% caught>=95%": None if d2 is None else d2.called.value >= TARGETS["detect_2"],
         "<=20 s per side": rep.seconds <= TARGETS["seconds"],
     }
-    if d2 is not None:
-        out["2% caught>=95%"] = d2.called.value >= TARGETS["detect_2"]
-    return out
 
 
 def lever_table(trials: Sequence[TrialRecord], rule: Rule,
