@@ -3,10 +3,13 @@ turns, medians of many turns; docs/design.md §1):
 
   push   6-field successor ring vs an 8-field ring that also stores next_obs/next_critic_obs
          (2048 envs x 376 float32 obs and critic obs; target <= 0.6x)
-  copy   pop(out=), borrow + copy, borrow unread and pop() into fresh arrays vs a
-         hand-written shared-memory double buffer (and its unread twin) and mp.Queue, all
-         interleaved, 4096 x 376 float32 obs + the other fields (6.46 MB per step), with
-         minor page faults per step and a pop's wait/copy split (docs/ring.md)
+  copy   pop(out=) into the ring's own buffers (each slot freed once copied, a ring of
+         --copy-capacity slots, default 2) and into plain arrays (the step kept in the ring
+         until its successor arrives, >= 3 slots), borrow + copy, borrow unread and pop()
+         into fresh arrays (>= 3 slots) vs a hand-written shared-memory double buffer (and
+         its unread twin) and mp.Queue, all interleaved, 4096 x 376 float32 obs + the other
+         fields (6.46 MB per step), with minor page faults per step and a pop's wait/copy
+         split (docs/ring.md)
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
   stages where a step's time goes on the consumer side, pop(out=) vs the hand buffer,
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring import held as _held
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.ring import Ring
 
@@ -118,7 +122,8 @@ class Side:
     """One producer process feeding either a ring or a Queue."""
 
     def __init__(self, kind: str, n: int, d: int, capacity: int = 4, batch: int = 0,
-                 min_steps: int = 0, obs_rows: int | None = None) -> None:
+                 min_steps: int = 0, obs_rows: int | None = None, plain: bool = False
+                 ) -> None:
         ctx = mp.get_context("spawn")
         self.ring = Ring(RingSpec(n, (d,), (17,), capacity=capacity)) if kind == "ring" \
             else None
@@ -131,9 +136,11 @@ class Side:
         self.out = None
         if self.ring is not None:
             self.ring.watch(self.proc)
-            # reused: no page faults per pop
-            self.out = _batch.buffers(self.ring._fields, batch or capacity - 1,
-                                      obs_rows=obs_rows)
+            # reused: no page faults per pop; the ring's own buffers free each slot as
+            # soon as it is copied (ring/held.py), plain ones keep it until its successor
+            self.out = (self.ring.buffers(batch or capacity - 1, rows=obs_rows) if not plain
+                        else _batch.buffers(self.ring._fields, batch or capacity - 1,
+                                            obs_rows=obs_rows))
             self.min_steps = min_steps or max(1, capacity // 2)
 
     def turn(self, steps: int, borrow: bool = False) -> tuple[float, Any]:
@@ -305,7 +312,7 @@ def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> 
 
 
 def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
-               obs_rows: int | None) -> None:
+               obs_rows: int | None, hand_rows: int | None = None) -> None:
     """pop(out=) and borrow + copy against the hand-written double buffer and mp.Queue, all
     four interleaved in rotating order, plus where a pop's time goes."""
     import resource
@@ -313,29 +320,40 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     n, d = 4096, 376
     ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows)
+    # The same pops into plain arrays: the step stays in the ring until its successor
+    # arrives, so a producer overlaps with the learner only from 3 slots on.
+    kept = Side("ring", n, d, capacity=max(cap, 3), batch=batch, min_steps=min_steps,
+                obs_rows=obs_rows, plain=True)
     queue = Side("queue", n, d)
-    hand = HandBuffer(n, d, batch=batch)
+    hand = HandBuffer(n, d, batch=hand_rows or batch)
     assert ring.ring is not None and ring.out is not None
     dst = _batch.buffers(ring.ring._fields, batch, obs_rows=batch)
 
     def ring_turn(mode: str) -> float:
+        # Held buffers on their own ring; the other read paths on the plain side's ring,
+        # so no held step of one path is handed to another (ring/held.py flush).
+        side = ring if mode == "pop" else kept
+        assert side.ring is not None
         t0 = time.perf_counter()
         if mode == "borrow+copy":
-            ring.conn.send(steps)
-            borrow_copy(ring.ring, steps, dst, ring.min_steps)  # type: ignore[arg-type]
+            side.conn.send(steps)
+            borrow_copy(side.ring, steps, dst, side.min_steps)
             return time.perf_counter() - t0
         if mode == "fresh":  # new arrays every pop: their pages fault in during the copy
-            ring.conn.send(steps)
+            side.conn.send(steps)
             got = 0
             while got < steps:
-                b = ring.ring.pop(max_steps=min(steps - got, batch), timeout=30,  # type: ignore[union-attr]
-                                  min_steps=min(ring.min_steps, steps - got))
+                b = side.ring.pop(max_steps=min(steps - got, batch), timeout=30,
+                                  min_steps=min(side.min_steps, steps - got))
                 assert b is not None
                 got += b.steps
             return time.perf_counter() - t0
-        return ring.turn(steps, borrow=mode == "borrow unread")[0]
+        if mode == "plain":
+            return side.turn(steps)[0]
+        return side.turn(steps, borrow=mode == "borrow unread")[0]
 
     runs = {"pop(out=)": lambda: ring_turn("pop"),
+            "pop(out=plain)": lambda: ring_turn("plain"),
             "borrow+copy": lambda: ring_turn("borrow+copy"),
             "borrow unread": lambda: ring_turn("borrow unread"),
             "pop() fresh": lambda: ring_turn("fresh"),
@@ -356,13 +374,15 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
         stage = _pop_stages(ring, steps, turns)
     finally:
         ring.close()
+        kept.close()
         queue.close()
         hand.close()
     mb = RingSpec(n, (d,), (17,)).slot_bytes() / 1e6
     print(f"copy  {n} x {d} float32 obs + action/reward/terminated/truncated ({mb:.2f} MB "
           f"per step), {steps} steps per turn, {turns} interleaved turns; ring capacity "
           f"{cap}, pops of {min_steps}-{batch} steps into buffers of {batch} steps "
-          f"({ring.out['obs'].shape[0]} obs rows); hand buffer: 2 slots, batch of {batch}:")
+          f"({ring.out['obs'].shape[0]} rows; plain arrays: capacity {max(cap, 3)}); hand "
+          f"buffer: 2 slots, batch of {hand.batch}:")
     for name in runs:
         rate = steps * mb / statistics.median(t[name])
         vs_hand = statistics.median(h / r for r, h in zip(t[name], t["hand buffer"],
@@ -388,7 +408,7 @@ def _pop_stages(side: Side, steps: int, turns: int) -> str:
 
 
 def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
-                 obs_rows: int | None) -> None:
+                 obs_rows: int | None, hand_rows: int | None = None) -> None:
     """Where a step's time goes on the consumer side, ring pop(out=) vs the hand buffer,
     interleaved: each stage timed with perf_counter_ns (this VM exposes no hardware
     counters to perf), summed per step."""
@@ -405,14 +425,19 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 t.setdefault(name, []).append(time.perf_counter_ns() - t0)
         return wrapped
 
-    saved = (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release)
+    saved = (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, _held.copy_in,
+             _held.deliver, Ring._take, Ring._free)
     _batch.copy_rows = timed("ring: copy_rows (steps' fields)", _batch.copy_rows)
     _batch.finish = timed("ring: finish (successor obs row)", _batch.finish)
     Ring._claim = timed("ring: claim (wait + mutex)", Ring._claim)  # type: ignore[method-assign]
     Ring._release = timed("ring: release (mutex + bell)", Ring._release)  # type: ignore[method-assign]
+    _held.copy_in = timed("ring: copy_in (whole steps)", _held.copy_in)
+    _held.deliver = timed("ring: deliver (batch views)", _held.deliver)
+    Ring._take = timed("ring: take (wait + mutex)", Ring._take)  # type: ignore[method-assign]
+    Ring._free = timed("ring: free (mutex + bell)", Ring._free)  # type: ignore[method-assign]
     ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows)
-    hand = HandBuffer(n, d, batch=batch)
+    hand = HandBuffer(n, d, batch=hand_rows or batch)
 
     def hand_turn() -> float:
         t0 = time.perf_counter()
@@ -446,15 +471,16 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 th.append(hand_turn())
                 tr.append(ring.turn(steps)[0])
     finally:
-        _batch.copy_rows, _batch.finish, Ring._claim, Ring._release = saved  # type: ignore[method-assign]
+        (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, _held.copy_in,  # type: ignore[method-assign]
+         _held.deliver, Ring._take, Ring._free) = saved  # type: ignore[method-assign]
         ring.close()
         hand.close()
     total = turns * steps
-    pops = len(t.get("ring: release (mutex + bell)", []))
+    pops = len(t.get("ring: release (mutex + bell)", t.get("ring: deliver (batch views)", [])))
     assert ring.out is not None
     print(f"stages ring capacity {cap}, pops of {min_steps}-{batch} steps into "
           f"{ring.out['obs'].shape[0]} obs rows ({pops / total:.2f} pops per step); hand "
-          f"buffer 2 slots, batch of {batch}; {turns} interleaved turns x {steps} steps:\n"
+          f"buffer 2 slots, batch of {hand.batch}; {turns} interleaved turns x {steps} steps:\n"
           f"      turn per step: ring {statistics.median(tr) / steps * 1e3:.3f} ms, hand "
           f"{statistics.median(th) / steps * 1e3:.3f} ms (hand/ring "
           f"{statistics.median(h / r for r, h in zip(tr, th, strict=True)):.2f}x)")
@@ -537,9 +563,12 @@ def main() -> None:
     ap.add_argument("--only", default="push,copy,queue,bw,pair")
     ap.add_argument("--turns", type=int, default=15)
     ap.add_argument("--pair-envs", type=int, default=256)
-    ap.add_argument("--copy-capacity", type=int, default=4)
+    ap.add_argument("--copy-capacity", type=int, default=2,
+                    help="ring slots (default 2: the hand buffer's)")
     ap.add_argument("--copy-batch", type=int, default=3, help="max steps per pop / batch")
     ap.add_argument("--copy-min", type=int, default=1, help="min_steps per pop")
+    ap.add_argument("--hand-rows", type=int, default=None,
+                    help="rows the hand buffer's consumer copies into (default: --copy-batch)")
     ap.add_argument("--copy-obs-rows", type=int, default=None,
                     help="obs rows of the pop(out=) buffers (default 2 * batch + 1)")
     args = ap.parse_args()
@@ -548,12 +577,12 @@ def main() -> None:
         bench_push(args.turns * 2, 10)
     if "copy" in only:
         bench_copy(args.turns, 8, args.copy_capacity, args.copy_batch, args.copy_min,
-                   args.copy_obs_rows)
+                   args.copy_obs_rows, args.hand_rows)
     if "queue" in only:
         bench_queue(args.turns, 8)
     if "stages" in only:
         bench_stages(args.turns, 8, args.copy_capacity, args.copy_batch, args.copy_min,
-                     args.copy_obs_rows)
+                     args.copy_obs_rows, args.hand_rows)
     if "footprint" in only:
         bench_footprint(args.turns)
     if "bw" in only:

@@ -21,7 +21,7 @@ from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone, 
 
 # Header int64 slots; producer-written and consumer-written counters on separate lines.
 PUBLISHED, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 2, 3, 4, 5
-CONSUMED, C_WAIT_NS, CLAIM, POPS = 8, 10, 11, 12
+CONSUMED, C_WAIT_NS, CLAIM, POPS, HELD = 8, 10, 11, 12, 13
 W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
 # The party table: (pid, start time, role bits) per attached process, written under the
 # mutex at attach time, read without it by a waiter (docs/ring.md "Who is reported dead").
@@ -77,6 +77,10 @@ class RingBase:
         # consumer: (consumed, published).
         self._seen_p: tuple[int, int] | None = None
         self._seen_c: tuple[int, int] | None = None
+        # Held-buffer reads (ring/held.py): (consumed, published, closed) last seen, and the
+        # buffers holding steps copied out of freed slots but not yet delivered.
+        self._seen_e: tuple[int, int, bool] | None = None
+        self._held_by: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "name": self._seg.name}
@@ -214,10 +218,12 @@ class RingBase:
 
     @property
     def ended(self) -> bool:
-        """finish() was called and every step has been consumed."""
+        """finish() was called and every step has been consumed (steps copied into a
+        learner's buffers and not yet delivered count as unconsumed)."""
         h = self._h
         with self._locked():
-            return bool(h[CLOSED]) and int(h[PUBLISHED]) - int(h[CONSUMED]) <= 1
+            return (bool(h[CLOSED])
+                    and int(h[PUBLISHED]) - int(h[CONSUMED]) + int(h[HELD]) <= 1)
 
     def stats(self, lock: bool = True) -> dict[str, float]:
         """Fill level, blocked/wait time, overwrites: what a run report shows. ``lock=False``
@@ -225,9 +231,9 @@ class RingBase:
         counter is then exact, but they may be from slightly different moments."""
         h = self._h
         with self._locked() if lock else nullcontext():
-            pub, con = int(h[PUBLISHED]), int(h[CONSUMED])
+            pub, con, held = int(h[PUBLISHED]), int(h[CONSUMED]), int(h[HELD])
             return {"capacity": self.spec.capacity, "pushed": int(h[PUSHES]),
-                    "consumed": con, "fill": max(0, pub - con - 1),
+                    "consumed": con - held, "fill": max(0, pub - con + held - 1),
                     "overwritten": int(h[OVERWRITTEN]),
                     "producer_blocked_s": int(h[P_BLOCKED_NS]) / 1e9,
                     "consumer_wait_s": int(h[C_WAIT_NS]) / 1e9, "pops": int(h[POPS])}

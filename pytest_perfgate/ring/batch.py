@@ -37,12 +37,14 @@ class Batch:
 
 
 def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int,
-            prefault: bool = True, obs_rows: int | None = None) -> dict[str, Any]:
+            prefault: bool = True, obs_rows: int | None = None, every_field: bool = False
+            ) -> dict[str, Any]:
     """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
     same buffers every time skips allocating (and page-faulting) fresh ones. obs and
     critic_obs get ``obs_rows`` rows (default ``2 * max_steps + 1``): room for the next
     batch to start at the row holding this batch's last next_obs, which is the next
-    step's obs, so it is not copied twice (docs/ring.md "Where the time goes")."""
+    step's obs, so it is not copied twice (docs/ring.md "Where the time goes").
+    ``every_field``: every field gets those rows (buffers that hold steps, ring/held.py)."""
     import numpy as np
 
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -53,7 +55,7 @@ def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int,
         if key.startswith("final_"):
             continue
         seq = key in ("obs", "critic_obs")
-        out[key] = np.empty((rows if seq else max_steps, *shape), dt)
+        out[key] = np.empty((rows if seq or every_field else max_steps, *shape), dt)
         if seq:
             out["next_" + key] = np.empty((max_steps, *shape), dt)
     if prefault:

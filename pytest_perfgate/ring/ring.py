@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring import held as _held
 from pytest_perfgate.ring.base import (
     C_WAIT_NS,
     CLAIM,
@@ -35,10 +36,10 @@ from pytest_perfgate.ring.base import (
     W_CONS,
     W_PROD,
     PeerDied,
-    RingBase,
     RingClosed,
 )
 from pytest_perfgate.ring.batch import Batch
+from pytest_perfgate.ring.held import Buffers, HeldReads
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
 
 # id(pop(out=) obs buffer) -> (weak ref to it, ring name, stream index, row) of the obs
@@ -56,7 +57,7 @@ def _put_carry(arr: Any, name: str, index: int, row: int) -> None:
     _CARRY[key] = (weakref.ref(arr, lambda _: _CARRY.pop(key, None)), name, index, row)
 
 
-class Ring(RingBase):
+class Ring(HeldReads):
     """Create with ``Ring(spec)``; hand it to the other process as a spawn argument.
     ``parties``: processes that will attach (2 when the creator only supervises); the
     name is removed once that many have mapped the segment."""
@@ -171,10 +172,15 @@ class Ring(RingBase):
         return True
 
     # ---- consumer --------------------------------------------------------------------
-    def buffers(self, max_steps: int) -> dict[str, Any]:
-        """Reusable destination arrays for ``pop(out=...)``: a learner that pops into the
-        same buffers every time skips allocating (and page-faulting) fresh ones."""
-        return _batch.buffers(self._fields, max_steps)
+    def buffers(self, max_steps: int, rows: int | None = None) -> Buffers:
+        """Reusable destination arrays for ``pop(out=...)`` of at most ``max_steps`` steps,
+        ``rows`` rows per field (default ``2 * max_steps + 1``, at least ``max_steps + 1``):
+        a learner that pops into the same buffers every time skips allocating (and
+        page-faulting) fresh ones, and in block mode each slot is freed as soon as it is
+        copied (ring/held.py). They belong to this ring: another ring's pop refuses them
+        while they hold a step."""
+        arrays = _batch.buffers(self._fields, max_steps, obs_rows=rows, every_field=True)
+        return Buffers(arrays, self.name, max_steps, int(arrays["obs"].shape[0]))
 
     def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
             min_steps: int = 1, out: dict[str, Any] | None = None) -> Batch | None:
@@ -182,8 +188,26 @@ class Ring(RingBase):
         (fewer only once the stream is finished). Returns None when the stream is finished
         and drained, or when ``timeout`` passed first (see ``ended``). With ``out`` (from
         :meth:`buffers`) the batch is views into those arrays, valid until the next pop,
-        and steps are copied as they arrive, while the producer writes the next ones."""
+        and steps are copied as they arrive, while the producer writes the next ones; each
+        slot is freed once copied, the newest step waiting in the buffers for its
+        successor (ring/held.py). A step held there is delivered first to any other read,
+        as a copy (``pop()``, other buffers) or as views of the buffers (``borrow``)."""
         _check_counts(max_steps, min_steps)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        own = (isinstance(out, Buffers) and out.ring == self.name
+               and not self.spec.overwrite)
+        if self._held_by is not None and self._held_by is not out:
+            done, b = _held.flush(self, self._held_by, max_steps, deadline)
+            if not done:
+                return None
+            if b is not None:  # held in other buffers: delivered here as a copy
+                self._h[POPS] += 1
+                return _held.copied(b)
+        if own:
+            assert isinstance(out, Buffers)
+            b = _held.pop_into(self, out, max_steps, deadline, min_steps)
+            self._h[POPS] += b is not None
+            return b
         if out is None:
             got = self._claim(max_steps, timeout, min_steps)
             if got is None:
@@ -196,7 +220,6 @@ class Ring(RingBase):
         room = self._check_out(out)
         max_steps = room if max_steps is None else min(max_steps, room)
         goal = max(1, min(min_steps, max_steps, self.spec.capacity - 1))
-        deadline = None if timeout is None else time.monotonic() + timeout
         # The previous pop's last next_obs row is this pop's first obs when nothing came
         # between them: start there instead of copying it again (docs/ring.md).
         rows = int(out["obs"].shape[0])
@@ -232,8 +255,14 @@ class Ring(RingBase):
         """Steps ``out`` holds, or RingInputError when it is not this ring's buffers()."""
         want = {k: v for k, v in self._fields.items() if not k.startswith("final_")}
         want.update({"next_" + k: want[k] for k in ("obs", "critic_obs") if k in want})
+        if isinstance(out, Buffers) and out.held and out.ring != self.name:
+            raise RingInputError(
+                f"pop(out=...): these buffers hold a step of ring {out.ring!r} (made by its "
+                "buffers()), which this pop would overwrite; pop each ring into its own "
+                "buffers (Rings.buffers(k) makes one set per ring)")
         try:
-            room = int(out["action"].shape[0])
+            room = (out.max_steps if isinstance(out, Buffers)
+                    else int(out["action"].shape[0]))
             ok = all(out[k].shape[1:] == shape and out[k].dtype == dt
                      and out[k].shape[0] >= room for k, (shape, dt) in want.items())
             ok = ok and all(out[k].shape[0] > room for k in ("obs", "critic_obs") if k in want)
@@ -253,6 +282,13 @@ class Ring(RingBase):
         slot 0); next_obs is copied only when an env ended in the batch. The producer cannot
         reuse borrowed slots meanwhile."""
         _check_counts(max_steps, min_steps)
+        if self._held_by is not None:  # a step held in pop(out=) buffers comes first
+            done, b = _held.flush(self, self._held_by, max_steps,
+                                  None if timeout is None else time.monotonic() + timeout)
+            if not done or b is not None:
+                self._h[POPS] += b is not None
+                yield b
+                return
         got = self._claim(max_steps, timeout, min_steps)
         if got is None:
             yield None
@@ -325,6 +361,7 @@ class Ring(RingBase):
             h[W_PROD] = 0
             self._seen_c = (None if self.spec.overwrite
                             else (con + k, int(h[PUBLISHED])))
+            self._seen_e = None  # consumed moved under the held path's view
         if ring_bell:
             self._free_bell.post()
 

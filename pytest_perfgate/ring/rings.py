@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_perfgate.ring.batch import Batch
+from pytest_perfgate.ring.held import Buffers
 from pytest_perfgate.ring.layout import RingInputError
 from pytest_perfgate.ring.ring import Ring
 
@@ -45,16 +46,23 @@ class Rings:
     def ended(self) -> bool:
         return all(r.ended for r in self.rings)
 
+    def buffers(self, max_steps: int, rows: int | None = None) -> list[Buffers]:
+        """One set of ``pop(out=...)`` buffers per ring (each ring's own: see Ring.buffers)."""
+        return [r.buffers(max_steps, rows) for r in self.rings]
+
     def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
-            min_steps: int = 1, out: dict[str, Any] | None = None) -> Batch | None:
+            min_steps: int = 1, out: Sequence[dict[str, Any]] | dict[str, Any] | None = None
+            ) -> Batch | None:
         """A batch from the next ring (in rotation) that has ``min_steps`` consumable;
-        None once every stream is finished and drained, or when ``timeout`` passed."""
+        None once every stream is finished and drained, or when ``timeout`` passed.
+        ``out``: :meth:`buffers` (the batch is views into the serving ring's set)."""
         n = len(self.rings)
+        outs = self._outs(out)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             for j in range(n):
                 i = (self._next + j) % n
-                b = self.rings[i].pop(max_steps, 0, min_steps=min_steps, out=out)
+                b = self.rings[i].pop(max_steps, 0, min_steps=min_steps, out=outs[i])
                 if b is not None:
                     return self._served(i, b)
             if self.ended:
@@ -65,9 +73,18 @@ class Rings:
             i = self._next
             self._next = (i + 1) % n
             wait = WAIT_SLICE_S if left is None else min(WAIT_SLICE_S, left)
-            b = self.rings[i].pop(max_steps, wait, min_steps=min_steps, out=out)
+            b = self.rings[i].pop(max_steps, wait, min_steps=min_steps, out=outs[i])
             if b is not None:
                 return self._served(i, b)
+
+    def _outs(self, out: Any) -> list[Any]:
+        if out is None or (isinstance(out, dict) and not isinstance(out, Buffers)):
+            return [out] * len(self.rings)  # plain arrays: every ring pops into them
+        if isinstance(out, dict) or len(out) != len(self.rings):
+            raise RingInputError(
+                "Rings.pop(out=...): pass rings.buffers(k), one set per ring (a ring's own "
+                "buffers hold its newest step between pops, so the rings cannot share one)")
+        return list(out)
 
     def _served(self, i: int, b: Batch) -> Batch:
         self._next = (i + 1) % len(self.rings)
