@@ -6,12 +6,14 @@ module imports another.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -220,3 +222,12 @@ def asv_project(repo: Path, conftest: str, perf_test: str, timeout: float = 300
     (repo / "conftest.py").write_text(conftest)
     (repo / "test_perf.py").write_text(perf_test)
     return init
+
+
+def load_file(name: str, path: Path) -> ModuleType:
+    """A script that is not a package module (tools/, tests/qemu/), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import importlib.util
 import json
 import os
 import platform
@@ -45,6 +44,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import load_file
 
 from pytest_perfgate.placement.cpus import format_cpus
 from pytest_perfgate.placement.numa import NumaMapsProof
@@ -66,12 +66,7 @@ pytestmark = pytest.mark.slow
 
 
 def _load_builder():
-    spec = importlib.util.spec_from_file_location("perfgate_qemu_builder",
-                                                  HERE / "qemu" / "build_initramfs.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file("perfgate_qemu_builder", HERE / "qemu" / "build_initramfs.py")
 
 
 def _skip(what: str) -> None:

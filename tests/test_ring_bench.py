@@ -3,11 +3,11 @@ little (or the wrong rows) would make the ring look faster than it is (docs/ring
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+from helpers import load_file
 
 from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring.layout import RingSpec
@@ -17,12 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perfgate_bench_ring",
-                                                  ROOT / "tools" / "bench_ring.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file("perfgate_bench_ring", ROOT / "tools" / "bench_ring.py")
 
 
 def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended() -> None:
