@@ -392,3 +392,16 @@ def test_plain_arrays_shared_by_two_rings_or_skipped_steps_stay_exact() -> None:
         _obs_step(r1, 3)
         b = r1.pop(max_steps=1, out=out)
         assert b is not None and b.obs[0, 0, 0] == 2 and b.next_obs[0, 0, 0] == 3
+
+
+def test_a_closed_ring_says_so_on_every_operation() -> None:
+    ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
+    obs, act = np.zeros((2, 3), np.float32), np.zeros((2, 1), np.float32)
+    rew, no = np.zeros(2, np.float32), np.zeros(2, bool)
+    ring.push(obs, act, rew, no, no)
+    out = ring.buffers(2)
+    ring.close()
+    for op in (lambda: ring.push(obs, act, rew, no, no), lambda: ring.pop(timeout=0.1),
+               lambda: ring.pop(out=out, timeout=0.1), ring.stats, lambda: ring.ended):
+        with pytest.raises(RingClosed, match="was closed in this process"):
+            op()

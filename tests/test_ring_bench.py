@@ -49,3 +49,17 @@ def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended() -> 
     want = obs[2].copy()
     want[2] = final[0]
     np.testing.assert_array_equal(dst["next_obs"][1 % rows], want)
+
+
+def test_every_path_follows_every_other_in_the_interleaved_order() -> None:
+    """A rotation would keep one predecessor per path (the one after mp.Queue inheriting
+    its leftovers every turn); the shuffled order gives each path every predecessor."""
+    order = _bench()._order
+    runs = {name: None for name in ("pop", "borrow", "hand", "queue")}
+    after_queue = set()
+    for turn in range(40):
+        names = order(runs, turn)
+        assert sorted(names) == sorted(runs)
+        if "queue" in names[:-1]:
+            after_queue.add(names[names.index("queue") + 1])
+    assert after_queue == {"pop", "borrow", "hand"}

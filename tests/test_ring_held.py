@@ -41,7 +41,7 @@ def _check(got: list[Any], ref: list[dict[str, Any]], critic: bool) -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(n=st.integers(1, 4), cap=st.integers(2, 4), steps=st.integers(1, 30),
+@given(n=st.integers(1, 4), cap=st.integers(2, 6), steps=st.integers(1, 30),
        p_end=st.sampled_from([0.0, 0.3, 0.7]), critic=st.booleans(),
        seed=st.integers(0, 2**31), pop_max=st.integers(1, 5), pop_min=st.integers(1, 4),
        rows=st.sampled_from([None, 0, 3]), mixed=st.booleans())

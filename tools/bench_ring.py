@@ -12,6 +12,8 @@ turns, medians of many turns; docs/design.md §1):
          split (docs/ring.md)
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
+  timeline  pop(out=) vs the hand buffer (mp.Queue alternated with them): when a turn's
+         first step is in hand, and the steady time per step after it
   stages where a step's time goes on the consumer side, pop(out=) vs the hand buffer,
          interleaved (per-stage perf_counter_ns sums; this VM has no hardware counters)
   footprint  one process: a write + a copy per step through S slots and R rows, the cost
@@ -22,12 +24,16 @@ turns, medians of many turns; docs/design.md §1):
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
     flock /tmp/perfgate-timing.lock python tools/bench_ring.py \
-        [--only push,copy,stages,footprint,queue,bw,pair]
+        [--only push,copy,timeline,stages,footprint,queue,bw,pair]
+
+The copy, timeline and stages runs pin this process to one CPU and every producer to
+another (``--pin``), and shuffle the paths' order in every round: see ``_order``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import statistics
 import time
@@ -98,6 +104,18 @@ def bench_push(turns: int, per_turn: int) -> None:
           f"ratio {ratios:.2f}x (target <= 0.6x)")
 
 
+def _order(runs: dict[str, Any], turn: int) -> list[str]:
+    """This turn's order of the paths: a fresh shuffle (seeded by the turn), so no path
+    always follows the same one. A rotation keeps the cycle, and the path after
+    ``mp.Queue`` would always inherit its leftovers (its feeder thread, the freed
+    pickles): measured 0.61 ms per step after the Queue against 0.48 after another path."""
+    import random
+
+    names = list(runs)
+    random.Random(turn).shuffle(names)
+    return names
+
+
 # ---- queue / bandwidth: a producer process ----------------------------------------------------
 def producer(ring: Any, queue: Any, conn: Any, n: int, d: int) -> None:
     obs = np.random.default_rng(1).standard_normal((n, d)).astype(np.float32)
@@ -118,6 +136,29 @@ def producer(ring: Any, queue: Any, conn: Any, n: int, d: int) -> None:
                            "truncated": no})
 
 
+PIN: list[int] = []  # [consumer CPU, producer CPU] (--pin)
+
+
+def _set_pin(arg: str) -> None:
+    """Place the learner and the producers the same way for every path: unpinned, the
+    scheduler may put a producer on the learner's CPU for a whole run, which moved one
+    path's ratio by 0.3 between runs (docs/ring.md "Where the rest goes")."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if arg == "none" or (arg == "auto" and len(cpus) < 2):
+        return
+    PIN[:] = cpus[:2] if arg == "auto" else [int(c) for c in arg.split(",")]
+    os.sched_setaffinity(0, {PIN[0]})
+
+
+def _pin(pid: int | None) -> None:
+    import os
+
+    if PIN and pid is not None:
+        os.sched_setaffinity(pid, {PIN[1]})
+
+
 class Side:
     """One producer process feeding either a ring or a Queue."""
 
@@ -132,6 +173,7 @@ class Side:
         self.proc = ctx.Process(target=producer, args=(self.ring, self.queue, child, n, d),
                                 daemon=True)
         self.proc.start()
+        _pin(self.proc.pid)
         child.close()
         self.out = None
         if self.ring is not None:
@@ -186,8 +228,7 @@ def bench_queue(turns: int, steps: int) -> None:
         ring.turn(2)
         queue.turn(2)  # warm both paths
         for i in range(turns):
-            names = list(runs)[i % 3:] + list(runs)[:i % 3]
-            for name in names:
+            for name in _order(runs, i):
                 t[name].append(runs[name]())
     finally:
         ring.close()
@@ -263,6 +304,7 @@ class HandBuffer:
         self.proc = ctx.Process(target=hand_producer, daemon=True,
                                 args=(self.seg.name, size, self.full, self.empty, child, n, d))
         self.proc.start()
+        _pin(self.proc.pid)
         child.close()
         self.dst = {k: np.zeros((batch, *v.shape), v.dtype) for k, v in self.slots[0].items()}
         self.batch, self.i = batch, 0
@@ -325,9 +367,9 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     kept = Side("ring", n, d, capacity=max(cap, 3), batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows, plain=True)
     queue = Side("queue", n, d)
-    hand = HandBuffer(n, d, batch=hand_rows or batch)
     assert ring.ring is not None and ring.out is not None
-    dst = _batch.buffers(ring.ring._fields, batch, obs_rows=batch)
+    hand = HandBuffer(n, d, batch=hand_rows or int(ring.out["obs"].shape[0]))
+    dst = _batch.buffers(ring.ring._fields, hand.batch, obs_rows=hand.batch)
 
     def ring_turn(mode: str) -> float:
         # Held buffers on their own ring; the other read paths on the plain side's ring,
@@ -365,9 +407,8 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     try:
         for f in runs.values():
             f()  # warm every path
-        names = list(runs)
         for i in range(turns):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in _order(runs, i):
                 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 t[name].append(runs[name]())
                 faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
@@ -407,6 +448,67 @@ def _pop_stages(side: Side, steps: int, turns: int) -> str:
     return f"{tot:.2f} ms, of which waiting for the producer {w:.2f} ms, copying {tot - w:.2f} ms"
 
 
+def bench_timeline(turns: int, steps: int, cap: int, batch: int) -> None:
+    """Per turn: the time until the first transition is in hand (the producer woken, a
+    step written and copied) and the median gap between the later ones (steady state),
+    pop(out=) against the hand buffer, with mp.Queue turns shuffled between them."""
+    n, d = 4096, 376
+    ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=1)
+    assert ring.ring is not None and ring.out is not None
+    hand = HandBuffer(n, d, batch=int(ring.out["obs"].shape[0]))
+    queue = Side("queue", n, d)
+
+    def ring_turn() -> list[float]:
+        assert ring.ring is not None
+        ts: list[float] = []
+        t0 = time.perf_counter()
+        ring.conn.send(steps)
+        while len(ts) < steps:
+            b = ring.ring.pop(max_steps=steps - len(ts), timeout=30, out=ring.out)
+            assert b is not None
+            ts += [time.perf_counter() - t0] * b.steps
+        return ts
+
+    def hand_turn() -> list[float]:
+        ts: list[float] = []
+        t0 = time.perf_counter()
+        hand.conn.send(steps)
+        for j in range(steps):
+            i = hand.i
+            assert hand.full[i].acquire(timeout=30)
+            for k, v in hand.slots[i].items():
+                np.copyto(hand.dst[k][j % hand.batch], v)
+            hand.empty[i].release()
+            hand.i ^= 1
+            ts.append(time.perf_counter() - t0)
+        return ts
+
+    runs = {"pop(out=)": ring_turn, "hand buffer": hand_turn,
+            "mp.Queue": lambda: [queue.turn(steps)[0]]}
+    got: dict[str, list[list[float]]] = {k: [] for k in runs}
+    try:
+        for f in runs.values():
+            f()
+        for i in range(turns):
+            for name in _order(runs, i):
+                got[name].append(runs[name]())
+    finally:
+        ring.close()
+        hand.close()
+        queue.close()
+    print(f"timeline {steps} steps per turn, {turns} shuffled turns with mp.Queue; ring "
+          f"capacity {cap}, buffers of {batch} steps, hand buffer {hand.batch} rows:")
+    steady = {k: [statistics.median(b - a for a, b in itertools.pairwise(t[1:])) for t in got[k]]
+              for k in ("pop(out=)", "hand buffer")}
+    for k in steady:
+        first = statistics.median(t[0] for t in got[k]) * 1e3
+        print(f"      {k:<12} first step in hand {first:.3f} ms, then "
+              f"{statistics.median(steady[k]) * 1e3:.3f} ms per step")
+    ratio = statistics.median(h / r for r, h in zip(steady["pop(out=)"],
+                                                      steady["hand buffer"], strict=True))
+    print(f"      steady state: pop(out=) {ratio:.2f}x the hand buffer's rate")
+
+
 def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                  obs_rows: int | None, hand_rows: int | None = None) -> None:
     """Where a step's time goes on the consumer side, ring pop(out=) vs the hand buffer,
@@ -437,7 +539,8 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     Ring._free = timed("ring: free (mutex + bell)", Ring._free)  # type: ignore[method-assign]
     ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows)
-    hand = HandBuffer(n, d, batch=hand_rows or batch)
+    assert ring.out is not None
+    hand = HandBuffer(n, d, batch=hand_rows or int(ring.out["obs"].shape[0]))
 
     def hand_turn() -> float:
         t0 = time.perf_counter()
@@ -536,7 +639,7 @@ def _bw_one(n: int, steps: int, turns: int) -> None:
     try:
         side.turn(2)
         for i in range(turns):
-            for name in list(runs)[i % 3:] + list(runs)[:i % 3]:
+            for name in _order(runs, i):
                 t[name].append(runs[name]())
     finally:
         side.close()
@@ -566,20 +669,28 @@ def main() -> None:
     ap.add_argument("--copy-capacity", type=int, default=2,
                     help="ring slots (default 2: the hand buffer's)")
     ap.add_argument("--copy-batch", type=int, default=3, help="max steps per pop / batch")
+    ap.add_argument("--copy-steps", type=int, default=16, help="steps per turn")
     ap.add_argument("--copy-min", type=int, default=1, help="min_steps per pop")
     ap.add_argument("--hand-rows", type=int, default=None,
-                    help="rows the hand buffer's consumer copies into (default: --copy-batch)")
+                    help="rows the hand buffer's consumer copies into (default: as many as "
+                         "the ring's buffers have, the same destination footprint)")
     ap.add_argument("--copy-obs-rows", type=int, default=None,
                     help="obs rows of the pop(out=) buffers (default 2 * batch + 1)")
+    ap.add_argument("--pin", default="auto",
+                    help="CONSUMER,PRODUCER: this process on one CPU, every producer on "
+                         "another (default: the first two usable CPUs); 'none': unpinned")
     args = ap.parse_args()
+    _set_pin(args.pin)
     only = set(args.only.split(","))
     if "push" in only:
         bench_push(args.turns * 2, 10)
     if "copy" in only:
-        bench_copy(args.turns, 8, args.copy_capacity, args.copy_batch, args.copy_min,
+        bench_copy(args.turns, args.copy_steps, args.copy_capacity, args.copy_batch, args.copy_min,
                    args.copy_obs_rows, args.hand_rows)
     if "queue" in only:
         bench_queue(args.turns, 8)
+    if "timeline" in only:
+        bench_timeline(args.turns, args.copy_steps, args.copy_capacity, args.copy_batch)
     if "stages" in only:
         bench_stages(args.turns, 8, args.copy_capacity, args.copy_batch, args.copy_min,
                      args.copy_obs_rows, args.hand_rows)

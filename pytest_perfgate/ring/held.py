@@ -47,6 +47,12 @@ class Buffers(dict[str, Any]):
         self.step_keys = tuple(k for k in arrays if not k.startswith("next_"))  # a step's rows
         self.seq_keys = tuple(k for k in SEQ if k in arrays)
         self.base = self.held = self.start = 0
+        self.arrays: tuple[Any, ...] = tuple(
+            arrays.get(k) for k in ("obs", "action", "reward", "terminated", "truncated",
+                                    "critic_obs"))
+        self.src: Any = None  # the ring arrays ``pairs`` were made for
+        self.pairs: list[tuple[Any, Any]] = []
+        self.seq_pairs: list[tuple[Any, Any]] = []
         self.finish_held = False  # the last held row is finish()'s observation, no step
         # stream index -> [(field, env indices, their final rows)] of envs that ended there
         self.finals: dict[int, list[tuple[str, Any, Any]]] = {}
@@ -139,26 +145,41 @@ def _row(out: Buffers, i: int) -> int:
 
 
 def copy_in(ring: HeldReads, out: Buffers, con: int, m: int, finish_last: bool) -> None:
-    """Copy published steps con..con+m into the rows after the held ones (every field, and
-    the final rows of envs that ended, which live in the slot's side store)."""
-    import numpy as np
-
+    """Copy published steps con..con+m (contiguous in the ring and in the buffers' rows)
+    into the rows after the held ones: every field in one copy per field, and the final
+    rows of envs that ended, which live in the slot's side store. ``finish_last``: the
+    one step is finish()'s observation."""
     a, cap = ring._a, ring.spec.capacity
+    if out.src is not a:  # (destination, source) per field, made once per mapping
+        out.src = a
+        out.pairs = [(out[k], a[k]) for k in out.step_keys]
+        out.seq_pairs = [(out[k], a[k]) for k in out.seq_keys]
     if out.held == 0:
         out.start = con
-    term, trunc = out["terminated"], out["truncated"]
-    for j in range(m):
-        slot, row = (con + j) % cap, (out.base + out.held + j) % out.rows
-        last = finish_last and j == m - 1  # finish() wrote only the observation
-        for key in out.seq_keys if last else out.step_keys:
-            np.copyto(out[key][row], a[key][slot])
-        if last or not (term[row].any() or trunc[row].any()):
-            continue
-        envs = np.flatnonzero(term[row] | trunc[row])
-        out.finals[con + j] = [(key, envs, a["final_" + key][slot, :len(envs)].copy())
-                               for key in out.seq_keys]
+    slot, row = con % cap, (out.base + out.held) % out.rows
     out.held += m
     out.finish_held = finish_last
+    if finish_last:  # finish() wrote only the observation
+        for dst, src in out.seq_pairs:
+            dst[row] = src[slot]
+        return
+    for dst, src in out.pairs:
+        dst[row:row + m] = src[slot:slot + m]
+    count, term, trunc = ring._count, a["terminated"], a["truncated"]
+    if count(term[slot:slot + m]) or count(trunc[slot:slot + m]):
+        for j in range(m):
+            if count(term[slot + j]) or count(trunc[slot + j]):
+                _keep_finals(out, a, con + j, slot + j, row + j)
+
+
+def _keep_finals(out: Buffers, a: dict[str, Any], index: int, slot: int, row: int) -> None:
+    """Step ``index`` ended some envs: keep their final rows (the slot's side store is
+    reused once the slot is freed) until the step is delivered."""
+    import numpy as np
+
+    envs = np.flatnonzero(out["terminated"][row] | out["truncated"][row])
+    out.finals[index] = [(key, envs, a["final_" + key][slot, :len(envs)].copy())
+                         for key in out.seq_keys]
 
 
 def ready(out: Buffers, limit: int) -> int:
@@ -182,25 +203,41 @@ def compact(out: Buffers) -> None:
 
 def deliver(out: Buffers, r: int) -> Batch:
     """The first ``r`` held transitions as a batch of views; they stop being held."""
+    b, start = out.base, out.start
+    if out.finals and any(s in out.finals for s in range(start, start + r)):
+        return _deliver_patched(out, r)
+    nxt = (b + 1) % out.rows
+    obs, action, reward, term, trunc, critic = out.arrays
+    batch = Batch(obs[b:b + r], obs[nxt:nxt + r], action[b:b + r], reward[b:b + r],
+                  term[b:b + r], trunc[b:b + r],
+                  None if critic is None else critic[b:b + r],
+                  None if critic is None else critic[nxt:nxt + r], start)
+    _delivered(out, r)
+    return batch
+
+
+def _delivered(out: Buffers, r: int) -> None:
+    out.base, out.held, out.start = (out.base + r) % out.rows, out.held - r, out.start + r
+    if out.held == 0 or (out.held == 1 and out.finish_held):
+        out.clear_hold()  # only finish()'s observation is left: the stream is drained
+
+
+def _deliver_patched(out: Buffers, r: int) -> Batch:
+    """deliver() where envs ended: next_obs copied into the buffers' next_* rows and
+    patched with the final observations kept by :func:`_keep_finals`."""
     import numpy as np
 
     b, nxt = out.base, (out.base + 1) % out.rows
     got = {key: out[key][b:b + r] for key in out.step_keys}
     for key in out.seq_keys:
-        got["next_" + key] = out[key][nxt:nxt + r]
-    ended = [s for s in range(out.start, out.start + r) if s in out.finals] \
-        if out.finals else []
-    for key in out.seq_keys if ended else ():
         patched = out["next_" + key][:r]
-        np.copyto(patched, got["next_" + key])
+        np.copyto(patched, out[key][nxt:nxt + r])
         got["next_" + key] = patched
-    for s in ended:
-        for key, envs, rows in out.finals.pop(s):
+    for s in range(out.start, out.start + r):
+        for key, envs, rows in out.finals.pop(s, ()):
             got["next_" + key][s - out.start, envs] = rows
     start = out.start
-    out.base, out.held, out.start = (b + r) % out.rows, out.held - r, start + r
-    if out.held == 0 or (out.held == 1 and out.finish_held):
-        out.clear_hold()  # only finish()'s observation is left: the stream is drained
+    _delivered(out, r)
     return Batch(got["obs"], got["next_obs"], got["action"], got["reward"],
                  got["terminated"], got["truncated"], got.get("critic_obs"),
                  got.get("next_critic_obs"), start)
@@ -222,8 +259,16 @@ def pop_into(ring: HeldReads, out: Buffers, max_steps: int | None, deadline: flo
         con, m, finish_last = got
         if m == 0:
             break  # finished and nothing left to copy
-        copy_in(ring, out, con, m, finish_last)
-        ring._free(con + m, out)
+        j, cap = 0, ring.spec.capacity
+        while j < m:  # in runs of up to half the ring, each slot freed once copied
+            first, row = con + j, (out.base + out.held) % out.rows
+            n = min(m - j, max(1, cap // 2), cap - first % cap, out.rows - row)
+            last = finish_last and j + n == m
+            if last and n > 1:
+                n, last = n - 1, False  # finish()'s observation is copied alone
+            copy_in(ring, out, first, n, last)
+            ring._free(first + n, out)
+            j += n
     if out.held < 2:  # the stream ended: at most finish()'s observation is left
         if out.finish_held:
             out.clear_hold()

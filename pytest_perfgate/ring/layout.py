@@ -105,7 +105,7 @@ class RingSpec:
                    for k, (s, d) in self.fields().items() if not k.startswith("final_"))
 
 
-def check_array(field: str, value: Any, shape: tuple[int, ...], dtype: str,
+def check_array(field: str, value: Any, shape: tuple[int, ...], dtype: Any,
                 finite: bool) -> Any:
     """The array to store, or RingInputError naming the field, what was expected and got."""
     import numpy as np

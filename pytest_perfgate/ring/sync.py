@@ -55,6 +55,15 @@ class SharedSem:
         if _lib().sem_post(self.addr) != 0:
             raise OSError(ctypes.get_errno(), "sem_post failed")
 
+    def bound(self) -> tuple[Any, Any]:
+        """(sem_trywait, sem_post) bound to this semaphore, called with no argument:
+        0 on success. For the mutex, taken on every push and pop."""
+        import functools
+
+        lib = _lib()
+        return (functools.partial(lib.sem_trywait, self.addr),
+                functools.partial(lib.sem_post, self.addr))
+
     def wait(self, timeout_s: float) -> bool:
         """Take one unit within ``timeout_s`` (0 = try); False on timeout."""
         lib = _lib()
