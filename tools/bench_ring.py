@@ -14,6 +14,8 @@ turns, medians of many turns; docs/design.md §1):
          processes (4096 x 376 float32; target >= 10x)
   timeline  pop(out=) vs the hand buffer (mp.Queue alternated with them): when a turn's
          first step is in hand, and the steady time per step after it
+  floor  the ring's protocol (the shipped push, counters under the mutex) with a ten-line
+         learner, vs the hand buffer: the bound any read path on this protocol can reach
   stages where a step's time goes on the consumer side, pop(out=) vs the hand buffer,
          interleaved (per-stage perf_counter_ns sums; this VM has no hardware counters)
   footprint  one process: a write + a copy per step through S slots and R rows, the cost
@@ -24,10 +26,10 @@ turns, medians of many turns; docs/design.md §1):
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
     flock /tmp/perfgate-timing.lock python tools/bench_ring.py \
-        [--only push,copy,timeline,stages,footprint,queue,bw,pair]
+        [--only push,copy,timeline,floor,stages,footprint,queue,bw,pair]
 
 The copy, timeline and stages runs pin this process to one CPU and every producer to
-another (``--pin``), and shuffle the paths' order in every round: see ``_order``.
+another (``--pin``), and order the paths in a balanced design every round: see ``_order``.
 """
 
 from __future__ import annotations
@@ -105,15 +107,13 @@ def bench_push(turns: int, per_turn: int) -> None:
 
 
 def _order(runs: dict[str, Any], turn: int) -> list[str]:
-    """This turn's order of the paths: a fresh shuffle (seeded by the turn), so no path
-    always follows the same one. A rotation keeps the cycle, and the path after
+    """This turn's order of the paths: a Williams design (core/turns.py), so each path
+    follows each other one equally often. A rotation keeps the cycle, and the path after
     ``mp.Queue`` would always inherit its leftovers (its feeder thread, the freed
     pickles): measured 0.61 ms per step after the Queue against 0.48 after another path."""
-    import random
+    from pytest_perfgate.core.turns import turn_order
 
-    names = list(runs)
-    random.Random(turn).shuffle(names)
-    return names
+    return turn_order(list(runs), turn)
 
 
 # ---- queue / bandwidth: a producer process ----------------------------------------------------
@@ -137,6 +137,7 @@ def producer(ring: Any, queue: Any, conn: Any, n: int, d: int) -> None:
 
 
 PIN: list[int] = []  # [consumer CPU, producer CPU] (--pin)
+FIELDS5 = ("obs", "action", "reward", "terminated", "truncated")  # what a step holds
 
 
 def _set_pin(arg: str) -> None:
@@ -333,22 +334,26 @@ class HandBuffer:
 
 def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> int:
     """The learner's own copy of borrowed views, the same bytes the hand buffer's consumer
-    copies: each step's five fields once, into row ``j % rows`` of preallocated arrays (the
-    next step's obs row is its next_obs). Where an env ended, its patched next_obs rows are
-    copied too (none do here)."""
+    copies: each step's five fields once, into rows ``j % rows`` of preallocated arrays
+    (the next step's obs row is its next_obs), one copy per field for the steps that fit
+    before the last row. Where an env ended, its patched next_obs rows are copied too."""
     rows = int(dst["action"].shape[0])
     got = 0
     while got < steps:
         with ring.borrow(max_steps=steps - got, timeout=30,
                          min_steps=min(min_steps, steps - got)) as b:
             assert b is not None
-            done = b.terminated | b.truncated
-            for t in range(b.steps):
+            t = 0
+            while t < b.steps:
                 j = (got + t) % rows
-                for f in ("obs", "action", "reward", "terminated", "truncated"):
-                    np.copyto(dst[f][j], getattr(b, f)[t])
-                if done[t].any():
-                    np.copyto(dst["next_obs"][j], b.next_obs[t])
+                m = min(b.steps - t, rows - j)
+                for f in FIELDS5:
+                    np.copyto(dst[f][j:j + m], getattr(b, f)[t:t + m])
+                ended = np.flatnonzero((b.terminated[t:t + m] | b.truncated[t:t + m])
+                                       .any(axis=1))
+                for e in ended:
+                    np.copyto(dst["next_obs"][j + e], b.next_obs[t + e])
+                t += m
             got += b.steps
     return got
 
@@ -356,7 +361,7 @@ def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> 
 def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                obs_rows: int | None, hand_rows: int | None = None) -> None:
     """pop(out=) and borrow + copy against the hand-written double buffer and mp.Queue, all
-    four interleaved in rotating order, plus where a pop's time goes."""
+    interleaved in a balanced order, plus where a pop's time goes."""
     import resource
 
     n, d = 4096, 376
@@ -451,7 +456,7 @@ def _pop_stages(side: Side, steps: int, turns: int) -> str:
 def bench_timeline(turns: int, steps: int, cap: int, batch: int) -> None:
     """Per turn: the time until the first transition is in hand (the producer woken, a
     step written and copied) and the median gap between the later ones (steady state),
-    pop(out=) against the hand buffer, with mp.Queue turns shuffled between them."""
+    pop(out=) against the hand buffer, with mp.Queue turns between them, in a balanced order."""
     n, d = 4096, 376
     ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=1)
     assert ring.ring is not None and ring.out is not None
@@ -496,7 +501,7 @@ def bench_timeline(turns: int, steps: int, cap: int, batch: int) -> None:
         ring.close()
         hand.close()
         queue.close()
-    print(f"timeline {steps} steps per turn, {turns} shuffled turns with mp.Queue; ring "
+    print(f"timeline {steps} steps per turn, {turns} balanced turns with mp.Queue; ring "
           f"capacity {cap}, buffers of {batch} steps, hand buffer {hand.batch} rows:")
     steady = {k: [statistics.median(b - a for a, b in itertools.pairwise(t[1:])) for t in got[k]]
               for k in ("pop(out=)", "hand buffer")}
@@ -507,6 +512,134 @@ def bench_timeline(turns: int, steps: int, cap: int, batch: int) -> None:
     ratio = statistics.median(h / r for r, h in zip(steady["pop(out=)"],
                                                       steady["hand buffer"], strict=True))
     print(f"      steady state: pop(out=) {ratio:.2f}x the hand buffer's rate")
+
+
+def floor_producer(ring: Any, conn: Any, n: int, d: int) -> None:
+    """A producer with the least Python on the ring's protocol: wait for a free slot and
+    publish under the mutex, ring a waiting side's bell; no checks, no episode ends."""
+    from pytest_perfgate.ring.base import CONSUMED, PUBLISHED, W_CONS, W_PROD
+
+    data = _step_data(n, d)
+    pairs = [(ring._a[k], data[k]) for k in FIELDS5]
+    h, lock, cap = ring._h, ring._lock, ring.spec.capacity
+    ring._claim_role("producer")
+
+    def push() -> None:
+        while True:
+            with lock:
+                pub, con = h[PUBLISHED], h[CONSUMED]
+                if pub - con < cap:
+                    break
+                h[W_PROD] = 1
+            ring._wait(ring._free_bell, "producer", None)
+        for dst, src in pairs:
+            dst[pub % cap] = src
+        with lock:
+            h[PUBLISHED] = pub + 1
+            bell = h[W_CONS]
+            h[W_CONS] = 0
+        if bell:
+            ring._data_bell.post()
+
+    push()  # priming, as producer() does
+    while (msg := conn.recv()) is not None:
+        for _ in range(msg):
+            push()
+
+
+class FloorSide:
+    """A learner with the least Python on the ring's protocol (wait under the mutex, copy
+    each step's five fields into row i % rows, free the slot), fed by the shipped push
+    (``minimal=False``) or by :func:`floor_producer`."""
+
+    def __init__(self, n: int, d: int, rows: int, minimal: bool) -> None:
+        ctx = mp.get_context("spawn")
+        self.ring = Ring(RingSpec(n, (d,), (17,), capacity=2))
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=floor_producer if minimal else producer, daemon=True,
+                                args=(self.ring, child, n, d) if minimal
+                                else (self.ring, None, child, n, d))
+        self.proc.start()
+        _pin(self.proc.pid)
+        child.close()
+        self.ring.watch(self.proc)
+        self.dst = {k: np.zeros((rows, *v.shape), v.dtype)
+                    for k, v in _step_data(n, d).items()}
+        self.pairs = [(self.dst[k], self.ring._a[k]) for k in FIELDS5]
+        self.rows, self.row = rows, 0
+
+    def turn(self, steps: int) -> float:
+        from pytest_perfgate.ring.base import CONSUMED, PUBLISHED, W_CONS, W_PROD
+
+        ring, h, lock = self.ring, self.ring._h, self.ring._lock
+        ring._claim_role("consumer")
+        t0 = time.perf_counter()
+        self.conn.send(steps)
+        r = self.row
+        for _ in range(steps):
+            while True:
+                with lock:
+                    con, pub = h[CONSUMED], h[PUBLISHED]
+                    if pub > con:
+                        break
+                    h[W_CONS] = 1
+                ring._wait(ring._data_bell, "consumer", None)
+            for dst, src in self.pairs:
+                dst[r] = src[con % 2]
+            with lock:
+                h[CONSUMED] = con + 1
+                bell = h[W_PROD]
+                h[W_PROD] = 0
+            if bell:
+                ring._free_bell.post()
+            r = (r + 1) % self.rows
+        self.row = r
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.proc.join(10)
+        if self.proc.exitcode is None:
+            self.proc.kill()
+            self.proc.join()
+        self.ring.close()
+
+
+def bench_floor(turns: int, steps: int) -> None:
+    """The ring's protocol (counters under the ring mutex, a bell rung for a waiting side)
+    with the least Python on the learner side, fed by the shipped push and by a minimal
+    producer, interleaved with the hand buffer and mp.Queue: the bound that any read path
+    on this protocol can reach. Not a read path users get (no successor, no stats)."""
+    n, d, rows = 4096, 376, 7
+    sides = {"floor, shipped push": FloorSide(n, d, rows, minimal=False),
+             "floor, minimal push": FloorSide(n, d, rows, minimal=True)}
+    held = Side("ring", n, d, capacity=2, batch=3, min_steps=1)  # 7 rows: the default
+    hand = HandBuffer(n, d, batch=rows)
+    queue = Side("queue", n, d)
+    runs: dict[str, Any] = {k: (lambda s=s: s.turn(steps)) for k, s in sides.items()}
+    runs["pop(out=)"] = lambda: held.turn(steps)[0]
+    runs["hand buffer"] = lambda: hand.turn(steps)
+    runs["mp.Queue"] = lambda: queue.turn(steps)[0]
+    t: dict[str, list[float]] = {k: [] for k in runs}
+    try:
+        for f in runs.values():
+            f()
+        for i in range(turns):
+            for name in _order(runs, i):
+                t[name].append(runs[name]())
+    finally:
+        for s in sides.values():
+            s.close()
+        held.close()
+        hand.close()
+        queue.close()
+    print(f"floor {steps} steps per turn, {turns} balanced turns with mp.Queue, "
+          f"{rows} destination rows each:")
+    for name in (*sides, "pop(out=)", "hand buffer"):
+        ratio = statistics.median(hd / f for f, hd in zip(t[name], t["hand buffer"],
+                                                           strict=True))
+        print(f"      {name:<20} {statistics.median(t[name]) / steps * 1e3:.3f} ms per "
+              f"step  {ratio:.2f}x the hand buffer")
 
 
 def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
@@ -689,6 +822,8 @@ def main() -> None:
                    args.copy_obs_rows, args.hand_rows)
     if "queue" in only:
         bench_queue(args.turns, 8)
+    if "floor" in only:
+        bench_floor(args.turns, args.copy_steps)
     if "timeline" in only:
         bench_timeline(args.turns, args.copy_steps, args.copy_capacity, args.copy_batch)
     if "stages" in only:

@@ -81,7 +81,11 @@ class RingBase:
         self._push_critic = (("critic_obs", *self._fields["critic_obs"][:1],
                               np.dtype(sp.obs_dtype), sp.check_finite)
                              if sp.critic_shape is not None else None)
-        self._count = np.count_nonzero
+        try:  # the C function under np.count_nonzero's Python wrapper (numpy >= 2)
+            from numpy._core.multiarray import count_nonzero as _count
+        except ImportError:  # pragma: no cover - numpy 1.x
+            _count = np.count_nonzero
+        self._count = _count
         self._peer_watch: Any = None
         self._role: str | None = None
         # Counters as this side last saw them under the mutex (block mode only): counters

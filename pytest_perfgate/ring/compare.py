@@ -3,7 +3,7 @@
 The pinned-vs-unpinned table of docs/design.md §9: collector env-steps/s, change vs unpinned,
 env_step ms and push ms per configuration. All pairs are started once and parked with
 SIGSTOP; each turn resumes one, settles it for a short window, measures one window and
-parks it again, the order rotating every turn, so drift hits every configuration alike
+parks it again, in a balanced order (core/turns.py), so drift hits every configuration alike
 (docs/design.md §1). Figures are medians over turns.
 """
 
@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_perfgate.core.turns import turn_order
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.pair import RingPair, split_cpus
@@ -111,9 +112,7 @@ def compare(spec: RingSpec, configs: list[Config], *, turns: int = 10,
             p.start()
             p.pause()
         for turn in range(turns):
-            k = turn % len(configs)
-            order = list(range(len(configs)))[k:] + list(range(len(configs)))[:k]
-            for i in order:
+            for i in turn_order(range(len(configs)), turn):
                 c, p = configs[i], pairs[i]
                 p.resume()
                 if settle_s:

@@ -172,6 +172,24 @@ def copy_in(ring: HeldReads, out: Buffers, con: int, m: int, finish_last: bool) 
                 _keep_finals(out, a, con + j, slot + j, row + j)
 
 
+def _copy_free_one(ring: HeldReads, out: Buffers, con: int) -> None:
+    """copy_in() of the one step ``con`` without its run bookkeeping, then free the slot:
+    the steady state of a 2-slot ring, once per step, run after a MB-sized copy has
+    emptied the caches (docs/ring.md "Where the rest goes")."""
+    a = ring._a
+    slot, row = con % ring.spec.capacity, (out.base + out.held) % out.rows
+    if out.held == 0:
+        out.start = con
+    for dst, src in out.pairs:
+        dst[row] = src[slot]
+    out.held += 1
+    out.finish_held = False
+    count = ring._count
+    if count(a["terminated"][slot]) or count(a["truncated"][slot]):
+        _keep_finals(out, a, con, slot, row)
+    ring._free(con + 1, out)
+
+
 def _keep_finals(out: Buffers, a: dict[str, Any], index: int, slot: int, row: int) -> None:
     """Step ``index`` ended some envs: keep their final rows (the slot's side store is
     reused once the slot is freed) until the step is delivered."""
@@ -259,6 +277,9 @@ def pop_into(ring: HeldReads, out: Buffers, max_steps: int | None, deadline: flo
         con, m, finish_last = got
         if m == 0:
             break  # finished and nothing left to copy
+        if m == 1 and not finish_last and out.src is ring._a:
+            _copy_free_one(ring, out, con)  # the steady state of a 2-slot ring
+            continue
         j, cap = 0, ring.spec.capacity
         while j < m:  # in runs of up to half the ring, each slot freed once copied
             first, row = con + j, (out.base + out.held) % out.rows

@@ -2,7 +2,7 @@
 
 Why interleaved: this machine class drifts up to 1.5x over seconds (docs/design.md §1), so
 configurations measured back to back compare the machine's moods, not the configurations.
-Here every configuration runs a short turn in rotation and we keep the medians of many
+Here every configuration runs a short turn in a balanced order and we keep the medians of many
 turns; every pool steps the same held state, so each call does identical physics.
 
     perfgate sweep --model humanoid --envs 1024
@@ -19,15 +19,15 @@ from typing import Any
 from pytest_perfgate.core.files import atomic_write
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
+from pytest_perfgate.core.turns import turn_order
 
 
 def rotation(names: Sequence[str], turns: int) -> Iterator[tuple[int, str]]:
-    """(turn, name) for every name in every turn, the starting name rotating each turn:
-    rotating removes the bias of always following the same neighbour."""
+    """(turn, name) for every name in every turn, in a balanced order: each name follows
+    each other one equally often (core/turns.py)."""
     names = list(names)
     for t in range(turns):
-        k = t % len(names)
-        for name in names[k:] + names[:k]:
+        for name in turn_order(names, t):
             yield t, name
 
 
