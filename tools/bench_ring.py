@@ -116,6 +116,18 @@ def _order(runs: dict[str, Any], turn: int) -> list[str]:
     return turn_order(list(runs), turn)
 
 
+def _interleave(runs: dict[str, Any], turns: int) -> dict[str, list[Any]]:
+    """Warm every path once, then ``turns`` rounds of all of them in :func:`_order`: each
+    path's results, one per round."""
+    for f in runs.values():
+        f()
+    got: dict[str, list[Any]] = {k: [] for k in runs}
+    for i in range(turns):
+        for name in _order(runs, i):
+            got[name].append(runs[name]())
+    return got
+
+
 # ---- queue / bandwidth: a producer process ----------------------------------------------------
 def producer(ring: Any, queue: Any, conn: Any, n: int, d: int) -> None:
     obs = np.random.default_rng(1).standard_normal((n, d)).astype(np.float32)
@@ -151,6 +163,15 @@ def _set_pin(arg: str) -> None:
         return
     PIN[:] = cpus[:2] if arg == "auto" else [int(c) for c in arg.split(",")]
     os.sched_setaffinity(0, {PIN[0]})
+
+
+def _stop(conn: Any, proc: Any) -> None:
+    """Tell a producer to return, and make sure it did."""
+    conn.send(None)
+    proc.join(10)
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
 
 
 def _pin(pid: int | None) -> None:
@@ -210,11 +231,7 @@ class Side:
         return time.perf_counter() - t0, last
 
     def close(self) -> None:
-        self.conn.send(None)
-        self.proc.join(10)
-        if self.proc.exitcode is None:
-            self.proc.kill()
-            self.proc.join()
+        _stop(self.conn, self.proc)
         if self.ring is not None:
             self.ring.close()
 
@@ -310,7 +327,9 @@ class HandBuffer:
         self.dst = {k: np.zeros((batch, *v.shape), v.dtype) for k, v in self.slots[0].items()}
         self.batch, self.i = batch, 0
 
-    def turn(self, steps: int, copy: bool = True) -> float:
+    def turn(self, steps: int, copy: bool = True, stamps: list[float] | None = None
+             ) -> float:
+        """Seconds until ``steps`` steps are copied; ``stamps`` gets each one's time."""
         t0 = time.perf_counter()
         self.conn.send(steps)
         for j in range(steps):
@@ -320,14 +339,12 @@ class HandBuffer:
                 np.copyto(self.dst[k][j % self.batch], v)
             self.empty[i].release()
             self.i ^= 1
+            if stamps is not None:
+                stamps.append(time.perf_counter() - t0)
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        self.conn.send(None)
-        self.proc.join(10)
-        if self.proc.exitcode is None:
-            self.proc.kill()
-            self.proc.join()
+        _stop(self.conn, self.proc)
         self.seg.unlink()
         self.seg.close()
 
@@ -476,27 +493,13 @@ def bench_timeline(turns: int, steps: int, cap: int, batch: int) -> None:
 
     def hand_turn() -> list[float]:
         ts: list[float] = []
-        t0 = time.perf_counter()
-        hand.conn.send(steps)
-        for j in range(steps):
-            i = hand.i
-            assert hand.full[i].acquire(timeout=30)
-            for k, v in hand.slots[i].items():
-                np.copyto(hand.dst[k][j % hand.batch], v)
-            hand.empty[i].release()
-            hand.i ^= 1
-            ts.append(time.perf_counter() - t0)
+        hand.turn(steps, stamps=ts)
         return ts
 
     runs = {"pop(out=)": ring_turn, "hand buffer": hand_turn,
             "mp.Queue": lambda: [queue.turn(steps)[0]]}
-    got: dict[str, list[list[float]]] = {k: [] for k in runs}
     try:
-        for f in runs.values():
-            f()
-        for i in range(turns):
-            for name in _order(runs, i):
-                got[name].append(runs[name]())
+        got = _interleave(runs, turns)
     finally:
         ring.close()
         hand.close()
@@ -597,11 +600,7 @@ class FloorSide:
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        self.conn.send(None)
-        self.proc.join(10)
-        if self.proc.exitcode is None:
-            self.proc.kill()
-            self.proc.join()
+        _stop(self.conn, self.proc)
         self.ring.close()
 
 
@@ -620,13 +619,8 @@ def bench_floor(turns: int, steps: int) -> None:
     runs["pop(out=)"] = lambda: held.turn(steps)[0]
     runs["hand buffer"] = lambda: hand.turn(steps)
     runs["mp.Queue"] = lambda: queue.turn(steps)[0]
-    t: dict[str, list[float]] = {k: [] for k in runs}
     try:
-        for f in runs.values():
-            f()
-        for i in range(turns):
-            for name in _order(runs, i):
-                t[name].append(runs[name]())
+        t = _interleave(runs, turns)
     finally:
         for s in sides.values():
             s.close()
