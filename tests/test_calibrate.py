@@ -345,3 +345,27 @@ def test_cli_runs_a_study_on_real_side_processes(tmp_path: Path,
     assert sorted(t.slowdown for t in trials) == [0.0, 0.0, 0.5] and "partial" not in meta
     assert not [c for c in psutil.Process().children(recursive=True)
                 if "pytest_perfgate.plugin.hooks" in " ".join(c.cmdline())]
+
+
+def test_a_control_head_takes_every_aa_trial_and_is_never_slowed() -> None:
+    class Recording(FakeSide):
+        def __init__(self, machine: Machine) -> None:
+            super().__init__(machine)
+            self.served: list[float] = []  # the slowdown in force at each window
+
+        def run_window(self, duration_s: float) -> RawWindow:
+            self.served.append(self.fraction)
+            return super().run_window(duration_s)
+
+    clock = FakeClock()
+    m = Machine(clock)
+    base, head, control = FakeSide(m), Recording(m), Recording(m)
+    cfg = cal.StudyConfig(aa_trials=3, trials=2, slowdowns=(0.05,), turns=8, turn_s=0.1,
+                          threshold=0.02, history=False, warmup_window_s=0.05,
+                          warmup_max_s=0.5)
+    trials = cal.run_study(base, head, cfg, clock=clock, control=control)
+    assert sorted(t.slowdown for t in trials) == [0.0, 0.0, 0.0, 0.05, 0.05]
+    assert set(head.served) == {0.05}  # the injected head never ran an A/A window
+    assert set(control.served) == {0.0} and set(control.injected) == {0.0}
+    assert len(control.served) >= sum(len(t.head) for t in trials if t.slowdown == 0)
+    assert len(head.served) >= sum(len(t.head) for t in trials if t.slowdown > 0)

@@ -8,6 +8,7 @@ them (docs/verdict-quality.md; the mode itself: docs/design.md §3).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -167,15 +168,23 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
     hog = hog_for(cfg.load, cfg.seed)
     pair = Pair(Side(SideSpec("base", root, calibration=True), ns.nodeid, plugin_root),
                 Side(SideSpec("head", root, calibration=True), ns.nodeid, plugin_root))
+    # A/A trials get a head of their own when injected trials share the study: a process
+    # that busy-waited an injected slowdown is scheduled differently afterwards (docs/ab.md)
+    aa: Side | None = None
     try:
+        if cfg.aa_trials and cfg.trials:
+            aa = Side(SideSpec("A/A head", root, calibration=True), ns.nodeid, plugin_root)
+        sides = [pair.base, pair.head] + ([aa] if aa is not None else [])
+        meta["aa_head"] = "separate" if aa is not None else "head"
         names = [side.recv(START_TIMEOUT_S, f"its measure() call in {ns.nodeid}")
-                 for side in (pair.base, pair.head)]
-        if any(m[0] != "bench" for m in names) or names[0][1] != names[1][1]:
-            raise cal.StudyError(f"the sides of {ns.nodeid} did not both reach one measure() "
-                                 f"call (got {names[0][:2]!r} and {names[1][:2]!r})")
+                 for side in sides]
+        if any(m[0] != "bench" for m in names) or len({m[1] for m in names}) != 1:
+            raise cal.StudyError(f"the sides of {ns.nodeid} did not all reach one measure() "
+                                 f"call (got {', '.join(repr(m[:2]) for m in names)})")
         meta["bench"] = names[0][1]
         base, head = RemoteSource(pair.base), RemoteSource(pair.head)
-        probe = cal.system_probe([pair.base.proc.pid, pair.head.proc.pid]) if ns.probe else None
+        control = RemoteSource(aa) if aa is not None else None
+        probe = cal.system_probe([s.proc.pid for s in sides]) if ns.probe else None
         t0 = time.monotonic()
         done: list[cal.TrialRecord] = []
 
@@ -195,12 +204,18 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
         if hog is not None:
             hog.start()
         trials = cal.run_study(base, head, cfg, progress, probe=probe, progress=live,
-                               load_probe=ProcStatProbe())
+                               load_probe=ProcStatProbe(), control=control)
         pair.done()
+        if aa is not None:
+            with contextlib.suppress(OSError):
+                aa.conn.send(("done",))
     finally:
         if hog is not None:
             hog.stop()
         pair.close()
+        if aa is not None:
+            aa.close()
+            aa.log.close()
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     meta["loadavg_after"] = os.getloadavg()
     meta["wall_s"] = round(time.monotonic() - t0, 1)
@@ -231,7 +246,10 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
              f"{len(trials)} trials in random order (seed {cfg.seed}), load {cfg.load}; at most "
              f"{cfg.turns} turns x {cfg.turn_s:g} s per side, ABBA, {cfg.looks} look(s); "
              f"history runs of {cfg.history_windows} x {cfg.history_window_s:g} s windows vs "
-             f"the previous {cfg.baseline_runs} base runs",
+             f"the previous {cfg.baseline_runs} base runs"
+             + {"separate": "; A/A trials on a head process of their own, never slowed",
+                "head": "; A/A trials on the same head process as the injected trials"}
+             .get(meta.get("aa_head", ""), ""),
              "", *ana.render(reps), "",
              f"Cost of a sequential verdict: {seq.wall:.1f} s wall (both sides, warm-up "
              f"included), {seq.pairs:.0f} turn pairs measured on average of at most "

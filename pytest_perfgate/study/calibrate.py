@@ -209,19 +209,25 @@ def run_study(base: Injectable, head: Injectable, cfg: StudyConfig,
               on_trial: Callable[[TrialRecord, int], None] | None = None,
               clock: Clock = SYSTEM_CLOCK,
               probe: Callable[[], Mapping[str, float]] | None = None,
-              progress: Progress | None = None, load_probe: LoadProbe | None = None
-              ) -> list[TrialRecord]:
-    """Run every planned trial on one pair of sources; base is never slowed. ``progress``
+              progress: Progress | None = None, load_probe: LoadProbe | None = None,
+              control: Injectable | None = None) -> list[TrialRecord]:
+    """Run every planned trial on one pair of sources; base is never slowed. ``control``:
+    the head of the A/A trials, a third source never slowed either. Without it the A/A
+    trials share ``head`` with the injected ones, and a head that busy-waited injected
+    trials can be given less CPU in the A/A trials between them (docs/ab.md). ``progress``
     hears each trial start (``on_trial`` reports its end) and its warm-ups and turns;
     ``load_probe`` is the turns' load guard (the CLI's: /proc/stat)."""
     base.inject_slowdown(0.0)
+    if control is not None:
+        control.inject_slowdown(0.0)
     meter = cfg.meter(clock, progress, load_probe)
     t0 = clock.wall_ns()
     out: list[TrialRecord] = []
     plan = cfg.plan()
     for i, s in enumerate(plan):
         meter.progress.started(f"trial {i + 1}/{len(plan)}")
-        rec = run_trial(i, s, base, head, cfg, meter, clock, t0, probe)
+        aa_head = control if s == 0.0 and control is not None else head
+        rec = run_trial(i, s, base, aa_head, cfg, meter, clock, t0, probe)
         out.append(rec)
         if on_trial is not None:
             on_trial(rec, len(plan))
