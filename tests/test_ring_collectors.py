@@ -1,7 +1,7 @@
 """Several collectors per machine: bad input refused up front, the round-robin learner,
 real processes measured as one benchmark, a collector dying, the pair under --perfgate.
 
-The workloads are tests/test_ring_pair.py's tiny factories (spawn imports them by name).
+The workloads are tests/ring_fakes.py's tiny factories (spawn imports them by name).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from ring_fakes import SPEC, children, fake_collector, fake_learner
 from test_numa import fake_tree
-from test_ring_pair import SPEC, _children, fake_collector, fake_learner
 
 from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import format_cpus, usable_cpus
@@ -208,7 +208,7 @@ def test_two_collectors_are_measured_as_one_benchmark() -> None:
     assert 0 <= meta["learner_wait_share"] <= 1 and len(meta["rings"]) == 2
     assert [placed[f"collector {i}"]["pinned"] for i in range(2)] == [True, True]
     assert placed["collector 0"]["actual_cpus"] != placed["collector 1"]["actual_cpus"]
-    assert not _children() and _segments() <= before
+    assert not children() and _segments() <= before
 
 
 @slow
@@ -225,7 +225,7 @@ def test_a_collector_dying_is_reported_by_name() -> None:
     assert str(info.value).startswith(f"pair collector 1 (pid {pair.pids[1]}) died during "
                                       "the ")
     assert str(info.value).endswith("killed by signal SIGKILL")
-    assert not _children()
+    assert not children()
     assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == "zombie"
                for p in pair.pids)
 
@@ -238,7 +238,7 @@ def test_the_multi_collector_pair_records_and_gates_under_perfgate(
     pytester.makepyfile(test_fleet=f"""
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_ring_pair import SPEC, fake_collector, fake_learner
+        from ring_fakes import SPEC, fake_collector, fake_learner
 
         def test_fleet(perfgate, ring_pair):
             pair = ring_pair(SPEC, collectors=2, collector=fake_collector,

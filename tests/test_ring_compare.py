@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import pytest
-from test_ring_pair import SPEC, fake_collector, fake_learner
+from ring_fakes import SPEC, fake_collector, fake_learner
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.placement.cpus import usable_cpus

@@ -1,7 +1,7 @@
 """RingPair with real spawn processes: measured windows, a side crashing, teardown.
 
-The workloads here are tiny module-level factories (spawn imports them by reference); the
-default humanoid/SAC pair runs in perf/test_perf_ring.py.
+The workloads are tiny module-level factories in tests/ring_fakes.py (spawn imports them by
+reference); the default humanoid/SAC pair runs in perf/test_perf_ring.py.
 """
 
 from __future__ import annotations
@@ -10,74 +10,18 @@ import os
 import signal
 import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import psutil
 import pytest
+from ring_fakes import SPEC, children, fake_collector, fake_learner
 
 from pytest_perfgate.placement.cpus import PlacementWarning
 from pytest_perfgate.placement.workers import WorkerCrashed
-from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.pair import RingPair
 
 slow = pytest.mark.slow
-SPEC = RingSpec(8, (4,), (2,), capacity=4)
-
-
-def fake_collector(ring: Any, rec: Any, die_after: int = 0, sig: int = 0
-                   ) -> Callable[[], int]:
-    state = {"t": 0}
-    z = np.zeros(8, np.float32)
-
-    def once() -> int:
-        state["t"] += 1
-        if die_after and state["t"] > die_after:
-            os.kill(os.getpid(), sig)
-        with rec.phase("env_step"):
-            obs = np.full((8, 4), state["t"], np.float32)
-        with rec.phase("push"):
-            ring.push(obs, np.zeros((8, 2), np.float32), z, z > 0, z > 0)
-        time.sleep(0.001)
-        return 8
-
-    return once
-
-
-def fake_learner(ring: Any, rec: Any, exit_after: int = 0) -> Callable[[], int]:
-    state = {"n": 0}
-
-    def once() -> int:
-        with rec.phase("drain"):
-            b = ring.pop(timeout=0.05)
-        if b is None:
-            return 0
-        state["n"] += 1
-        if exit_after and state["n"] > exit_after:
-            os._exit(7)
-        with rec.phase("update"):
-            np.testing.assert_array_equal(b.next_obs[:-1], b.obs[1:])
-        return b.transitions
-
-    return once
-
-
 def _pair(**kw: Any) -> RingPair:
     return RingPair(SPEC, collector=fake_collector, learner=fake_learner, **kw)
-
-
-def _children() -> list[psutil.Process]:
-    """Live descendants, minus multiprocessing's resource tracker (a per-parent singleton
-    that spawn starts and that exits with the parent: not a side)."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != "zombie" and "resource_tracker" not in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 def _segments() -> set[str]:
@@ -110,7 +54,7 @@ def test_pair_measures_collector_steps_and_reports_the_learner() -> None:
     assert {"env_step", "push", "drain", "update"} <= set(w.phases)
     assert meta["learner_samples_per_s"] > 0 and meta["ring"]["pushed"] > 0
     assert [p["side"] for p in meta["placement"]] == ["collector", "learner"]
-    assert _children() == [] and _segments() == before
+    assert children() == [] and _segments() == before
 
 
 @slow
@@ -124,7 +68,7 @@ def test_learner_crash_is_reported_with_its_exit_code() -> None:
         for _ in range(50):
             pair.run_window(0.2)
     assert time.monotonic() - t0 < 60  # spawn + import, then the crash within a window
-    assert _children() == []
+    assert children() == []
 
 
 @slow
@@ -136,7 +80,7 @@ def test_collector_killed_is_reported_with_its_signal() -> None:
         with pair:
             for _ in range(50):
                 pair.run_window(0.2)
-    assert _children() == []
+    assert children() == []
 
 
 def test_overlapping_core_specs_warn() -> None:
@@ -156,7 +100,7 @@ def test_a_failing_test_leaves_no_side_no_segment_and_does_not_hang(
     pytester.makepyfile(test_inner=f"""
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_ring_pair import SPEC, fake_collector, fake_learner
+        from ring_fakes import SPEC, fake_collector, fake_learner
 
         def test_fails(ring_pair):
             pair = ring_pair(SPEC, collector=fake_collector, learner=fake_learner)
@@ -168,4 +112,4 @@ def test_a_failing_test_leaves_no_side_no_segment_and_does_not_hang(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(failed=1)
     assert time.monotonic() - t0 < 60
-    assert _segments() == before and _children() == []
+    assert _segments() == before and children() == []
