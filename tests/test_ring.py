@@ -405,3 +405,36 @@ def test_a_closed_ring_says_so_on_every_operation() -> None:
                lambda: ring.pop(out=out, timeout=0.1), ring.stats, lambda: ring.ended):
         with pytest.raises(RingClosed, match="was closed in this process"):
             op()
+
+
+def test_a_ring_dropped_without_close_leaves_no_segment() -> None:
+    import gc
+    import os
+
+    def ours() -> set[str]:
+        return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
+
+    before = ours()
+    gc.disable()  # the segment must go by reference counting alone, with no cycle left
+    try:
+        ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
+        assert ours() - before
+        del ring
+        assert ours() == before
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("parties", [0, 2.0, True, "2", 17])
+def test_a_bad_party_count_is_refused_before_a_segment_exists(parties: object) -> None:
+    with pytest.raises(RingInputError, match=f"parties={parties!r}: pass how many"):
+        Ring(RingSpec(2, (3,), (1,), capacity=2), parties=parties)  # type: ignore[arg-type]
+
+
+def test_an_entered_lock_outlives_a_close_in_between() -> None:
+    ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
+    lock = ring._locked()
+    lock.__enter__()
+    ring.close()  # another thread's close: the entered lock still holds the mapping
+    lock.__exit__(None, None, None)
+    assert not hasattr(ring, "_h")  # closed: hasattr says so instead of raising

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.turns import turn_order
 from pytest_perfgate.sim import sweep
 
 
@@ -27,9 +28,11 @@ def test_interleave_rotates_order_and_reports_per_call_medians():
     out = sweep.interleave(calls, turns=3, per_turn=2, warmup=1, clock=clock)
     assert order[:3] == ["a", "b", "c"]  # warm-up, once each
     turns = order[3:]
-    assert turns[0:6] == ["a", "a", "b", "b", "c", "c"]
-    assert turns[6:12] == ["b", "b", "c", "c", "a", "a"]
-    assert turns[12:18] == ["c", "c", "a", "a", "b", "b"]
+    for t in range(3):  # each turn in the balanced design's order, per_turn calls in a row
+        want = [n for n in turn_order(["a", "b", "c"], t) for _ in range(2)]
+        assert turns[6 * t:6 * t + 6] == want
+    assert turns[6:12] == ["a", "a", "c", "c", "b", "b"]  # not a rotation: a mirrored row
+    assert all(x != y for x, y in zip(turns[5::6], turns[6::6], strict=False))
     assert out["a"] == [pytest.approx((0.010, 2.0))] * 3
     assert out["c"] == [pytest.approx((0.001, 0.5))] * 3
     assert sweep.median_ratio(out["b"], out["a"]) == pytest.approx(3.0)

@@ -158,12 +158,15 @@ class Fixed:
 def test_interleave_windows_rotates_and_reports_progress():
     from helpers import Recorder
 
+    from pytest_perfgate.core.turns import turn_order
     from pytest_perfgate.sim.batch_sweep import interleave_windows, paired_ratio
 
     clock, log, rec = FakeClock(), [], Recorder()
     srcs = {n: Fixed(n, r, clock, log) for n, r in (("a", 1000), ("b", 3000), ("c", 2000))}
     out = interleave_windows(srcs, turns=3, turn_s=0.5, progress=rec)
-    assert log == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    turns = [n for t in range(3) for n in turn_order(["a", "b", "c"], t)]
+    assert log == ["a", "b", "c", *turns]  # warm-ups, then the balanced design's order
+    assert turns[3:6] == ["a", "c", "b"]  # a mirrored row: not the old rotation
     assert [e[0] for e in rec.events[:6]] == ["warmup_started", "warmup_ended"] * 3
     assert rec.events[6:9] == [("window", 1, 3, 1000.0, "a"), ("window", 1, 3, 3000.0, "b"),
                                ("window", 1, 3, 2000.0, "c")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -20,6 +21,18 @@ def test_every_configuration_follows_every_other_equally_often(n: int) -> None:
     assert follows == {(a, b): want for a in range(n) for b in range(n) if a != b}
     positions = Counter((i, x) for r in rows for i, x in enumerate(r))
     assert set(positions.values()) == {len(rows) // n}  # each in every position alike
+
+
+@pytest.mark.parametrize("n", range(3, 12))
+def test_run_back_to_back_no_configuration_follows_itself(n: int) -> None:
+    """The rows run as one stream (turn after turn, the last wrapping to the first)."""
+    rows = williams_rows(n)
+    stream = [x for row in rows for x in row]
+    stream += stream[:1]
+    assert all(a != b for a, b in itertools.pairwise(stream))
+    if n % 2:  # plain and mirrored rows alternate: a short study gets both kinds
+        evens, odds = {tuple(r) for r in rows[0::2]}, {tuple(r) for r in rows[1::2]}
+        assert {r[::-1] for r in odds} == evens and not evens & odds
 
 
 def test_a_rotation_would_not_be_balanced_and_the_sweep_uses_the_design() -> None:

@@ -151,7 +151,7 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
     """Start one pair of sides of the same checkout and run the study on it."""
     import pytest_perfgate
     from pytest_perfgate.core.load import ProcStatProbe
-    from pytest_perfgate.modes.ab import START_TIMEOUT_S, Pair, RemoteSource, Side, SideSpec
+    from pytest_perfgate.modes.ab import START_TIMEOUT_S, RemoteSource, Side, SideSpec
     from pytest_perfgate.study.hog import hog_for
 
     root = ns.cwd.resolve()
@@ -166,15 +166,21 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
                             "command": getattr(ns, "command_line", "perfgate calibrate"),
                             "load": cfg.load}
     hog = hog_for(cfg.load, cfg.seed)
-    pair = Pair(Side(SideSpec("base", root, calibration=True), ns.nodeid, plugin_root),
-                Side(SideSpec("head", root, calibration=True), ns.nodeid, plugin_root))
-    # A/A trials get a head of their own when injected trials share the study: a process
-    # that busy-waited an injected slowdown is scheduled differently afterwards (docs/ab.md)
-    aa: Side | None = None
-    try:
-        if cfg.aa_trials and cfg.trials:
-            aa = Side(SideSpec("A/A head", root, calibration=True), ns.nodeid, plugin_root)
-        sides = [pair.base, pair.head] + ([aa] if aa is not None else [])
+    # Every side is closed on every way out, each on its own (an interrupt while one closes
+    # must not skip the others): registered on the stack as soon as it exists.
+    with contextlib.ExitStack() as stack:
+
+        def start(role: str) -> Side:
+            side = Side(SideSpec(role, root, calibration=True), ns.nodeid, plugin_root)
+            stack.callback(side.log.close)
+            stack.callback(side.close)
+            return side
+
+        base_side, head_side = start("base"), start("head")
+        # A/A trials get a head of their own when injected trials share the study: a process
+        # that busy-waited an injected slowdown is scheduled differently after (docs/ab.md)
+        aa = start("A/A head") if cfg.aa_trials and cfg.trials and cfg.slowdowns else None
+        sides = [base_side, head_side] + ([aa] if aa is not None else [])
         meta["aa_head"] = "separate" if aa is not None else "head"
         names = [side.recv(START_TIMEOUT_S, f"its measure() call in {ns.nodeid}")
                  for side in sides]
@@ -182,7 +188,7 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
             raise cal.StudyError(f"the sides of {ns.nodeid} did not all reach one measure() "
                                  f"call (got {', '.join(repr(m[:2]) for m in names)})")
         meta["bench"] = names[0][1]
-        base, head = RemoteSource(pair.base), RemoteSource(pair.head)
+        base, head = RemoteSource(base_side), RemoteSource(head_side)
         control = RemoteSource(aa) if aa is not None else None
         probe = cal.system_probe([s.proc.pid for s in sides]) if ns.probe else None
         t0 = time.monotonic()
@@ -203,19 +209,12 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
 
         if hog is not None:
             hog.start()
+            stack.callback(hog.stop)  # first out: before the sides close
         trials = cal.run_study(base, head, cfg, progress, probe=probe, progress=live,
                                load_probe=ProcStatProbe(), control=control)
-        pair.done()
-        if aa is not None:
+        for side in sides:
             with contextlib.suppress(OSError):
-                aa.conn.send(("done",))
-    finally:
-        if hog is not None:
-            hog.stop()
-        pair.close()
-        if aa is not None:
-            aa.close()
-            aa.log.close()
+                side.conn.send(("done",))
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     meta["loadavg_after"] = os.getloadavg()
     meta["wall_s"] = round(time.monotonic() - t0, 1)

@@ -15,7 +15,7 @@ import weakref
 from contextlib import nullcontext
 from typing import Any, Self
 
-from pytest_perfgate.ring.layout import RingSpec
+from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
 from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone, start_time
 
@@ -39,12 +39,22 @@ class RingClosed(RuntimeError):
     """push() after finish(), or a ring whose segment was closed."""
 
 
+class _ClosedAttribute(RingClosed, AttributeError):
+    """A mapped attribute read after close(): RingClosed for a caller, AttributeError for
+    hasattr() and getattr(..., default)."""
+
+
 class RingBase:
     """The segment and its synchronisation; see :class:`Ring` for the operations."""
 
     def __init__(self, spec: RingSpec, parties: int = 1) -> None:
         """``parties``: processes that will attach (2 when the creator only supervises);
         the name is removed once that many have mapped the segment."""
+        if (isinstance(parties, bool) or not isinstance(parties, int)
+                or not 1 <= parties <= TABLE_ROWS):
+            raise RingInputError(f"parties={parties!r}: pass how many processes will attach, "
+                                 f"an int from 1 to {TABLE_ROWS} (2 when the creator only "
+                                 "supervises a producer and a consumer)")
         sweep_stale()  # segments of a killed parent (docs/design.md §9)
         self.spec = spec
         self._seg = Segment(new_name(), spec.layout()[1], create=True)
@@ -130,10 +140,15 @@ class RingBase:
         self._seg.close()  # unmaps unless a caller still holds views (then at exit)
 
     def __getattr__(self, name: str) -> Any:
-        """Only reached for a missing attribute: a mapped one after close()."""
-        if name in _MAPPED and self.__dict__.get("_closed"):
-            raise RingClosed(f"ring {self.__dict__['_seg'].name!r} was closed in this "
-                             "process: make a new ring (or pass one to this process)")
+        """Only reached for a missing attribute: a mapped one after close(), or a property
+        whose getter read one (Python then retries the name here)."""
+        if self.__dict__.get("_closed"):
+            why = (f"ring {self.__dict__['_seg'].name!r} was closed in this process: make a "
+                   "new ring (or pass one to this process)")
+            if name in _MAPPED:
+                raise _ClosedAttribute(why)
+            if isinstance(getattr(type(self), name, None), property):
+                raise RingClosed(why)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __enter__(self) -> Self:
@@ -267,18 +282,24 @@ class RingBase:
 
 class _Held:
     """The ring mutex, taken in slices so a peer that died holding it is reported. One per
-    mapping, reused: taking it is on every push and pop (an uncontended try first)."""
+    mapping, reused: taking it is on every push and pop (an uncontended try first). It
+    holds the header (an export of the mapping, so a close() in another thread cannot
+    unmap the semaphore under an entered lock) and the ring only weakly (no cycle: a ring
+    dropped without close() is unlinked at once by its finalizer)."""
 
     def __init__(self, ring: RingBase) -> None:
-        self.ring = ring
+        self._ring = weakref.ref(ring)
+        self._keep = ring._h
+        self._mutex = ring._mutex
         self.trywait, self.post = ring._mutex.bound()
 
     def __enter__(self) -> None:
         if self.trywait() == 0:
             return
-        r = self.ring
-        while not r._mutex.wait(SLICE_S):
-            r._check_peer()
+        while not self._mutex.wait(SLICE_S):
+            ring = self._ring()
+            if ring is not None:
+                ring._check_peer()
 
     def __exit__(self, *exc: object) -> None:
         if self.post() != 0:
