@@ -369,3 +369,16 @@ def test_a_control_head_takes_every_aa_trial_and_is_never_slowed() -> None:
     assert set(control.served) == {0.0} and set(control.injected) == {0.0}
     assert len(control.served) >= sum(len(t.head) for t in trials if t.slowdown == 0)
     assert len(head.served) >= sum(len(t.head) for t in trials if t.slowdown > 0)
+
+
+@pytest.mark.parametrize("save", [None, Path("study.json")])
+def test_an_interrupted_study_says_what_it_kept(save: Path | None) -> None:
+    from pytest_perfgate.cli.calibrate import interrupted
+
+    text = interrupted(save)
+    if save is None:
+        assert text == ("perfgate calibrate: interrupted; no trial was kept (give --save FILE "
+                        "to keep every trial as it ends)")
+    else:
+        assert text == ("perfgate calibrate: interrupted; the trials that ended are in "
+                        "study.json: `perfgate calibrate --analyse study.json` reports them")

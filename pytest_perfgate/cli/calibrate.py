@@ -122,6 +122,9 @@ class Calibrate(Command):
             lines = report(cfg, trials, meta, args.estimator, args.levers or ())
         except cal.StudyError as exc:
             args.parser.error(str(exc))
+        except KeyboardInterrupt:  # every side is closed by then (measure()'s ExitStack)
+            print(interrupted(args.save), file=sys.stderr)
+            return EXIT_INTERRUPTED
         for line in lines:
             print(line)
         if args.analyse is None and args.save is not None:
@@ -132,6 +135,18 @@ class Calibrate(Command):
                       f"{exc}", file=sys.stderr)
                 return 3
         return 0
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C, as perfgate bisect
+
+
+def interrupted(save: Path | None) -> str:
+    """What a Ctrl-C leaves: the trials that ended are in ``--save``'s file, if given."""
+    if save is None:
+        return ("perfgate calibrate: interrupted; no trial was kept (give --save FILE to keep "
+                "every trial as it ends)")
+    return (f"perfgate calibrate: interrupted; the trials that ended are in {save}: "
+            f"`perfgate calibrate --analyse {save}` reports them")
 
 
 def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
