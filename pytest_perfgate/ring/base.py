@@ -88,9 +88,9 @@ class RingBase:
             (k, self._fields[k][0], np.dtype(self._fields[k][1]),
              sp.check_finite and k in ("obs", "action", "reward"))
             for k in ("obs", "action", "reward", "terminated", "truncated"))
-        self._push_critic = (("critic_obs", *self._fields["critic_obs"][:1],
-                              np.dtype(sp.obs_dtype), sp.check_finite)
-                             if sp.critic_shape is not None else None)
+        self._push_critic: tuple[str, tuple[int, ...], Any, bool] | None = (
+            ("critic_obs", self._fields["critic_obs"][0], np.dtype(sp.obs_dtype),
+             sp.check_finite) if sp.critic_shape is not None else None)
         try:  # the C function under np.count_nonzero's Python wrapper (numpy >= 2)
             from numpy._core.multiarray import count_nonzero as _count
         except ImportError:  # pragma: no cover - numpy 1.x

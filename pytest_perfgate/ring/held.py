@@ -139,7 +139,6 @@ def _takeable(con: int, pub: int, closed: bool, room: int, holding: bool
     return (con, 0, False) if closed else None
 
 
-
 def _row(out: Buffers, i: int) -> int:
     return (out.base + i) % out.rows
 

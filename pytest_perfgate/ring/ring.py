@@ -69,14 +69,13 @@ class Ring(HeldReads):
         """Write one step. ``final_obs``: true final observations of the envs that ended
         (terminated | truncated), one row per such env in env order. Returns False only
         when ``timeout`` passed with the ring full (block mode)."""
-        sp = self.spec
         # One tuple per field, made once (base.py): this runs between MB-sized copies, with
         # the interpreter's caches cold, so each Python step here costs ~3x its timeit figure.
         vals = [(name, check_array(name, v, shape, dt, fin)) for (name, shape, dt, fin), v
                 in zip(self._push_fields, (obs, action, reward, terminated, truncated),
                        strict=True)]
-        if sp.critic_shape is not None:
-            name, shape, dt, fin = self._push_critic  # type: ignore[misc]
+        if self._push_critic is not None:
+            name, shape, dt, fin = self._push_critic
             vals.append((name, check_array(name, critic_obs, shape, dt, fin)))
         elif critic_obs is not None:
             raise RingInputError("push: critic_obs given but the ring declares no "
