@@ -230,6 +230,22 @@ class Side:
                 got += 1
         return time.perf_counter() - t0, last
 
+    def pop_turn(self, steps: int) -> float:
+        """turn() for pop(out=) in a loop as tight as the hand buffer's: what a learner
+        that pops one batch after another writes, with none of turn()'s branches."""
+        assert self.ring is not None
+        if self.min_steps > 1:
+            return self.turn(steps)[0]
+        pop, out = self.ring.pop, self.out
+        t0 = time.perf_counter()
+        self.conn.send(steps)
+        got = 0
+        while got < steps:
+            b = pop(steps - got, 30, out=out)
+            assert b is not None
+            got += b.steps
+        return time.perf_counter() - t0
+
     def close(self) -> None:
         _stop(self.conn, self.proc)
         if self.ring is not None:
@@ -353,25 +369,29 @@ def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> 
     """The learner's own copy of borrowed views, the same bytes the hand buffer's consumer
     copies: each step's five fields once, into rows ``j % rows`` of preallocated arrays
     (the next step's obs row is its next_obs), one copy per field for the steps that fit
-    before the last row. Where an env ended, its patched next_obs rows are copied too."""
+    before the last row. Where an env ended (looked for with one count per flag array),
+    its patched next_obs rows are copied too: docs/ring.md "The fast
+    path for a learner that reads the batch"."""
     rows = int(dst["action"].shape[0])
+    outs = [(dst[f], f) for f in FIELDS5]
+    count = np.count_nonzero
     got = 0
+    borrow = ring.borrow
     while got < steps:
-        with ring.borrow(max_steps=steps - got, timeout=30,
-                         min_steps=min(min_steps, steps - got)) as b:
+        with (borrow(steps - got, 30) if min_steps == 1 else
+              borrow(steps - got, 30, min_steps=min(min_steps, steps - got))) as b:
             assert b is not None
-            t = 0
-            while t < b.steps:
+            t, n = 0, b.steps
+            while t < n:
                 j = (got + t) % rows
-                m = min(b.steps - t, rows - j)
-                for f in FIELDS5:
-                    np.copyto(dst[f][j:j + m], getattr(b, f)[t:t + m])
-                ended = np.flatnonzero((b.terminated[t:t + m] | b.truncated[t:t + m])
-                                       .any(axis=1))
-                for e in ended:
-                    np.copyto(dst["next_obs"][j + e], b.next_obs[t + e])
+                m = min(n - t, rows - j)
+                for d, f in outs:
+                    d[j:j + m] = getattr(b, f)[t:t + m]
                 t += m
-            got += b.steps
+            if count(b.terminated) or count(b.truncated):
+                for e in np.flatnonzero((b.terminated | b.truncated).any(axis=1)):
+                    dst["next_obs"][(got + e) % rows] = b.next_obs[e]
+            got += n
     return got
 
 
@@ -414,7 +434,9 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
             return time.perf_counter() - t0
         if mode == "plain":
             return side.turn(steps)[0]
-        return side.turn(steps, borrow=mode == "borrow unread")[0]
+        if mode == "pop":
+            return side.pop_turn(steps)
+        return side.turn(steps, borrow=True)[0]
 
     runs = {"pop(out=)": lambda: ring_turn("pop"),
             "pop(out=plain)": lambda: ring_turn("plain"),
@@ -464,7 +486,7 @@ def _pop_stages(side: Side, steps: int, turns: int) -> str:
     wait, total = [], []
     for _ in range(max(3, turns // 3)):
         w0 = ring.waited_ns
-        total.append(side.turn(steps)[0] / steps * 1e3)
+        total.append(side.pop_turn(steps) / steps * 1e3)
         wait.append((ring.waited_ns - w0) / steps / 1e6)
     tot, w = statistics.median(total), statistics.median(wait)
     return f"{tot:.2f} ms, of which waiting for the producer {w:.2f} ms, copying {tot - w:.2f} ms"
@@ -616,7 +638,7 @@ def bench_floor(turns: int, steps: int) -> None:
     hand = HandBuffer(n, d, batch=rows)
     queue = Side("queue", n, d)
     runs: dict[str, Any] = {k: (lambda s=s: s.turn(steps)) for k, s in sides.items()}
-    runs["pop(out=)"] = lambda: held.turn(steps)[0]
+    runs["pop(out=)"] = lambda: held.pop_turn(steps)
     runs["hand buffer"] = lambda: hand.turn(steps)
     runs["mp.Queue"] = lambda: queue.turn(steps)[0]
     try:

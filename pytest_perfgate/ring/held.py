@@ -52,6 +52,7 @@ class Buffers(dict[str, Any]):
                                     "critic_obs"))
         self.src: Any = None  # the ring arrays ``pairs`` were made for
         self.pairs: list[tuple[Any, Any]] = []
+        self.fast: tuple[Any, ...] | None = None  # ring/steady.py's operands
         self.seq_pairs: list[tuple[Any, Any]] = []
         self.finish_held = False  # the last held row is finish()'s observation, no step
         # stream index -> [(field, env indices, their final rows)] of envs that ended there

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring import held as _held
+from pytest_perfgate.ring import steady as _steady
 from pytest_perfgate.ring.base import (
     C_WAIT_NS,
     CLAIM,
@@ -39,6 +38,7 @@ from pytest_perfgate.ring.base import (
     RingClosed,
 )
 from pytest_perfgate.ring.batch import Batch
+from pytest_perfgate.ring.borrow import Borrowed
 from pytest_perfgate.ring.held import Buffers, HeldReads
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
 
@@ -197,6 +197,13 @@ class Ring(HeldReads):
                 or (max_steps is not None
                     and (max_steps.__class__ is not int or max_steps < 1))):
             _check_counts(max_steps, min_steps)  # raises, naming the value
+        hb: Buffers | None = self._held_by
+        if (hb is not None and out is hb and hb.held == 1
+                and (min_steps == 1 or max_steps == 1 or hb.max_steps == 1)):
+            b = _steady.pop_one(self, hb, timeout)  # one held step: most pops
+            if b is not _steady.SLOW:
+                self._h[POPS] += b is not None
+                return b  # type: ignore[return-value]
         deadline = None if timeout is None else time.monotonic() + timeout
         own = (isinstance(out, Buffers) and out.ring == self._seg.name
                and not self.spec.overwrite)
@@ -277,34 +284,15 @@ class Ring(HeldReads):
                                  "dtypes or fields); make them with ring.buffers(max_steps)")
         return room
 
-    @contextmanager
     def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
-               min_steps: int = 1) -> Iterator[Batch | None]:
+               min_steps: int = 1) -> Borrowed:
         """Like pop(), but the batch is views into the ring itself (no copy), valid only
         inside the ``with`` block; the steps are released when it ends. A batch stops at
         the ring's wrap point (the step in the last slot comes alone, its next_obs a view of
         slot 0); next_obs is copied only when an env ended in the batch. The producer cannot
         reuse borrowed slots meanwhile."""
         _check_counts(max_steps, min_steps)
-        if self._held_by is not None:  # a step held in pop(out=) buffers comes first
-            done, b = _held.flush(self, self._held_by, max_steps,
-                                  None if timeout is None else time.monotonic() + timeout)
-            if not done or b is not None:
-                self._h[POPS] += b is not None
-                yield b
-                return
-        got = self._claim(max_steps, timeout, min_steps)
-        if got is None:
-            yield None
-            return
-        con, k = got
-        cap = self.spec.capacity
-        # Steps whose successor is contiguous; the last slot's step alone (successor: slot 0).
-        run = max(1, min(k, cap - con % cap - 1))
-        try:
-            yield _batch.views(self._a, cap, con, run)
-        finally:
-            self._release(con, run)
+        return Borrowed(self, max_steps, timeout, min_steps)
 
     def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int,
                skip: int = 0) -> tuple[int, int] | None:
@@ -356,16 +344,19 @@ class Ring(HeldReads):
             self._free_bell.post()
 
     def _release(self, con: int, k: int) -> None:
-        h = self._h
-        with self._locked():
+        h, lock = self._h, self._lock
+        if not lock.take():  # once per pop and borrow: no Python frame for the mutex
+            lock.__enter__()
+        try:
             h[CONSUMED] = con + k
             h[CLAIM] = 0
             h[POPS] += 1
-            ring_bell = bool(h[W_PROD])
+            ring_bell = h[W_PROD]
             h[W_PROD] = 0
-            self._seen_c = (None if self.spec.overwrite
-                            else (con + k, int(h[PUBLISHED])))
+            self._seen_c = None if self.spec.overwrite else (con + k, h[PUBLISHED])
             self._seen_e = None  # consumed moved under the held path's view
+        finally:
+            lock.post()
         if ring_bell:
             self._free_bell.post()
 

@@ -42,30 +42,56 @@ def _lib() -> Any:
     return _LIB
 
 
+SEM_MAX = 2**31 - 1  # SEM_VALUE_MAX on Linux
+
+
+def _c_semaphore(addr: int, maxvalue: int) -> Any:
+    """multiprocessing's C semaphore object over the sem_t at ``addr``, or None where it
+    is not safe. Its acquire/release are C (a ``with`` block runs no Python frame),
+    where the ctypes calls cost ~5x more and touch far more memory: on every push and
+    pop, after a MB-sized copy has emptied the caches (docs/ring.md "Where the rest
+    goes"). Only with glibc: freeing the object calls sem_close(), which glibc refuses
+    (EINVAL) for a semaphore it did not open; other C libraries may not."""
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
+        import _multiprocessing  # type: ignore[import-not-found]  # no stubs; probed
+
+        sem = _multiprocessing.SemLock._rebuild(addr, 1, maxvalue, None)  # 1: SEMAPHORE
+        return sem if sem.handle == addr else None
+    except (AttributeError, ImportError, OSError, TypeError, ValueError):
+        return None
+
+
 class SharedSem:
     """A counting semaphore at ``addr`` (inside a shared mapping)."""
 
-    def __init__(self, addr: int, init: int | None = None) -> None:
+    def __init__(self, addr: int, init: int | None = None, maxvalue: int = SEM_MAX) -> None:
         self.addr = addr
         if init is not None and _lib().sem_init(addr, 1, init) != 0:
             raise OSError(ctypes.get_errno(), "sem_init(pshared=1) failed: process-shared "
                           "semaphores are unsupported here")
+        self._c = _c_semaphore(addr, maxvalue)
+        if self._c is not None:
+            self.post: Any = self._c.release  # type: ignore[method-assign]
 
-    def post(self) -> None:
+    def post(self) -> None:  # the ctypes fallback; replaced by the C one in __init__
         if _lib().sem_post(self.addr) != 0:
             raise OSError(ctypes.get_errno(), "sem_post failed")
 
     def bound(self) -> tuple[Any, Any]:
-        """(sem_trywait, sem_post) bound to this semaphore, called with no argument:
-        0 on success. For the mutex, taken on every push and pop."""
+        """(try to take: True on success, post): called with no argument. For the mutex,
+        taken on every push and pop."""
         import functools
 
-        lib = _lib()
-        return (functools.partial(lib.sem_trywait, self.addr),
-                functools.partial(lib.sem_post, self.addr))
+        if self._c is not None:
+            return functools.partial(self._c.acquire, False), self._c.release
+        return functools.partial(self.wait, 0.0), self.post
 
     def wait(self, timeout_s: float) -> bool:
         """Take one unit within ``timeout_s`` (0 = try); False on timeout."""
+        if self._c is not None:
+            return bool(self._c.acquire(timeout_s > 0, max(0.0, timeout_s)))
         lib = _lib()
         if lib.sem_trywait(self.addr) == 0:
             return True

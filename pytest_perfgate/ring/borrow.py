@@ -1,0 +1,85 @@
+"""``ring.borrow()``: a batch of views into the ring itself, its slots released on exit.
+
+A class, not a ``@contextmanager`` generator: entering and leaving run once per step, right
+after the learner's own MB-sized reads have emptied the caches, where the generator's frame,
+its context-manager object and the dict of views each cost cache misses (docs/ring.md
+"The short paths"). The views themselves are made from the slot index alone, and the
+side store is looked at only where an env ended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring import held as _held
+from pytest_perfgate.ring.base import POPS
+from pytest_perfgate.ring.batch import Batch
+
+if TYPE_CHECKING:
+    from pytest_perfgate.ring.ring import Ring
+
+
+class Borrowed:
+    """What ``ring.borrow(...)`` returns: ``with`` it to get the batch (or None)."""
+
+    __slots__ = ("_args", "_claim", "_open", "_ring")
+
+    def __init__(self, ring: Ring, max_steps: int | None, timeout: float | None,
+                 min_steps: int) -> None:
+        self._ring, self._args = ring, (max_steps, timeout, min_steps)
+        self._claim: tuple[int, int] | None = None
+        self._open = False
+
+    def __enter__(self) -> Batch | None:
+        if self._open:
+            raise RuntimeError("this borrow() is entered already: call ring.borrow() for "
+                               "each batch")
+        self._open = True
+        ring = self._ring
+        max_steps, timeout, min_steps = self._args
+        if ring._held_by is not None:  # a step held in pop(out=) buffers comes first
+            import time
+
+            done, b = _held.flush(ring, ring._held_by, max_steps,
+                                  None if timeout is None else time.monotonic() + timeout)
+            if not done or b is not None:
+                ring._h[POPS] += b is not None
+                return b
+        got = ring._claim(max_steps, timeout, min_steps)
+        if got is None:
+            return None
+        con, k = got
+        cap = ring.spec.capacity
+        # Steps whose successor is contiguous; the last slot's step alone (successor: slot 0).
+        run = max(1, min(k, cap - con % cap - 1))
+        try:
+            b = views(ring, con, run)
+        except BaseException:
+            ring._release(con, run)
+            raise
+        self._claim = (con, run)
+        return b
+
+    def __exit__(self, *exc: object) -> None:
+        self._open = False
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            self._ring._release(*claim)
+
+
+def views(ring: Any, con: int, k: int) -> Batch:
+    """Steps con..con+k as views of the ring's slots (batch.views, which also patches
+    next_obs, where an env ended among them)."""
+    a, cap = ring._a, ring.spec.capacity
+    s = con % cap
+    e = s + k
+    term, trunc = a["terminated"][s:e], a["truncated"][s:e]
+    if (e >= cap and k > 1) or ring._count(term) or ring._count(trunc):
+        return _batch.views(a, cap, con, k)
+    obs, critic = a["obs"], a.get("critic_obs")
+    return Batch(obs[s:e], obs[s + 1:e + 1] if e < cap else obs[:1], a["action"][s:e],
+                 a["reward"][s:e], term, trunc,
+                 None if critic is None else critic[s:e],
+                 None if critic is None else (critic[s + 1:e + 1] if e < cap else critic[:1]),
+                 con)

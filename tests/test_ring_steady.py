@@ -1,0 +1,175 @@
+"""The steady state's short paths: ``pop(out=)`` of one held step (ring/steady.py),
+``borrow()`` as a class (ring/borrow.py) and the mutex and bells as multiprocessing's C
+semaphore objects (ring/sync.py). Each must give exactly what the general path gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_perfgate.ring import steady, sync
+from pytest_perfgate.ring.layout import RingInputError, RingSpec
+from pytest_perfgate.ring.ring import Ring
+from tests.test_ring import _episode, _obs_step, _push
+from tests.test_ring_held import _check, _keep
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How pop_one answered: a batch, None (timeout) or SLOW."""
+    seen = {"batch": 0, "none": 0, "slow": 0}
+    real = steady.pop_one
+
+    def counted(ring: Any, out: Any, timeout: float | None) -> Any:
+        got = real(ring, out, timeout)
+        seen["slow" if got is steady.SLOW else "none" if got is None else "batch"] += 1
+        return got
+
+    monkeypatch.setattr(steady, "pop_one", counted)
+    return seen
+
+
+@pytest.mark.parametrize("critic", [False, True])
+def test_one_step_pops_take_the_short_path_and_stay_exact(
+        monkeypatch: pytest.MonkeyPatch, critic: bool) -> None:
+    """A 2-slot ring read one step per pop, as a learner slower than its collector does:
+    after the first pop every pop is the short one, and every transition (episode ends,
+    final observations, the buffers' row wrap) equals the 8-field reference."""
+    seen = _counting(monkeypatch)
+    rng = np.random.default_rng(7)
+    ref = _episode(rng, 5, 40, 0.15, 0.15, critic)
+    spec = RingSpec(5, (3,), (2,), capacity=2, critic_shape=(2,) if critic else None)
+    got: list[Any] = []
+    with Ring(spec) as ring:
+        out = ring.buffers(3)
+        assert _push(ring, ref[0], critic)
+        for s in ref[1:]:
+            assert _push(ring, s, critic)
+            assert _keep(got, ring.pop(out=out, timeout=0)) is not None
+        ring.finish(ref[-1]["ret_next"], ref[-1]["ret_cnext"] if critic else None)
+        while (b := ring.pop(out=out, timeout=0)) is not None:
+            _keep(got, b)
+        assert ring.ended and ring.stats()["consumed"] == len(ref)
+    _check(got, ref, critic)
+    assert sum(bool(s["terminated"].any() or s["truncated"].any()) for s in ref) > 5
+    assert seen["batch"] == len(ref) - 2, seen  # all but the first pop, and finish()'s
+
+
+def test_a_short_pop_that_times_out_keeps_the_held_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _counting(monkeypatch)
+    with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
+        out = r.buffers(2)
+        for t in range(2):
+            _obs_step(r, t)
+        b = r.pop(out=out, timeout=0)
+        assert b is not None and b.obs[0, 0, 0] == 0
+        assert r.pop(out=out, timeout=0.02) is None  # step 1 held, nothing new
+        assert seen == {"batch": 0, "none": 1, "slow": 0}
+        assert r.stats()["consumed"] == 1 and r.stats()["pops"] == 1
+        _obs_step(r, 2)
+        b = r.pop(out=out, timeout=0)
+        assert b is not None and b.obs[0, 0, 0] == 1 and b.next_obs[0, 0, 0] == 2
+        assert seen["batch"] == 1 and r.stats()["pops"] == 2
+
+
+def test_several_new_steps_or_a_wider_pop_take_the_general_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _counting(monkeypatch)
+    with Ring(RingSpec(4, (3,), (2,), capacity=4)) as r:
+        out = r.buffers(3)
+        for t in range(2):
+            _obs_step(r, t)
+        assert r.pop(out=out, timeout=0) is not None
+        for t in range(2, 4):
+            _obs_step(r, t)
+        b = r.pop(out=out, timeout=0)  # two new steps: a run, not the one-step path
+        assert b is not None and b.obs[:, 0, 0].tolist() == [1, 2]
+        assert seen["slow"] == 1 and seen["batch"] == 0
+        _obs_step(r, 4)
+        _obs_step(r, 5)
+        b = r.pop(out=out, timeout=0, min_steps=2)  # wants two: never the short path
+        assert b is not None and b.obs[:, 0, 0].tolist() == [3, 4]
+        assert seen["slow"] == 1 and seen["batch"] == 0
+
+
+def test_a_borrow_is_validated_when_called_and_entered_once_at_a_time() -> None:
+    with Ring(RingSpec(4, (3,), (2,), capacity=3)) as r:
+        with pytest.raises(RingInputError, match="max_steps=0"):
+            r.borrow(max_steps=0)  # at the call, before any with
+        for t in range(3):
+            _obs_step(r, t)
+        cm = r.borrow(timeout=0)
+        with cm as b:
+            assert b is not None and b.obs[:, 0, 0].tolist() == [0, 1]
+            with pytest.raises(RuntimeError, match="entered already"), cm:
+                pass
+        _obs_step(r, 3)
+        with cm as b:  # entered again once left: the next batch
+            assert b is not None and b.obs[:, 0, 0].tolist() == [2]
+
+
+def test_a_borrow_whose_body_raises_releases_its_steps() -> None:
+    with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
+        for t in range(2):
+            _obs_step(r, t)
+        with pytest.raises(KeyError), r.borrow(timeout=0) as b:
+            assert b is not None
+            raise KeyError("the learner failed")
+        assert r.stats()["consumed"] == 1
+        _obs_step(r, 2)  # slot 0 is free again: this push does not block
+        with r.borrow(timeout=0) as b:
+            assert b is not None and b.obs[0, 0, 0] == 1 and b.next_obs[0, 0, 0] == 2
+
+
+def test_the_c_semaphores_are_used_on_glibc_and_the_ctypes_ones_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
+        assert (r._mutex._c is not None) == bool(_glibc())
+    monkeypatch.setattr(sync.os, "confstr", lambda name: None)  # not glibc
+    with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
+        assert r._mutex._c is None and r._data_bell._c is None
+        out = r.buffers(2)
+        for t in range(2):
+            _obs_step(r, t)
+        assert r.pop(out=out, timeout=0) is not None
+        assert r.pop(out=out, timeout=0.02) is None  # a sliced ctypes wait that times out
+        _obs_step(r, 2)
+        b = r.pop(out=out, timeout=0)
+        assert b is not None and b.obs[0, 0, 0] == 1 and r.stats()["consumed"] == 2
+
+
+def _glibc() -> str | None:
+    import os
+
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):
+        return None
+
+
+def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
+    """The buffers keep the short path's closure; it must not keep their ring (which
+    refers to the buffers while they hold a step) alive past its last reference."""
+    import gc
+    import os
+
+    def ours() -> set[str]:
+        return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
+
+    before = ours()
+    gc.disable()  # reference counting alone, as for a ring with no buffers
+    try:
+        ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
+        out = ring.buffers(2)
+        for t in range(4):
+            ring.push(np.full((2, 3), t, np.float32), np.zeros((2, 1), np.float32),
+                      np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+            if t:
+                assert ring.pop(out=out, timeout=0) is not None
+        assert out.fast is not None and ours() - before
+        del ring
+        assert ours() == before
+    finally:
+        gc.enable()
