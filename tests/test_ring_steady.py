@@ -150,10 +150,12 @@ def _glibc() -> str | None:
 
 
 def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
-    """The buffers keep the short path's closure; it must not keep their ring (which
-    refers to the buffers while they hold a step) alive past its last reference."""
+    """The buffers keep the short path's closure; it must keep neither their ring (which
+    refers to the buffers while they hold a step) nor them alive past their last
+    reference."""
     import gc
     import os
+    import weakref
 
     def ours() -> set[str]:
         return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
@@ -171,5 +173,89 @@ def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
         assert out.fast is not None and ours() - before
         del ring
         assert ours() == before
+        gone = weakref.ref(out)
+        del out  # nor may the closure keep its buffers (and the mapping) in a cycle
+        assert gone() is None
     finally:
         gc.enable()
+
+
+class _Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("short", [True, False])
+def test_an_interrupt_while_freeing_leaves_the_step_to_be_copied_again(
+        monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
+    """An exception (Ctrl-C) while a pop waits for the mutex after copying a step: the
+    learner that catches it and goes on gets every transition once, on either path."""
+    import signal
+    import threading
+    import time
+
+    if not short:
+        monkeypatch.setattr(steady, "pop_one", lambda *a: steady.SLOW)
+
+    def interrupt(*_: object) -> None:
+        raise _Interrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with Ring(RingSpec(1, (1,), (1,), capacity=3)) as r:
+            out = r.buffers(1)
+
+            def push(t: float) -> None:
+                assert r.push(np.full((1, 1), t, np.float32), np.zeros((1, 1), np.float32),
+                              np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool),
+                              timeout=0)
+
+            for t in range(3):
+                push(t)
+            b = r.pop(out=out, timeout=0)
+            assert b is not None
+            got = [(b.obs.item(), b.next_obs.item())]
+            held = threading.Event()
+
+            def hold() -> None:  # the mutex held a moment, as a supervisor's stats() does
+                r._lock.__enter__()
+                held.set()
+                time.sleep(0.6)
+                r._lock.__exit__()
+
+            th = threading.Thread(target=hold)
+            th.start()
+            held.wait()
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(_Interrupt):
+                r.pop(out=out, timeout=0)
+            th.join()
+            assert r.stats()["consumed"] == 1 and out.held == 1
+            for t in range(3, 6):
+                push(t)
+                b = r.pop(out=out, timeout=0)
+                if b is not None:
+                    got.append((b.obs.item(), b.next_obs.item()))
+            r.finish(np.full((1, 1), 6, np.float32))
+            while (b := r.pop(out=out, timeout=0)) is not None:
+                got.append((b.obs.item(), b.next_obs.item()))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert got == [(float(t), float(t + 1)) for t in range(6)]
+
+
+def test_reading_a_ring_inside_its_own_open_borrow_is_refused() -> None:
+    """The borrowed steps are not released yet: a second read would return them again."""
+    with Ring(RingSpec(4, (3,), (2,), capacity=3)) as r:
+        for t in range(3):
+            _obs_step(r, t)
+        with r.borrow(timeout=0) as b:
+            assert b is not None
+            with pytest.raises(RingInputError, match=r"^borrow\(\) inside an open borrow"), \
+                    r.borrow(timeout=0):
+                pass
+            with pytest.raises(RingInputError, match=r"^pop\(\) inside an open borrow"):
+                r.pop(timeout=0)
+        _obs_step(r, 3)
+        b2 = r.pop(timeout=0)  # after the block: the next steps, none twice
+        assert b2 is not None and b2.start == b.start + b.steps

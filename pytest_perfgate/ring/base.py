@@ -109,6 +109,7 @@ class RingBase:
         # buffers holding steps copied out of freed slots but not yet delivered.
         self._seen_e: tuple[int, int, bool] | None = None
         self._held_by: Any = None
+        self._borrowing = False  # a borrow() block of this process is open: no other read
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "name": self._seg.name}

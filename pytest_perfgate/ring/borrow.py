@@ -15,6 +15,7 @@ from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring import held as _held
 from pytest_perfgate.ring.base import POPS
 from pytest_perfgate.ring.batch import Batch
+from pytest_perfgate.ring.layout import RingInputError
 
 if TYPE_CHECKING:
     from pytest_perfgate.ring.ring import Ring
@@ -36,7 +37,16 @@ class Borrowed:
             raise RuntimeError("this borrow() is entered already: call ring.borrow() for "
                                "each batch")
         self._open = True
+        try:
+            return self._enter()
+        except BaseException:
+            self._open = False  # nothing claimed: this borrow can be entered again
+            raise
+
+    def _enter(self) -> Batch | None:
         ring = self._ring
+        if ring._borrowing:
+            raise RingInputError(nested("borrow()"))
         max_steps, timeout, min_steps = self._args
         if ring._held_by is not None:  # a step held in pop(out=) buffers comes first
             import time
@@ -59,13 +69,22 @@ class Borrowed:
             ring._release(con, run)
             raise
         self._claim = (con, run)
+        ring._borrowing = True
         return b
 
     def __exit__(self, *exc: object) -> None:
         self._open = False
         claim, self._claim = self._claim, None
         if claim is not None:
+            self._ring._borrowing = False
             self._ring._release(*claim)
+
+
+def nested(what: str) -> str:
+    """The error for a read of a ring inside one of its own open borrow() blocks."""
+    return (f"{what} inside an open borrow() block of the same ring: the borrowed steps "
+            "are not released yet, so this read would return them again; leave the "
+            "with-block first")
 
 
 def views(ring: Any, con: int, k: int) -> Batch:

@@ -95,14 +95,20 @@ class HeldReads(RingBase):
         finally:
             h[C_WAIT_NS] += time.perf_counter_ns() - t0
 
-    def _free(self, con: int, out: Buffers) -> None:
-        """Steps before ``con`` are copied into ``out``: free their slots. finish()'s slot
-        stays counted as unconsumed (as for every reader), and ``HELD`` counts the steps
-        copied but not yet delivered."""
+    def _free(self, con: int, out: Buffers, add: int = 0, finish: bool = False) -> None:
+        """Steps before ``con`` are copied into ``out``: free their slots, and count the
+        ``add`` steps just copied as held (``finish``: the last is finish()'s observation)
+        in the same locked step, so an exception while waiting for the mutex leaves them
+        uncounted and in the ring, to be copied again. finish()'s slot stays counted as
+        unconsumed (as for every reader), and ``HELD`` counts the steps copied but not yet
+        delivered."""
         h = self._h
-        con -= out.finish_held
+        con -= finish if add else out.finish_held
         with self._locked():
             h[CONSUMED] = con
+            if add:
+                out.held += add
+                out.finish_held = finish
             h[HELD] = out.held - out.finish_held
             ring_bell = bool(h[W_PROD])
             h[W_PROD] = 0
@@ -157,8 +163,6 @@ def copy_in(ring: HeldReads, out: Buffers, con: int, m: int, finish_last: bool) 
     if out.held == 0:
         out.start = con
     slot, row = con % cap, (out.base + out.held) % out.rows
-    out.held += m
-    out.finish_held = finish_last
     if finish_last:  # finish() wrote only the observation
         for dst, src in out.seq_pairs:
             dst[row] = src[slot]
@@ -182,12 +186,10 @@ def _copy_free_one(ring: HeldReads, out: Buffers, con: int) -> None:
         out.start = con
     for dst, src in out.pairs:
         dst[row] = src[slot]
-    out.held += 1
-    out.finish_held = False
     count = ring._count
     if count(a["terminated"][slot]) or count(a["truncated"][slot]):
         _keep_finals(out, a, con, slot, row)
-    ring._free(con + 1, out)
+    ring._free(con + 1, out, add=1)
 
 
 def _keep_finals(out: Buffers, a: dict[str, Any], index: int, slot: int, row: int) -> None:
@@ -288,7 +290,7 @@ def pop_into(ring: HeldReads, out: Buffers, max_steps: int | None, deadline: flo
             if last and n > 1:
                 n, last = n - 1, False  # finish()'s observation is copied alone
             copy_in(ring, out, first, n, last)
-            ring._free(first + n, out)
+            ring._free(first + n, out, add=n, finish=last)
             j += n
     if out.held < 2:  # the stream ended: at most finish()'s observation is left
         if out.finish_held:

@@ -20,6 +20,7 @@ import weakref
 from typing import Any
 
 from pytest_perfgate.ring import batch as _batch
+from pytest_perfgate.ring import borrow as _borrow
 from pytest_perfgate.ring import held as _held
 from pytest_perfgate.ring import steady as _steady
 from pytest_perfgate.ring.base import (
@@ -197,6 +198,8 @@ class Ring(HeldReads):
                 or (max_steps is not None
                     and (max_steps.__class__ is not int or max_steps < 1))):
             _check_counts(max_steps, min_steps)  # raises, naming the value
+        if self._borrowing:
+            raise RingInputError(_borrow.nested("pop()"))
         hb: Buffers | None = self._held_by
         if (hb is not None and out is hb and hb.held == 1
                 and (min_steps == 1 or max_steps == 1 or hb.max_steps == 1)):

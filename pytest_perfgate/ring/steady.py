@@ -34,13 +34,15 @@ def pop_one(ring: HeldReads, out: Buffers, timeout: float | None) -> Batch | obj
         if out.src is not ring._a:
             return SLOW  # not copied from this mapping yet: the general path sets it up
         fast = out.fast = (ring._a, _one_pop(ring, out))
-    return fast[1](ring, timeout)
+    return fast[1](ring, out, timeout)
 
 
-def _one_pop(ring: HeldReads, out: Buffers) -> Callable[[HeldReads, float | None], Any]:
-    """pop_one() for this ring mapping and these buffers. The ring is an argument, not a
-    cell: the buffers keep the closure, and a ring the learner drops without close() must
-    not be kept alive by its own buffers (the ring refers to them while they hold a step)."""
+def _one_pop(ring: HeldReads, out: Buffers
+             ) -> Callable[[HeldReads, Buffers, float | None], Any]:
+    """pop_one() for this ring mapping and these buffers. The ring and the buffers are
+    arguments, not cells: the buffers keep the closure, which must keep neither them (a
+    cycle only the cyclic GC frees, holding the mapping) nor a ring the learner drops
+    without close() (the ring refers to the buffers while they hold a step)."""
     a, h, lock, count = ring._a, ring._h, ring._lock, ring._count
     take, post, ring_free = lock.take, lock.post, ring._free_bell.post
     data_bell = ring._data_bell
@@ -76,7 +78,7 @@ def _one_pop(ring: HeldReads, out: Buffers) -> Callable[[HeldReads, float | None
                     continue  # one more look, then the deadline has passed
             ring._wait(data_bell, "consumer", deadline)
 
-    def one(ring: HeldReads, timeout: float | None) -> Any:
+    def one(ring: HeldReads, out: Buffers, timeout: float | None) -> Any:
         if out.finish_held:
             return SLOW
         seen = ring._seen_e
@@ -94,7 +96,6 @@ def _one_pop(ring: HeldReads, out: Buffers) -> Callable[[HeldReads, float | None
         slot = con % cap
         for dst, src in zip(rows[row], slots[slot], strict=True):
             dst[...] = src
-        out.held = 2
         term, trunc = ends[slot]
         if count(term) or count(trunc):  # some env ended at this step
             _keep_finals(out, a, con, slot, row)
@@ -102,6 +103,7 @@ def _one_pop(ring: HeldReads, out: Buffers) -> Callable[[HeldReads, float | None
             lock.__enter__()
         try:
             h[CONSUMED] = con + 1
+            out.held = 2  # with the free: interrupted before it, the step is copied again
             h[HELD] = 2
             bell = h[W_PROD]
             h[W_PROD] = 0
