@@ -378,8 +378,7 @@ def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> 
     got = 0
     borrow = ring.borrow
     while got < steps:
-        with (borrow(steps - got, 30) if min_steps == 1 else
-              borrow(steps - got, 30, min_steps=min(min_steps, steps - got))) as b:
+        with borrow(steps - got, 30, min_steps=min(min_steps, steps - got)) as b:
             assert b is not None
             t, n = 0, b.steps
             while t < n:

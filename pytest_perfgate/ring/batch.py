@@ -64,17 +64,24 @@ def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int,
     return out
 
 
-def views(a: dict[str, Any], cap: int, start: int, k: int) -> Batch:
+def views(a: dict[str, Any], cap: int, start: int, k: int, count: Any) -> Batch:
     """Steps start..start+k as views: their successors must not wrap, except a batch of
     the one step in the last slot, whose next_obs is a view of slot 0. next_obs is copied
-    only when an env ended in the batch."""
+    only when an env ended in the batch, looked for with ``count`` (numpy's
+    count_nonzero): this runs once per borrow, where every allocation shows."""
     s = start % cap
-    if s + k >= cap and not (k == 1 and s == cap - 1):
-        raise ValueError(f"views: steps {s}..{s + k} of a {cap}-slot ring wrap")
-    got = {key: a[key][s:s + k] for key in a if not key.startswith("final_")}
-    for key in ("obs", "critic_obs"):
-        if key in a:
-            got["next_" + key] = a[key][s + 1:s + k + 1] if s + k < cap else a[key][:1]
+    e = s + k
+    if e >= cap and not (k == 1 and s == cap - 1):
+        raise ValueError(f"views: steps {s}..{e} of a {cap}-slot ring wrap")
+    obs, critic = a["obs"], a.get("critic_obs")
+    term, trunc = a["terminated"][s:e], a["truncated"][s:e]
+    b = Batch(obs[s:e], obs[s + 1:e + 1] if e < cap else obs[:1], a["action"][s:e],
+              a["reward"][s:e], term, trunc, None if critic is None else critic[s:e],
+              None if critic is None else (critic[s + 1:e + 1] if e < cap else critic[:1]),
+              start)
+    if not (count(term) or count(trunc)):
+        return b
+    got = {key: v for key, v in vars(b).items() if v is not None and key != "start"}
     return _patched(a, cap, start, k, got, copy=True)
 
 

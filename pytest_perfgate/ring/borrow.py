@@ -2,14 +2,12 @@
 
 A class, not a ``@contextmanager`` generator: entering and leaving run once per step, right
 after the learner's own MB-sized reads have emptied the caches, where the generator's frame,
-its context-manager object and the dict of views each cost cache misses (docs/ring.md
-"The short paths"). The views themselves are made from the slot index alone, and the
-side store is looked at only where an env ended.
+its context-manager object each cost cache misses (docs/ring.md "The short paths").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring import held as _held
@@ -64,7 +62,7 @@ class Borrowed:
         # Steps whose successor is contiguous; the last slot's step alone (successor: slot 0).
         run = max(1, min(k, cap - con % cap - 1))
         try:
-            b = views(ring, con, run)
+            b = _batch.views(ring._a, cap, con, run, ring._count)
         except BaseException:
             ring._release(con, run)
             raise
@@ -85,20 +83,3 @@ def nested(what: str) -> str:
     return (f"{what} inside an open borrow() block of the same ring: the borrowed steps "
             "are not released yet, so this read would return them again; leave the "
             "with-block first")
-
-
-def views(ring: Any, con: int, k: int) -> Batch:
-    """Steps con..con+k as views of the ring's slots (batch.views, which also patches
-    next_obs, where an env ended among them)."""
-    a, cap = ring._a, ring.spec.capacity
-    s = con % cap
-    e = s + k
-    term, trunc = a["terminated"][s:e], a["truncated"][s:e]
-    if (e >= cap and k > 1) or ring._count(term) or ring._count(trunc):
-        return _batch.views(a, cap, con, k)
-    obs, critic = a["obs"], a.get("critic_obs")
-    return Batch(obs[s:e], obs[s + 1:e + 1] if e < cap else obs[:1], a["action"][s:e],
-                 a["reward"][s:e], term, trunc,
-                 None if critic is None else critic[s:e],
-                 None if critic is None else (critic[s + 1:e + 1] if e < cap else critic[:1]),
-                 con)

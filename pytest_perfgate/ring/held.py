@@ -52,7 +52,7 @@ class Buffers(dict[str, Any]):
                                     "critic_obs"))
         self.src: Any = None  # the ring arrays ``pairs`` were made for
         self.pairs: list[tuple[Any, Any]] = []
-        self.fast: tuple[Any, ...] | None = None  # ring/steady.py's operands
+        self.fast: tuple[Any, ...] | None = None  # (ring arrays, ring/steady.py's pop)
         self.seq_pairs: list[tuple[Any, Any]] = []
         self.finish_held = False  # the last held row is finish()'s observation, no step
         # stream index -> [(field, env indices, their final rows)] of envs that ended there
@@ -178,8 +178,8 @@ def copy_in(ring: HeldReads, out: Buffers, con: int, m: int, finish_last: bool) 
 
 def _copy_free_one(ring: HeldReads, out: Buffers, con: int) -> None:
     """copy_in() of the one step ``con`` without its run bookkeeping, then free the slot:
-    the steady state of a 2-slot ring, once per step, run after a MB-sized copy has
-    emptied the caches (docs/ring.md "Where the rest goes")."""
+    each step of a pop that waits for several on a 2-slot ring (the one-transition pop is
+    ring/steady.py's)."""
     a = ring._a
     slot, row = con % ring.spec.capacity, (out.base + out.held) % out.rows
     if out.held == 0:

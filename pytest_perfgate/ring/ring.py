@@ -39,7 +39,6 @@ from pytest_perfgate.ring.base import (
     RingClosed,
 )
 from pytest_perfgate.ring.batch import Batch
-from pytest_perfgate.ring.borrow import Borrowed
 from pytest_perfgate.ring.held import Buffers, HeldReads
 from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
 
@@ -288,14 +287,14 @@ class Ring(HeldReads):
         return room
 
     def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
-               min_steps: int = 1) -> Borrowed:
+               min_steps: int = 1) -> _borrow.Borrowed:
         """Like pop(), but the batch is views into the ring itself (no copy), valid only
         inside the ``with`` block; the steps are released when it ends. A batch stops at
         the ring's wrap point (the step in the last slot comes alone, its next_obs a view of
         slot 0); next_obs is copied only when an env ended in the batch. The producer cannot
         reuse borrowed slots meanwhile."""
         _check_counts(max_steps, min_steps)
-        return Borrowed(self, max_steps, timeout, min_steps)
+        return _borrow.Borrowed(self, max_steps, timeout, min_steps)
 
     def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int,
                skip: int = 0) -> tuple[int, int] | None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pytest_perfgate.ring.base import C_WAIT_NS, CLOSED, CONSUMED, HELD, PUBLISHED, W_CONS, W_PROD
+from pytest_perfgate.ring.base import CLOSED, CONSUMED, HELD, PUBLISHED, W_PROD
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.held import Buffers, HeldReads, _deliver_patched, _keep_finals
 
@@ -45,52 +45,28 @@ def _one_pop(ring: HeldReads, out: Buffers
     without close() (the ring refers to the buffers while they hold a step)."""
     a, h, lock, count = ring._a, ring._h, ring._lock, ring._count
     take, post, ring_free = lock.take, lock.post, ring._free_bell.post
-    data_bell = ring._data_bell
     n_rows = out.rows
     rows = [tuple(out[k][r] for k in out.step_keys) for r in range(n_rows)]
     cap = int(a["obs"].shape[0])
     slots = [tuple(a[k][s] for k in out.step_keys) for s in range(cap)]
     ends = [(a["terminated"][s], a["truncated"][s]) for s in range(cap)]
     obs, action, reward, term_b, trunc_b, critic = out.arrays
-    monotonic, clock = time.monotonic, time.perf_counter_ns
-
-    def wait(ring: HeldReads, timeout: float | None) -> tuple[int, int, int] | None:
-        """Counters once a step is published or the stream ended; None at the timeout."""
-        t0 = deadline = None
-        while True:
-            if not take():
-                lock.__enter__()  # the sliced wait that reports a peer that died holding it
-            try:
-                con, pub, closed = h[CONSUMED], h[PUBLISHED], h[CLOSED]
-                if pub == con and not closed:
-                    h[W_CONS] = 1
-            finally:
-                post()
-            ring._seen_e = (con, pub, bool(closed))
-            if pub > con or closed or (deadline is not None and monotonic() >= deadline):
-                if t0 is not None:
-                    h[C_WAIT_NS] += clock() - t0
-                return (con, pub, closed) if pub > con or closed else None
-            if t0 is None:
-                t0 = clock()
-                deadline = None if timeout is None else monotonic() + timeout
-                if timeout is not None and timeout <= 0:
-                    continue  # one more look, then the deadline has passed
-            ring._wait(data_bell, "consumer", deadline)
 
     def one(ring: HeldReads, out: Buffers, timeout: float | None) -> Any:
         if out.finish_held:
             return SLOW
         seen = ring._seen_e
         if seen is None or seen[1] - seen[0] != 1 or seen[2]:
-            got = wait(ring, timeout)
-            if got is None:
+            # Not known to be there: wait as every held read does (the learner sleeps
+            # here anyway, so this part need not be short).
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if ring._take(2, True, deadline) is None:
                 return None  # the held step stays held, as in pop_into()
-            if got[1] - got[0] != 1 or got[2]:
+            seen = ring._seen_e
+            assert seen is not None
+            if seen[1] - seen[0] != 1 or seen[2]:
                 return SLOW  # a run of steps, or the stream's end
-            con = got[0]
-        else:
-            con = seen[0]  # seen under the mutex at the last free: published, unread
+        con = seen[0]  # seen under the mutex: published, unread
         b = out.base
         row = b + 1 if b + 1 < n_rows else 0
         slot = con % cap

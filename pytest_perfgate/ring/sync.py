@@ -49,8 +49,8 @@ def _c_semaphore(addr: int, maxvalue: int) -> Any:
     """multiprocessing's C semaphore object over the sem_t at ``addr``, or None where it
     is not safe. Its acquire/release are C (a ``with`` block runs no Python frame),
     where the ctypes calls cost ~5x more and touch far more memory: on every push and
-    pop, after a MB-sized copy has emptied the caches (docs/ring.md "Where the rest
-    goes"). Only with glibc: freeing the object calls sem_close(), which glibc refuses
+    pop, after a MB-sized copy has emptied the caches (docs/ring.md "The short
+    paths"). Only with glibc: freeing the object calls sem_close(), which glibc refuses
     (EINVAL) for a semaphore it did not open; other C libraries may not."""
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):
