@@ -53,8 +53,11 @@ def _push(ring: Ring, s: dict[str, np.ndarray], critic: bool) -> bool:
     kw = {}
     if critic:
         kw = {"critic_obs": s["critic_obs"], "final_critic_obs": s["next_critic_obs"][done]}
+    # No final_obs where no env ended takes push's inline path; an empty one the general
+    # path: the reward's sign picks, so both are compared with the reference.
+    final = s["next_obs"][done] if done.any() or s["reward"][0] > 0 else None
     return ring.push(s["obs"], s["action"], s["reward"], s["terminated"], s["truncated"],
-                     final_obs=s["next_obs"][done], timeout=0, **kw)
+                     final_obs=final, timeout=0, **kw)
 
 
 @settings(max_examples=60, deadline=None)

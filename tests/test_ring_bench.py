@@ -7,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 from helpers import load_file
 
 from pytest_perfgate.ring import batch as _batch
@@ -20,7 +21,9 @@ def _bench() -> ModuleType:
     return load_file("perfgate_bench_ring", ROOT / "tools" / "bench_ring.py")
 
 
-def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended() -> None:
+@pytest.mark.parametrize("next_obs", [False, True])
+def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended(
+        next_obs: bool) -> None:
     n, d, steps, rows = 3, 4, 5, 3
     rng = np.random.default_rng(7)
     obs = [rng.standard_normal((n, d)).astype(np.float32) for _ in range(steps + 1)]
@@ -36,7 +39,7 @@ def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended() -> 
             ring.push(obs[t], act[t], rew[t], term[t], no,
                       final_obs=final if term[t].any() else None)
         dst = _batch.buffers(ring._fields, rows, obs_rows=rows)
-        assert _bench().borrow_copy(ring, steps, dst, 1) == steps
+        assert _bench().borrow_copy(ring, steps, dst, 1, next_obs=next_obs) == steps
         assert ring.stats()["consumed"] == steps
     finally:
         ring.close()
@@ -46,9 +49,13 @@ def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended() -> 
         np.testing.assert_array_equal(dst["action"][j], act[t])
         np.testing.assert_array_equal(dst["reward"][j], rew[t])
         np.testing.assert_array_equal(dst["terminated"][j], term[t])
-    want = obs[2].copy()
-    want[2] = final[0]
-    np.testing.assert_array_equal(dst["next_obs"][1 % rows], want)
+    if next_obs:  # the patched next_obs row whole
+        want = obs[2].copy()
+        want[2] = final[0]
+        np.testing.assert_array_equal(dst["next_obs"][1 % rows], want)
+    else:  # only the ended env's final obs: the others are the next obs row
+        np.testing.assert_array_equal(dst["next_obs"][1 % rows][2], final[0])
+        assert not dst["next_obs"][1 % rows][:2].any()
 
 
 def test_every_path_follows_every_other_in_the_interleaved_order() -> None:

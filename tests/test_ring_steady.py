@@ -259,3 +259,38 @@ def test_reading_a_ring_inside_its_own_open_borrow_is_refused() -> None:
         _obs_step(r, 3)
         b2 = r.pop(timeout=0)  # after the block: the next steps, none twice
         assert b2 is not None and b2.start == b.start + b.steps
+
+
+def test_push_checks_inline_only_arrays_exactly_as_declared(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact ndarrays with no env ended skip check_array; anything else (a subclass, a
+    wrong dtype, an ended env) takes the general path and its messages."""
+    from pytest_perfgate.ring import ring as ring_module
+
+    calls: list[str] = []
+    real = ring_module.check_array
+
+    def counted(name: str, *args: Any) -> Any:
+        calls.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(ring_module, "check_array", counted)
+
+    class Sub(np.ndarray):
+        pass
+
+    z = np.zeros((2, 3), np.float32)
+    act, rew, no = np.zeros((2, 2), np.float32), np.zeros(2, np.float32), np.zeros(2, bool)
+    with Ring(RingSpec(2, (3,), (2,), capacity=4)) as r:
+        r.push(z + 1, act, rew, no, no)
+        assert calls == []
+        r.push((z + 2).view(Sub), act, rew, no, no)
+        assert calls.count("obs") == 1
+        with pytest.raises(RingInputError, match=r"field 'obs' expected shape \(2, 3\) "
+                                                 r"dtype float32, got shape \(2, 3\) dtype"):
+            r.push(z.astype(np.float64), act, rew, no, no)
+        with pytest.raises(RingInputError, match="1 env.* ended at this step but final_obs"):
+            r.push(z, act, rew, np.array([True, False]), no)
+        r.finish(z)
+        b = r.pop(timeout=0)
+        assert b is not None and b.obs[:, 0, 0].tolist() == [1.0, 2.0]

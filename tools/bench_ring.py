@@ -4,12 +4,13 @@ turns, medians of many turns; docs/design.md §1):
   push   6-field successor ring vs an 8-field ring that also stores next_obs/next_critic_obs
          (2048 envs x 376 float32 obs and critic obs; target <= 0.6x)
   copy   pop(out=) into the ring's own buffers (each slot freed once copied, a ring of
-         --copy-capacity slots, default 2) and into plain arrays (the step kept in the ring
-         until its successor arrives, >= 3 slots), borrow + copy, borrow unread and pop()
-         into fresh arrays (>= 3 slots) vs a hand-written shared-memory double buffer (and
-         its unread twin) and mp.Queue, all interleaved, 4096 x 376 float32 obs + the other
-         fields (6.46 MB per step), with minor page faults per step and a pop's wait/copy
-         split (docs/ring.md)
+         --copy-capacity slots, default 2), the same without polling (spin_us=0), and into
+         plain arrays (the step kept in the ring until its successor arrives, >= 3 slots),
+         borrow(next_obs=False) + copy (--copy-capacity slots), borrow + copy with next_obs
+         (>= 3 slots), borrow unread and pop() into fresh arrays (>= 3 slots) vs a
+         hand-written shared-memory double buffer (and its unread twin) and mp.Queue, all
+         interleaved, 4096 x 376 float32 obs + the other fields (6.46 MB per step), with
+         minor page faults per step and a pop's wait/copy split (docs/ring.md)
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
   timeline  pop(out=) vs the hand buffer (mp.Queue alternated with them): when a turn's
@@ -185,11 +186,11 @@ class Side:
     """One producer process feeding either a ring or a Queue."""
 
     def __init__(self, kind: str, n: int, d: int, capacity: int = 4, batch: int = 0,
-                 min_steps: int = 0, obs_rows: int | None = None, plain: bool = False
-                 ) -> None:
+                 min_steps: int = 0, obs_rows: int | None = None, plain: bool = False,
+                 spin_us: float | None = None) -> None:
         ctx = mp.get_context("spawn")
-        self.ring = Ring(RingSpec(n, (d,), (17,), capacity=capacity)) if kind == "ring" \
-            else None
+        self.ring = Ring(RingSpec(n, (d,), (17,), capacity=capacity, spin_us=spin_us)) \
+            if kind == "ring" else None
         self.queue = ctx.Queue(maxsize=capacity) if kind == "queue" else None
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=producer, args=(self.ring, self.queue, child, n, d),
@@ -365,20 +366,23 @@ class HandBuffer:
         self.seg.close()
 
 
-def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> int:
+def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int,
+                next_obs: bool = False) -> int:
     """The learner's own copy of borrowed views, the same bytes the hand buffer's consumer
     copies: each step's five fields once, into rows ``j % rows`` of preallocated arrays
     (the next step's obs row is its next_obs), one copy per field for the steps that fit
     before the last row. Where an env ended (looked for with one count per flag array),
-    its patched next_obs rows are copied too: docs/ring.md "The fast
-    path for a learner that reads the batch"."""
+    its final observations go to that row of dst["next_obs"]. ``next_obs=False`` borrows
+    each step as soon as it is written; True waits for its successor, as borrow() does by
+    default: docs/ring.md "Borrowing without next_obs"."""
     rows = int(dst["action"].shape[0])
     outs = [(dst[f], f) for f in FIELDS5]
     count = np.count_nonzero
     got = 0
     borrow = ring.borrow
     while got < steps:
-        with borrow(steps - got, 30, min_steps=min(min_steps, steps - got)) as b:
+        with borrow(steps - got, 30, min_steps=min(min_steps, steps - got),
+                    next_obs=next_obs) as b:
             assert b is not None
             t, n = 0, b.steps
             while t < n:
@@ -389,7 +393,11 @@ def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int) -> 
                 t += m
             if count(b.terminated) or count(b.truncated):
                 for e in np.flatnonzero((b.terminated | b.truncated).any(axis=1)):
-                    dst["next_obs"][(got + e) % rows] = b.next_obs[e]
+                    if next_obs:
+                        dst["next_obs"][(got + e) % rows] = b.next_obs[e]
+                    else:
+                        envs, final = b.finals(int(e))
+                        dst["next_obs"][(got + e) % rows, envs] = final
             got += n
     return got
 
@@ -408,6 +416,11 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     kept = Side("ring", n, d, capacity=max(cap, 3), batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows, plain=True)
     queue = Side("queue", n, d)
+    # borrow(next_obs=False) needs no successor: the hand buffer's two slots suffice.
+    steps_side = Side("ring", n, d, capacity=cap, batch=batch, min_steps=1,
+                      obs_rows=obs_rows, plain=True)
+    still = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
+                 obs_rows=obs_rows, spin_us=0)  # pop(out=) sleeping at once, as before
     assert ring.ring is not None and ring.out is not None
     hand = HandBuffer(n, d, batch=hand_rows or int(ring.out["obs"].shape[0]))
     dst = _batch.buffers(ring.ring._fields, hand.batch, obs_rows=hand.batch)
@@ -415,12 +428,13 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     def ring_turn(mode: str) -> float:
         # Held buffers on their own ring; the other read paths on the plain side's ring,
         # so no held step of one path is handed to another (ring/held.py flush).
-        side = ring if mode == "pop" else kept
+        side = {"pop": ring, "pop still": still, "borrow+copy": steps_side}.get(mode, kept)
         assert side.ring is not None
         t0 = time.perf_counter()
-        if mode == "borrow+copy":
+        if mode.startswith("borrow+copy"):
             side.conn.send(steps)
-            borrow_copy(side.ring, steps, dst, side.min_steps)
+            borrow_copy(side.ring, steps, dst, side.min_steps,
+                        next_obs=mode == "borrow+copy next_obs")
             return time.perf_counter() - t0
         if mode == "fresh":  # new arrays every pop: their pages fault in during the copy
             side.conn.send(steps)
@@ -433,13 +447,15 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
             return time.perf_counter() - t0
         if mode == "plain":
             return side.turn(steps)[0]
-        if mode == "pop":
+        if mode.startswith("pop"):
             return side.pop_turn(steps)
         return side.turn(steps, borrow=True)[0]
 
     runs = {"pop(out=)": lambda: ring_turn("pop"),
+            "pop, no polling": lambda: ring_turn("pop still"),
             "pop(out=plain)": lambda: ring_turn("plain"),
             "borrow+copy": lambda: ring_turn("borrow+copy"),
+            "b+c, next_obs": lambda: ring_turn("borrow+copy next_obs"),
             "borrow unread": lambda: ring_turn("borrow unread"),
             "pop() fresh": lambda: ring_turn("fresh"),
             "hand buffer": lambda: hand.turn(steps),
@@ -457,22 +473,22 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
         stage = _pop_stages(ring, steps, turns)
     finally:
-        ring.close()
-        kept.close()
-        queue.close()
+        for side in (ring, kept, queue, steps_side, still):
+            side.close()
         hand.close()
     mb = RingSpec(n, (d,), (17,)).slot_bytes() / 1e6
     print(f"copy  {n} x {d} float32 obs + action/reward/terminated/truncated ({mb:.2f} MB "
           f"per step), {steps} steps per turn, {turns} interleaved turns; ring capacity "
           f"{cap}, pops of {min_steps}-{batch} steps into buffers of {batch} steps "
-          f"({ring.out['obs'].shape[0]} rows; plain arrays: capacity {max(cap, 3)}); hand "
+          f"({ring.out['obs'].shape[0]} rows; plain arrays and borrow with next_obs: "
+          f"capacity {max(cap, 3)}); borrow+copy: next_obs=False, capacity {cap}; hand "
           f"buffer: 2 slots, batch of {hand.batch}:")
     for name in runs:
         rate = steps * mb / statistics.median(t[name])
         vs_hand = statistics.median(h / r for r, h in zip(t[name], t["hand buffer"],
                                                            strict=True))
         vs_q = statistics.median(q / r for r, q in zip(t[name], t["mp.Queue"], strict=True))
-        print(f"      {name:<14} {rate:>6.0f} MB/s  {vs_hand:>5.2f}x hand buffer  "
+        print(f"      {name:<15} {rate:>6.0f} MB/s  {vs_hand:>5.2f}x hand buffer  "
               f"{vs_q:>5.1f}x mp.Queue  {statistics.median(faults[name]) / steps:>6.0f} "
               "minor faults/step")
     print(f"      pop(out=) stages per step: {stage}")

@@ -22,13 +22,15 @@ from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone, 
 # Header int64 slots; producer-written and consumer-written counters on separate lines.
 PUBLISHED, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 2, 3, 4, 5
 CONSUMED, C_WAIT_NS, CLAIM, POPS, HELD = 8, 10, 11, 12, 13
-W_PROD, W_CONS, ATTACHED, PARTIES = 16, 17, 18, 19
+W_PROD, W_CONS, ATTACHED, PARTIES, SPIN = 16, 17, 18, 19, 20  # SPIN: ns, set once
 # The party table: (pid, start time, role bits) per attached process, written under the
 # mutex at attach time, read without it by a waiter (docs/ring.md "Who is reported dead").
 TABLE, TABLE_ROWS = 32, 16
 PRODUCER, CONSUMER, OBSERVER = 1, 2, 4  # role bits; 0: a side that has not pushed or popped
+SPIN_MISSES = 3  # waits in a row too long for polling to catch: then sleep at once
 SEM_OFF = 1024  # mutex, data bell, free bell
-_MAPPED = ("_h", "_base", "_mutex", "_lock", "_data_bell", "_free_bell")  # gone at close()
+# gone at close()
+_MAPPED = ("_h", "_base", "_mutex", "_lock", "_data_bell", "_free_bell", "_push_fast")
 
 
 class PeerDied(RuntimeError):
@@ -91,11 +93,22 @@ class RingBase:
         self._push_critic: tuple[str, tuple[int, ...], Any, bool] | None = (
             ("critic_obs", self._fields["critic_obs"][0], np.dtype(sp.obs_dtype),
              sp.check_finite) if sp.critic_shape is not None else None)
+        # push()'s inline check (ring.py): ndarray, then (shape, dtype) of obs, action,
+        # reward, the flags; only where nothing else is declared or checked.
+        f = self._fields
+        self._push_fast: Any = None if sp.critic_shape is not None or sp.check_finite else (
+            np.ndarray, f["obs"][0], np.dtype(f["obs"][1]), f["action"][0],
+            np.dtype(f["action"][1]), f["reward"][0], np.dtype(f["reward"][1]),
+            f["terminated"][0], np.dtype(bool))
         try:  # the C function under np.count_nonzero's Python wrapper (numpy >= 2)
             from numpy._core.multiarray import count_nonzero as _count
         except ImportError:  # pragma: no cover - numpy 1.x
             _count = np.count_nonzero
         self._count = _count
+        if self._push_fast is not None:
+            self._push_fast += (_count, tuple(self._a[k] for k in
+                                              ("obs", "action", "reward", "terminated",
+                                               "truncated")))
         self._peer_watch: Any = None
         self._role: str | None = None
         # Counters as this side last saw them under the mutex (block mode only): counters
@@ -110,6 +123,12 @@ class RingBase:
         self._seen_e: tuple[int, int, bool] | None = None
         self._held_by: Any = None
         self._borrowing = False  # a borrow() block of this process is open: no other read
+        if init:
+            self._h[SPIN] = self.spec.spin_ns()  # the creator's machine view, for both sides
+        self._spin_ns = int(self._h[SPIN])
+        self._spin_misses = 0  # waits in a row that outlasted the polling budget
+        self._clock = time.perf_counter_ns  # of the waits that may poll (tests fake it)
+        self._end_told = False  # borrow(next_obs=False) delivered finish()'s observation
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "name": self._seg.name}
@@ -240,6 +259,36 @@ class RingBase:
         if not got:
             self._check_peer(role)
         return got
+
+    def _spin_end(self, t0: int, deadline: float | None) -> int:
+        """Until when (``_clock``) a wait that began at ``t0`` polls before it sleeps, 0 for
+        not at all: only while the last wait ended within the budget, and never past the
+        caller's deadline (docs/ring.md "Polling before sleeping")."""
+        budget = self._spin_ns if self._spin_misses < SPIN_MISSES else 0
+        if budget and deadline is not None:
+            budget = min(budget, int((deadline - time.monotonic()) * 1e9))
+        return t0 + budget if budget > 0 else 0
+
+    def _spin(self, idx: int, value: int, until_ns: int) -> int:
+        """Poll header counter ``idx`` (read without the mutex: a hint, re-read under it)
+        until it leaves ``value``: ``until_ns`` then, to poll on if that was not enough;
+        0 once the clock reaches ``until_ns`` (sleep). Yielding the CPU each turn lets a
+        peer that shares it run."""
+        h, clock, yield_ = self._h, self._clock, os.sched_yield
+        while h[idx] == value:
+            if clock() >= until_ns:
+                return 0
+            yield_()
+        return until_ns
+
+    def _spun(self, t0: int) -> None:
+        """After a wait that began at ``t0``: count it as a miss if it outlasted the
+        polling budget. A side whose last SPIN_MISSES waits all did sleeps at once, and
+        polls again after the first wait short enough for polling to have caught."""
+        if self._clock() - t0 < self._spin_ns:
+            self._spin_misses = 0
+        else:
+            self._spin_misses += 1
 
     def _claim_role(self, role: str) -> None:
         if self._role in (None, "observer"):  # an observer that pushes is a side now

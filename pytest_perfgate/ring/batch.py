@@ -26,10 +26,26 @@ class Batch:
     critic_obs: Any = None
     next_critic_obs: Any = None
     start: int = 0  # stream index of the first step
+    # borrow(next_obs=False) only, where next_obs is None: the final observations of the
+    # envs that ended at each step, packed in env order (see finals()).
+    final_obs: Any = None
+    final_critic_obs: Any = None
 
     @property
     def steps(self) -> int:
         return int(self.obs.shape[0])
+
+    def finals(self, t: int) -> tuple[Any, Any]:
+        """The envs that ended at step ``t`` of a ``borrow(next_obs=False)`` batch and
+        their final observations, ``(envs, obs)``: ``obs[i]`` is env ``envs[i]``'s
+        next_obs at step ``t`` (the step after holds its first observation after reset)."""
+        import numpy as np
+
+        if self.final_obs is None:
+            raise ValueError("finals(): this batch has next_obs; read the final "
+                             "observations there (finals() is for borrow(next_obs=False))")
+        envs = np.flatnonzero(self.terminated[t] | self.truncated[t])
+        return envs, self.final_obs[t, :len(envs)]
 
     @property
     def transitions(self) -> int:
@@ -83,6 +99,32 @@ def views(a: dict[str, Any], cap: int, start: int, k: int, count: Any) -> Batch:
         return b
     got = {key: v for key, v in vars(b).items() if v is not None and key != "start"}
     return _patched(a, cap, start, k, got, copy=True)
+
+
+def step_views(a: dict[str, Any], cap: int, start: int, k: int) -> Batch:
+    """Steps start..start+k as views without their successors (next_obs None, the side
+    store as final_obs): ``borrow(next_obs=False)``; they must not wrap."""
+    s = start % cap
+    e = s + k
+    if e > cap:
+        raise ValueError(f"step_views: steps {s}..{e} of a {cap}-slot ring wrap")
+    critic = a.get("critic_obs")
+    return Batch(a["obs"][s:e], None, a["action"][s:e], a["reward"][s:e],
+                 a["terminated"][s:e], a["truncated"][s:e],
+                 None if critic is None else critic[s:e], None, start, a["final_obs"][s:e],
+                 None if critic is None else a["final_critic_obs"][s:e])
+
+
+def end_views(a: dict[str, Any], cap: int, start: int) -> Batch:
+    """The stream's end for ``borrow(next_obs=False)``: no steps, next_obs[0] (and
+    next_critic_obs[0]) finish()'s observation in slot ``start``."""
+    s = start % cap
+    critic = a.get("critic_obs")
+    return Batch(a["obs"][s:s], a["obs"][s:s + 1], a["action"][s:s], a["reward"][s:s],
+                 a["terminated"][s:s], a["truncated"][s:s],
+                 None if critic is None else critic[s:s],
+                 None if critic is None else critic[s:s + 1], start,
+                 a["final_obs"][s:s], None if critic is None else a["final_critic_obs"][s:s])
 
 
 def _copy_steps(src: Any, cap: int, start: int, k: int, dst: Any) -> None:

@@ -22,11 +22,12 @@ if TYPE_CHECKING:
 class Borrowed:
     """What ``ring.borrow(...)`` returns: ``with`` it to get the batch (or None)."""
 
-    __slots__ = ("_args", "_claim", "_open", "_ring")
+    __slots__ = ("_args", "_claim", "_open", "_ring", "_succ")
 
     def __init__(self, ring: Ring, max_steps: int | None, timeout: float | None,
-                 min_steps: int) -> None:
+                 min_steps: int, next_obs: bool = True) -> None:
         self._ring, self._args = ring, (max_steps, timeout, min_steps)
+        self._succ = 1 if next_obs else 0
         self._claim: tuple[int, int] | None = None
         self._open = False
 
@@ -54,15 +55,20 @@ class Borrowed:
             if not done or b is not None:
                 ring._h[POPS] += b is not None
                 return b
-        got = ring._claim(max_steps, timeout, min_steps)
+        got = ring._claim(max_steps, timeout, min_steps, succ=self._succ)
         if got is None:
-            return None
+            return None if self._succ else _end(ring)
         con, k = got
         cap = ring.spec.capacity
-        # Steps whose successor is contiguous; the last slot's step alone (successor: slot 0).
-        run = max(1, min(k, cap - con % cap - 1))
         try:
-            b = _batch.views(ring._a, cap, con, run, ring._count)
+            if self._succ:
+                # Steps whose successor is contiguous; the last slot's step alone (its
+                # successor: slot 0).
+                run = max(1, min(k, cap - con % cap - 1))
+                b = _batch.views(ring._a, cap, con, run, ring._count)
+            else:
+                run = min(k, cap - con % cap)
+                b = _batch.step_views(ring._a, cap, con, run)
         except BaseException:
             ring._release(con, run)
             raise
@@ -76,6 +82,22 @@ class Borrowed:
         if claim is not None:
             self._ring._borrowing = False
             self._ring._release(*claim)
+
+
+def _end(ring: Ring) -> Batch | None:
+    """After ``borrow(next_obs=False)`` found nothing: finish()'s observation once, as a
+    batch of no steps (the last step's next_obs), when the stream is finished and drained;
+    None otherwise (a timeout, or the end told already)."""
+    from pytest_perfgate.ring.base import CLOSED, CONSUMED, PUBLISHED
+
+    h = ring._h
+    with ring._locked():
+        con, closed = int(h[CONSUMED]), bool(h[CLOSED])
+        last = closed and int(h[PUBLISHED]) - con == 1
+    if not last or ring._end_told:
+        return None
+    ring._end_told = True
+    return _batch.end_views(ring._a, ring.spec.capacity, con)
 
 
 def nested(what: str) -> str:

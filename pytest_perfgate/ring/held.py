@@ -79,7 +79,8 @@ class HeldReads(RingBase):
             got = _takeable(*seen, room, holding)
             if got is not None and got[1]:
                 return got
-        t0 = time.perf_counter_ns()
+        t0 = self._clock()
+        spin = self._spin_end(t0, deadline)
         try:
             while True:
                 with self._locked():
@@ -88,12 +89,17 @@ class HeldReads(RingBase):
                     got = _takeable(*seen, room, holding)
                     if got is not None:
                         return got
-                    h[W_CONS] = 1
+                    if not spin:
+                        h[W_CONS] = 1
+                if spin:
+                    spin = self._spin(PUBLISHED, seen[1], spin)
+                    continue
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 self._wait(self._data_bell, "consumer", deadline)
         finally:
-            h[C_WAIT_NS] += time.perf_counter_ns() - t0
+            self._spun(t0)
+            h[C_WAIT_NS] += self._clock() - t0
 
     def _free(self, con: int, out: Buffers, add: int = 0, finish: bool = False) -> None:
         """Steps before ``con`` are copied into ``out``: free their slots, and count the
@@ -125,13 +131,21 @@ class HeldReads(RingBase):
     def _peek(self, deadline: float | None) -> int | None:
         """Index of the first unconsumed step once it is published (left in the ring)."""
         h = self._h
+        t0 = self._clock()
+        spin = self._spin_end(t0, deadline)
         while True:
             with self._locked():
                 con, pub = int(h[CONSUMED]), int(h[PUBLISHED])
                 if pub > con:
+                    self._spun(t0)
                     return con
-                h[W_CONS] = 1
+                if not spin:
+                    h[W_CONS] = 1
+            if spin:
+                spin = self._spin(PUBLISHED, pub, spin)
+                continue
             if deadline is not None and time.monotonic() >= deadline:
+                self._spun(t0)
                 return None
             self._wait(self._data_bell, "consumer", deadline)
 

@@ -69,8 +69,32 @@ class Ring(HeldReads):
         """Write one step. ``final_obs``: true final observations of the envs that ended
         (terminated | truncated), one row per such env in env order. Returns False only
         when ``timeout`` passed with the ring full (block mode)."""
-        # One tuple per field, made once (base.py): this runs between MB-sized copies, with
-        # the interpreter's caches cold, so each Python step here costs ~3x its timeit figure.
+        fast = self._push_fast
+        if (fast is not None and critic_obs is None and final_obs is None
+                and final_critic_obs is None):
+            # The common step, checked inline: five arrays exactly as declared, no env
+            # ended. This runs between MB-sized copies with the interpreter's caches cold,
+            # where each call and lookup costs ~3x its timeit figure (docs/ring.md).
+            nd, so, do, sa, da, sr, dr, sb, db, count, slots = fast
+            if (obs.__class__ is nd and action.__class__ is nd and reward.__class__ is nd
+                    and terminated.__class__ is nd and truncated.__class__ is nd
+                    and obs.shape == so and obs.dtype == do and action.shape == sa
+                    and action.dtype == da and reward.shape == sr and reward.dtype == dr
+                    and terminated.shape == sb and terminated.dtype == db
+                    and truncated.shape == sb and truncated.dtype == db
+                    and not (count(terminated) or count(truncated))):
+                slot = self._acquire("push", timeout)
+                if slot is None:
+                    return False
+                o, a, r, t, u = slots
+                o[slot] = obs
+                a[slot] = action
+                r[slot] = reward
+                t[slot] = terminated
+                u[slot] = truncated
+                self._publish(closed=False)
+                return True
+        # One tuple per field, made once (base.py).
         vals = [(name, check_array(name, v, shape, dt, fin)) for (name, shape, dt, fin), v
                 in zip(self._push_fields, (obs, action, reward, terminated, truncated),
                        strict=True)]
@@ -119,7 +143,8 @@ class Ring(HeldReads):
         if seen is not None and seen[0] - seen[1] < cap:
             return seen[0] % cap  # free by the last locked look (base.py)
         deadline = None if timeout is None else time.monotonic() + timeout
-        t0 = time.perf_counter_ns()
+        t0 = self._clock()
+        spin = self._spin_end(t0, deadline)
         try:
             while True:
                 with self._locked():
@@ -132,12 +157,17 @@ class Ring(HeldReads):
                         h[CONSUMED] = con + 1  # drop the oldest unread step, counted
                         h[OVERWRITTEN] += 1
                         return pub % cap
-                    h[W_PROD] = 1  # full (or the oldest is being copied out): wait
+                    if not spin:
+                        h[W_PROD] = 1  # full (or the oldest is being copied out): wait
+                if spin:
+                    spin = self._spin(CONSUMED, con, spin)
+                    continue
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 self._wait(self._free_bell, "producer", deadline)
         finally:
-            waited = time.perf_counter_ns() - t0
+            self._spun(t0)
+            waited = self._clock() - t0
             if waited > 50_000:
                 h[P_BLOCKED_NS] += waited  # producer-owned line, single writer
 
@@ -287,46 +317,69 @@ class Ring(HeldReads):
         return room
 
     def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
-               min_steps: int = 1) -> _borrow.Borrowed:
+               min_steps: int = 1, next_obs: bool = True) -> _borrow.Borrowed:
         """Like pop(), but the batch is views into the ring itself (no copy), valid only
         inside the ``with`` block; the steps are released when it ends. A batch stops at
         the ring's wrap point (the step in the last slot comes alone, its next_obs a view of
         slot 0); next_obs is copied only when an env ended in the batch. The producer cannot
-        reuse borrowed slots meanwhile."""
-        _check_counts(max_steps, min_steps)
-        return _borrow.Borrowed(self, max_steps, timeout, min_steps)
+        reuse borrowed slots meanwhile. ``next_obs=False``: a step comes as soon as it is
+        written, not once its successor is, with next_obs None and the ended envs' final
+        observations in ``final_obs`` (``Batch.finals``); once the stream is finished and
+        drained, one batch of no steps whose next_obs[0] is finish()'s observation
+        (docs/ring.md "Borrowing without next_obs")."""
+        if (min_steps.__class__ is not int or min_steps < 1
+                or (max_steps is not None
+                    and (max_steps.__class__ is not int or max_steps < 1))):
+            _check_counts(max_steps, min_steps)  # raises, naming the value
+        if next_obs.__class__ is not bool:
+            raise RingInputError(f"next_obs={next_obs!r}: pass True (each step with its "
+                                 "next_obs) or False (each step as soon as it is written)")
+        return _borrow.Borrowed(self, max_steps, timeout, min_steps, next_obs)
 
     def _claim(self, max_steps: int | None, timeout: float | None, min_steps: int,
-               skip: int = 0) -> tuple[int, int] | None:
+               skip: int = 0, succ: int = 1) -> tuple[int, int] | None:
         """Wait for consumable steps beyond the ``skip`` already claimed and mark them being
-        read: (first unconsumed index, count of new steps)."""
+        read: (first unconsumed index, count of new steps). ``succ=0``: a step is
+        consumable once published, not once its successor is (``borrow(next_obs=False)``;
+        finish()'s slot is no step)."""
         self._claim_role("consumer")
         h = self._h
-        want = min(min_steps, max_steps or min_steps, self.spec.capacity - 1)
+        want = min(min_steps, max_steps or min_steps, self.spec.capacity - succ)
         seen = self._seen_c
-        if seen is not None and seen[1] - seen[0] - 1 - skip >= want:
+        if succ and seen is not None and seen[1] - seen[0] - 1 - skip >= want:
             con, avail = seen[0], seen[1] - seen[0] - 1 - skip
             return con, avail if max_steps is None else min(avail, max_steps)
         deadline = None if timeout is None else time.monotonic() + timeout
-        t0 = time.perf_counter_ns()
+        t0 = spin = 0  # t0 set once the first look found too little: the wait is timed
         while True:
             with self._locked():
-                con = int(h[CONSUMED])
-                avail = int(h[PUBLISHED]) - con - 1 - skip
+                con, pub = int(h[CONSUMED]), int(h[PUBLISHED])
                 ended = bool(h[CLOSED])
+                avail = pub - con - (succ or ended) - skip
                 if avail >= want or (ended and avail > 0):
                     k = avail if max_steps is None else min(avail, max_steps)
                     h[CLAIM] = skip + k
                     if not self.spec.overwrite:
-                        self._seen_c = (con, int(h[PUBLISHED]))
+                        self._seen_c = (con, pub)
                     break
-                if not ended:
+                if t0 and not (ended or spin):
                     h[W_CONS] = 1
+            if not t0 and not ended:
+                t0 = self._clock()
+                spin = self._spin_end(t0, deadline)
+                continue  # look again, announcing the wait unless polling first
+            if spin and not ended:
+                spin = self._spin(PUBLISHED, pub, spin)
+                continue
             if ended or (deadline is not None and time.monotonic() >= deadline):
-                h[C_WAIT_NS] += time.perf_counter_ns() - t0
+                if t0:
+                    self._spun(t0)
+                    h[C_WAIT_NS] += self._clock() - t0
                 return None
             self._wait(self._data_bell, "consumer", deadline)
-        h[C_WAIT_NS] += time.perf_counter_ns() - t0
+        if t0:
+            self._spun(t0)
+            h[C_WAIT_NS] += self._clock() - t0
         return con, k
 
     def _drained(self, claimed: int) -> bool:

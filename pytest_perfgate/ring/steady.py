@@ -57,13 +57,20 @@ def _one_pop(ring: HeldReads, out: Buffers
             return SLOW
         seen = ring._seen_e
         if seen is None or seen[1] - seen[0] != 1 or seen[2]:
-            # Not known to be there: wait as every held read does (the learner sleeps
-            # here anyway, so this part need not be short).
-            deadline = None if timeout is None else time.monotonic() + timeout
-            if ring._take(2, True, deadline) is None:
-                return None  # the held step stays held, as in pop_into()
-            seen = ring._seen_e
-            assert seen is not None
+            # Not known to be there. Usually it is by now, the producer having written it
+            # during the copy: one look under the mutex. Else wait as every held read does.
+            if not take():
+                lock.__enter__()
+            try:
+                seen = ring._seen_e = (h[CONSUMED], h[PUBLISHED], bool(h[CLOSED]))
+            finally:
+                post()
+            if seen[1] == seen[0] and not seen[2]:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                if ring._take(2, True, deadline) is None:
+                    return None  # the held step stays held, as in pop_into()
+                seen = ring._seen_e
+                assert seen is not None
             if seen[1] - seen[0] != 1 or seen[2]:
                 return SLOW  # a run of steps, or the stream's end
         con = seen[0]  # seen under the mutex: published, unread

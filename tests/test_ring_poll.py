@@ -1,0 +1,140 @@
+"""Polling before sleeping (docs/ring.md "Polling before sleeping"): the budget, its
+validation, when a side polls and when it sleeps at once, with a fake clock; and that a
+waiter which polls needs no bell, with a real second thread."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_perfgate.ring.base import PUBLISHED, SPIN_MISSES, W_CONS
+from pytest_perfgate.ring.layout import MAX_SPIN_US, RingInputError, RingSpec
+from pytest_perfgate.ring.ring import Ring
+
+Z = np.zeros((2, 1), np.float32)
+FLAGS = (np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class CountingBell:
+    """A bell that counts its posts and passes everything through."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.posts = real, 0
+
+    def post(self) -> None:
+        self.posts += 1
+        self.real.post()
+
+    def wait(self, timeout: float | None) -> bool:
+        return bool(self.real.wait(timeout))
+
+
+def _ring(spin_us: float | None, cap: int = 2) -> Ring:
+    return Ring(RingSpec(2, (1,), (1,), capacity=cap, spin_us=spin_us))
+
+
+def test_the_budget_resolves_from_the_spec_and_reaches_the_other_side(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert RingSpec(1, (1,), (1,), spin_us=0).spin_ns() == 0
+    assert RingSpec(1, (1,), (1,), spin_us=2.5).spin_ns() == 2500
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert RingSpec(1, (1,), (1,)).spin_ns() == 0  # one CPU: polling only delays the peer
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert RingSpec(1, (1,), (1,)).spin_ns() == 200_000
+    import pickle
+
+    with _ring(50) as ring:
+        other = pickle.loads(pickle.dumps(ring))  # what a spawn child unpickles
+        try:
+            assert other._spin_ns == ring._spin_ns == 50_000
+        finally:
+            other.close()
+
+
+@pytest.mark.parametrize("bad", [-1, True, "200", MAX_SPIN_US + 1, float("nan")])
+def test_a_bad_budget_is_refused_naming_it(bad: Any) -> None:
+    with pytest.raises(RingInputError, match=r"spin_us=.*microseconds.*0 \(never poll\)"):
+        RingSpec(1, (1,), (1,), spin_us=bad)
+
+
+def test_polling_stops_at_the_budget_the_deadline_and_after_long_waits() -> None:
+    with _ring(100) as ring:
+        clock = ring._clock = FakeClock()
+        t0 = clock.now
+        assert ring._spin_end(t0, None) == t0 + 100_000
+        assert ring._spin_end(t0, 0.0) == 0  # a deadline already passed: no polling
+        # the counter does not move: polling ends when the clock reaches the budget
+        clock.now = t0 + 100_000
+        assert ring._spin(PUBLISHED, ring._h[PUBLISHED], t0 + 100_000) == 0
+        for _ in range(SPIN_MISSES):  # waits that each outlasted the budget
+            ring._spun(t0)
+        assert ring._spin_end(clock.now, None) == 0  # sleeps at once now
+        ring._spin_misses -= 1
+        clock.now = t0 + 50_000
+        ring._spun(t0)  # one short wait
+        assert ring._spin_end(clock.now, None) == clock.now + 100_000  # polls again
+        assert ring._spin_misses == 0
+
+
+def test_a_moved_counter_ends_the_poll_at_once() -> None:
+    with _ring(100) as ring:
+        ring._clock = FakeClock()
+        ring.push(Z, Z, *FLAGS)
+        assert ring._spin(PUBLISHED, ring._h[PUBLISHED] - 1, 10**18) == 10**18
+
+
+@pytest.mark.parametrize("spin_us, bells", [(MAX_SPIN_US, 0), (0, 1)])
+def test_a_learner_that_polls_needs_no_bell(spin_us: float, bells: int) -> None:
+    """The clock is frozen, so a polling learner polls until the step is there however
+    slow this machine is; one that sleeps at once needs the producer's bell."""
+    with _ring(spin_us) as ring:
+        ring._clock = FakeClock()
+        bell = ring._data_bell = CountingBell(ring._data_bell)
+        got: list[Any] = []
+        waiting = threading.Event()
+
+        def learner() -> None:
+            waiting.set()
+            with ring.borrow(timeout=30, next_obs=False) as b:  # one push is enough
+                got.append(None if b is None else b.obs.copy())
+
+        th = threading.Thread(target=learner)
+        th.start()
+        assert waiting.wait(30)
+        while not (ring._h[W_CONS] or spin_us):  # the sleeper announced itself
+            threading.Event().wait(0.001)
+        ring.push(np.full((2, 1), 4, np.float32), Z, *FLAGS)
+        th.join(30)
+        assert not th.is_alive()
+        assert got and got[0] is not None and got[0][0, 0, 0] == 4
+        assert bell.posts == bells
+
+
+def test_a_producer_that_polls_needs_no_free_bell() -> None:
+    with _ring(MAX_SPIN_US) as ring:
+        ring._clock = FakeClock()
+        bell = ring._free_bell = CountingBell(ring._free_bell)
+        for _ in range(2):
+            ring.push(Z, Z, *FLAGS)  # full now
+        done = threading.Event()
+
+        def producer() -> None:
+            ring.push(Z, Z, *FLAGS, timeout=30)
+            done.set()
+
+        th = threading.Thread(target=producer)
+        th.start()
+        assert ring.pop(timeout=30) is not None  # frees a slot
+        th.join(30)
+        assert done.is_set() and bell.posts == 0
