@@ -151,6 +151,10 @@ def producer(ring: Any, queue: Any, conn: Any, n: int, d: int) -> None:
 
 PIN: list[int] = []  # [consumer CPU, producer CPU] (--pin)
 FIELDS5 = ("obs", "action", "reward", "terminated", "truncated")  # what a step holds
+# The learner and every producer are pinned to CPUs of their own (--pin), where polling
+# before sleeping pays (docs/ring.md "Polling before sleeping"); "pop, no polling" is the
+# ring's default.
+SPIN_US = 200
 
 
 def _set_pin(arg: str) -> None:
@@ -187,7 +191,7 @@ class Side:
 
     def __init__(self, kind: str, n: int, d: int, capacity: int = 4, batch: int = 0,
                  min_steps: int = 0, obs_rows: int | None = None, plain: bool = False,
-                 spin_us: float | None = None) -> None:
+                 spin_us: float = SPIN_US) -> None:
         ctx = mp.get_context("spawn")
         self.ring = Ring(RingSpec(n, (d,), (17,), capacity=capacity, spin_us=spin_us)) \
             if kind == "ring" else None
@@ -420,7 +424,7 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     steps_side = Side("ring", n, d, capacity=cap, batch=batch, min_steps=1,
                       obs_rows=obs_rows, plain=True)
     still = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
-                 obs_rows=obs_rows, spin_us=0)  # pop(out=) sleeping at once, as before
+                 obs_rows=obs_rows, spin_us=0)  # pop(out=) as a ring made with defaults
     assert ring.ring is not None and ring.out is not None
     hand = HandBuffer(n, d, batch=hand_rows or int(ring.out["obs"].shape[0]))
     dst = _batch.buffers(ring.ring._fields, hand.batch, obs_rows=hand.batch)

@@ -34,9 +34,10 @@ class RingSpec:
     reward_dtype: str = "float32"
     overwrite: bool = False  # False: push blocks when full (default); True: drop the oldest
     check_finite: bool = False  # False: NaN/inf passed through; True: rejected at push
-    # How long a side polls the counters before it sleeps: None picks 200 us where there
-    # are >= 2 CPUs (0 on one); 0 never polls (docs/ring.md "Polling before sleeping").
-    spin_us: float | None = None
+    # How long a waiting side polls the counters before it sleeps, in us: 0 (default)
+    # never polls. Worth it only where each side has a CPU of its own: polling takes CPU
+    # from whatever shares it (docs/ring.md "Polling before sleeping").
+    spin_us: float = 0
 
     def __post_init__(self) -> None:
         import numpy as np
@@ -48,12 +49,12 @@ class RingSpec:
                 "when slot t+1 is written (next_obs lives there), so with 1 slot the learner "
                 "waits for a successor the collector can never write: a deadlock. Use >= 2")
         spin = self.spin_us
-        if spin is not None and (isinstance(spin, bool) or not isinstance(spin, int | float)
-                                 or not 0 <= spin <= MAX_SPIN_US):
+        if (isinstance(spin, bool) or not isinstance(spin, int | float)
+                or not 0 <= spin <= MAX_SPIN_US):
             raise RingInputError(
                 f"spin_us={spin!r}: pass how many microseconds a waiting side polls before "
-                f"it sleeps, a number from 0 (never poll) to {MAX_SPIN_US}, or None (200 "
-                "where there are 2 or more CPUs)")
+                f"it sleeps, a number from 0 (never poll, the default) to {MAX_SPIN_US}; "
+                "200 suits a learner and a collector pinned to CPUs of their own")
         n = self.num_envs
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise RingInputError(f"num_envs={n!r}: pass a positive int")
@@ -96,11 +97,7 @@ class RingSpec:
         return f
 
     def spin_ns(self) -> int:
-        """The polling budget ``spin_us`` resolves to, in nanoseconds."""
-        import os
-
-        if self.spin_us is None:
-            return 200_000 if (os.cpu_count() or 1) >= 2 else 0
+        """The polling budget, in nanoseconds."""
         return int(self.spin_us * 1000)
 
     def layout(self) -> tuple[dict[str, tuple[int, tuple[int, ...], str]], int]:
