@@ -93,22 +93,20 @@ class RingBase:
         self._push_critic: tuple[str, tuple[int, ...], Any, bool] | None = (
             ("critic_obs", self._fields["critic_obs"][0], np.dtype(sp.obs_dtype),
              sp.check_finite) if sp.critic_shape is not None else None)
-        # push()'s inline check (ring.py): ndarray, then (shape, dtype) of obs, action,
-        # reward, the flags; only where nothing else is declared or checked.
-        f = self._fields
-        self._push_fast: Any = None if sp.critic_shape is not None or sp.check_finite else (
-            np.ndarray, f["obs"][0], np.dtype(f["obs"][1]), f["action"][0],
-            np.dtype(f["action"][1]), f["reward"][0], np.dtype(f["reward"][1]),
-            f["terminated"][0], np.dtype(bool))
         try:  # the C function under np.count_nonzero's Python wrapper (numpy >= 2)
             from numpy._core.multiarray import count_nonzero as _count
         except ImportError:  # pragma: no cover - numpy 1.x
             _count = np.count_nonzero
         self._count = _count
-        if self._push_fast is not None:
-            self._push_fast += (_count, tuple(self._a[k] for k in
-                                              ("obs", "action", "reward", "terminated",
-                                               "truncated")))
+        # push()'s inline check (ring.py): ndarray, (shape, dtype) of obs, action, reward
+        # and the flags, the count, the slot arrays; only where nothing else is declared
+        # or checked.
+        f = self._fields
+        self._push_fast: Any = None if sp.critic_shape is not None or sp.check_finite else (
+            np.ndarray, f["obs"][0], np.dtype(f["obs"][1]), f["action"][0],
+            np.dtype(f["action"][1]), f["reward"][0], np.dtype(f["reward"][1]),
+            f["terminated"][0], np.dtype(bool), _count,
+            tuple(self._a[k] for k in ("obs", "action", "reward", "terminated", "truncated")))
         self._peer_watch: Any = None
         self._role: str | None = None
         # Counters as this side last saw them under the mutex (block mode only): counters
@@ -262,8 +260,9 @@ class RingBase:
 
     def _spin_end(self, t0: int, deadline: float | None) -> int:
         """Until when (``_clock``) a wait that began at ``t0`` polls before it sleeps, 0 for
-        not at all: only while the last wait ended within the budget, and never past the
-        caller's deadline (docs/ring.md "Polling before sleeping")."""
+        not at all: not after SPIN_MISSES waits in a row outlasted the budget (see
+        _spun), and never past the caller's deadline (docs/ring.md "Polling before
+        sleeping")."""
         budget = self._spin_ns if self._spin_misses < SPIN_MISSES else 0
         if budget and deadline is not None:
             budget = min(budget, int((deadline - time.monotonic()) * 1e9))

@@ -118,13 +118,12 @@ def step_views(a: dict[str, Any], cap: int, start: int, k: int) -> Batch:
 def end_views(a: dict[str, Any], cap: int, start: int) -> Batch:
     """The stream's end for ``borrow(next_obs=False)``: no steps, next_obs[0] (and
     next_critic_obs[0]) finish()'s observation in slot ``start``."""
+    b = step_views(a, cap, start, 0)
     s = start % cap
-    critic = a.get("critic_obs")
-    return Batch(a["obs"][s:s], a["obs"][s:s + 1], a["action"][s:s], a["reward"][s:s],
-                 a["terminated"][s:s], a["truncated"][s:s],
-                 None if critic is None else critic[s:s],
-                 None if critic is None else critic[s:s + 1], start,
-                 a["final_obs"][s:s], None if critic is None else a["final_critic_obs"][s:s])
+    b.next_obs = a["obs"][s:s + 1]
+    if b.critic_obs is not None:
+        b.next_critic_obs = a["critic_obs"][s:s + 1]
+    return b
 
 
 def _copy_steps(src: Any, cap: int, start: int, k: int, dst: Any) -> None:
