@@ -10,7 +10,8 @@ what="${1:-}"; shift || true
 PY="${PERFGATE_PYTHON:-python3}"
 VENV="${PERFGATE_VENV:-.venv}"
 stamp="$VENV/.perfgate-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+   || [ pytest_perfgate/ring/_stream.c -nt "$stamp" ]; then
   "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "pytest-perfgate needs Python >= 3.11"'
   "$PY" -m venv "$VENV"
   # torch==2.13.0 first: on this machine it resolves to the CPU wheel on disk (a bare

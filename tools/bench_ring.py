@@ -4,13 +4,19 @@ turns, medians of many turns; docs/design.md §1):
   push   6-field successor ring vs an 8-field ring that also stores next_obs/next_critic_obs
          (2048 envs x 376 float32 obs and critic obs; target <= 0.6x)
   copy   pop(out=) into the ring's own buffers (each slot freed once copied, a ring of
-         --copy-capacity slots, default 2), the same without polling (spin_us=0), and into
+         --copy-capacity slots, default 2, big fields copied with streaming stores where
+         ring/_stream.c is built), the same with numpy's copy, without polling
+         (spin_us=0), and into
          plain arrays (the step kept in the ring until its successor arrives, >= 3 slots),
-         borrow(next_obs=False) + copy (--copy-capacity slots), borrow + copy with next_obs
-         (>= 3 slots), borrow unread and pop() into fresh arrays (>= 3 slots) vs a
-         hand-written shared-memory double buffer (and its unread twin) and mp.Queue, all
+         borrow(next_obs=False) + the learner's copy with ring.stream.copy (--copy-capacity
+         slots) and with numpy's, borrow + copy with next_obs (>= 3 slots), borrow unread
+         and pop() into fresh arrays (>= 3 slots) vs a hand-written shared-memory double
+         buffer copying with numpy (its twin with the streaming copy, its unread twin)
+         and mp.Queue, all
          interleaved, 4096 x 376 float32 obs + the other fields (6.46 MB per step), with
          minor page faults per step and a pop's wait/copy split (docs/ring.md)
+  read   pop(out=) with streaming stores and with numpy's copy, and the hand buffer with
+         each, for a learner that sums each batch's obs right after the copy
   queue  ring vs multiprocessing.Queue carrying the same batches between two spawn
          processes (4096 x 376 float32; target >= 10x)
   timeline  pop(out=) vs the hand buffer (mp.Queue alternated with them): when a turn's
@@ -27,7 +33,7 @@ turns, medians of many turns; docs/design.md §1):
   pair   the default humanoid/SAC pair pinned vs unpinned on this machine
 
     flock /tmp/perfgate-timing.lock python tools/bench_ring.py \
-        [--only push,copy,timeline,floor,stages,footprint,queue,bw,pair]
+        [--only push,copy,read,timeline,floor,stages,footprint,queue,bw,pair]
 
 The copy, timeline and stages runs pin this process to one CPU and every producer to
 another (``--pin``), and order the paths in a balanced design every round: see ``_order``.
@@ -46,6 +52,7 @@ import numpy as np
 
 from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring import held as _held
+from pytest_perfgate.ring import stream
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.ring import Ring
 
@@ -191,7 +198,7 @@ class Side:
 
     def __init__(self, kind: str, n: int, d: int, capacity: int = 4, batch: int = 0,
                  min_steps: int = 0, obs_rows: int | None = None, plain: bool = False,
-                 spin_us: float = SPIN_US) -> None:
+                 spin_us: float = SPIN_US, stream: bool = True) -> None:
         ctx = mp.get_context("spawn")
         self.ring = Ring(RingSpec(n, (d,), (17,), capacity=capacity, spin_us=spin_us)) \
             if kind == "ring" else None
@@ -207,7 +214,8 @@ class Side:
             self.ring.watch(self.proc)
             # reused: no page faults per pop; the ring's own buffers free each slot as
             # soon as it is copied (ring/held.py), plain ones keep it until its successor
-            self.out = (self.ring.buffers(batch or capacity - 1, rows=obs_rows) if not plain
+            self.out = (self.ring.buffers(batch or capacity - 1, rows=obs_rows, stream=stream)
+                        if not plain
                         else _batch.buffers(self.ring._fields, batch or capacity - 1,
                                             obs_rows=obs_rows))
             self.min_steps = min_steps or max(1, capacity // 2)
@@ -235,9 +243,10 @@ class Side:
                 got += 1
         return time.perf_counter() - t0, last
 
-    def pop_turn(self, steps: int) -> float:
+    def pop_turn(self, steps: int, read: Any = None) -> float:
         """turn() for pop(out=) in a loop as tight as the hand buffer's: what a learner
-        that pops one batch after another writes, with none of turn()'s branches."""
+        that pops one batch after another writes, with none of turn()'s branches.
+        ``read``: called with each batch's obs."""
         assert self.ring is not None
         if self.min_steps > 1:
             return self.turn(steps)[0]
@@ -249,6 +258,8 @@ class Side:
             b = pop(steps - got, 30, out=out)
             assert b is not None
             got += b.steps
+            if read is not None:
+                read(b.obs)
         return time.perf_counter() - t0
 
     def close(self) -> None:
@@ -348,18 +359,21 @@ class HandBuffer:
         self.dst = {k: np.zeros((batch, *v.shape), v.dtype) for k, v in self.slots[0].items()}
         self.batch, self.i = batch, 0
 
-    def turn(self, steps: int, copy: bool = True, stamps: list[float] | None = None
-             ) -> float:
-        """Seconds until ``steps`` steps are copied; ``stamps`` gets each one's time."""
+    def turn(self, steps: int, copy: bool = True, stamps: list[float] | None = None,
+             cp: Any = np.copyto, read: Any = None) -> float:
+        """Seconds until ``steps`` steps are copied with ``cp(dst, src)`` (and, with
+        ``read``, each step's obs row passed to it); ``stamps`` gets each one's time."""
         t0 = time.perf_counter()
         self.conn.send(steps)
         for j in range(steps):
             i = self.i
             assert self.full[i].acquire(timeout=30)
             for k, v in self.slots[i].items() if copy else ():
-                np.copyto(self.dst[k][j % self.batch], v)
+                cp(self.dst[k][j % self.batch], v)
             self.empty[i].release()
             self.i ^= 1
+            if read is not None:
+                read(self.dst["obs"][j % self.batch])
             if stamps is not None:
                 stamps.append(time.perf_counter() - t0)
         return time.perf_counter() - t0
@@ -371,14 +385,15 @@ class HandBuffer:
 
 
 def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int,
-                next_obs: bool = False) -> int:
+                next_obs: bool = False, cp: Any = stream.copy) -> int:
     """The learner's own copy of borrowed views, the same bytes the hand buffer's consumer
     copies: each step's five fields once, into rows ``j % rows`` of preallocated arrays
     (the next step's obs row is its next_obs), one copy per field for the steps that fit
     before the last row. Where an env ended (looked for with one count per flag array),
     its final observations go to that row of dst["next_obs"]. ``next_obs=False`` borrows
     each step as soon as it is written; True waits for its successor, as borrow() does by
-    default: docs/ring.md "Borrowing without next_obs"."""
+    default: docs/ring.md "Borrowing without next_obs". ``cp(dst, src)`` copies: the
+    ring's streaming copy by default (docs/ring.md "Streaming stores")."""
     rows = int(dst["action"].shape[0])
     outs = [(dst[f], f) for f in FIELDS5]
     count = np.count_nonzero
@@ -393,7 +408,7 @@ def borrow_copy(ring: Ring, steps: int, dst: dict[str, Any], min_steps: int,
                 j = (got + t) % rows
                 m = min(n - t, rows - j)
                 for d, f in outs:
-                    d[j:j + m] = getattr(b, f)[t:t + m]
+                    cp(d[j:j + m], getattr(b, f)[t:t + m])
                 t += m
             if count(b.terminated) or count(b.truncated):
                 for e in np.flatnonzero((b.terminated | b.truncated).any(axis=1)):
@@ -425,6 +440,8 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                       obs_rows=obs_rows, plain=True)
     still = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
                  obs_rows=obs_rows, spin_us=0)  # pop(out=) as a ring made with defaults
+    numpy_cp = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
+                    obs_rows=obs_rows, stream=False)  # pop(out=) copying with numpy
     assert ring.ring is not None and ring.out is not None
     hand = HandBuffer(n, d, batch=hand_rows or int(ring.out["obs"].shape[0]))
     dst = _batch.buffers(ring.ring._fields, hand.batch, obs_rows=hand.batch)
@@ -432,13 +449,15 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
     def ring_turn(mode: str) -> float:
         # Held buffers on their own ring; the other read paths on the plain side's ring,
         # so no held step of one path is handed to another (ring/held.py flush).
-        side = {"pop": ring, "pop still": still, "borrow+copy": steps_side}.get(mode, kept)
+        side = {"pop": ring, "pop still": still, "pop numpy": numpy_cp,
+                "borrow+copy": steps_side, "borrow+copy numpy": steps_side}.get(mode, kept)
         assert side.ring is not None
         t0 = time.perf_counter()
         if mode.startswith("borrow+copy"):
             side.conn.send(steps)
             borrow_copy(side.ring, steps, dst, side.min_steps,
-                        next_obs=mode == "borrow+copy next_obs")
+                        next_obs=mode == "borrow+copy next_obs",
+                        cp=stream.copy if mode == "borrow+copy" else stream.plain)
             return time.perf_counter() - t0
         if mode == "fresh":  # new arrays every pop: their pages fault in during the copy
             side.conn.send(steps)
@@ -456,13 +475,16 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
         return side.turn(steps, borrow=True)[0]
 
     runs = {"pop(out=)": lambda: ring_turn("pop"),
+            "pop, numpy copy": lambda: ring_turn("pop numpy"),
             "pop, no polling": lambda: ring_turn("pop still"),
             "pop(out=plain)": lambda: ring_turn("plain"),
             "borrow+copy": lambda: ring_turn("borrow+copy"),
+            "b+c, numpy copy": lambda: ring_turn("borrow+copy numpy"),
             "b+c, next_obs": lambda: ring_turn("borrow+copy next_obs"),
             "borrow unread": lambda: ring_turn("borrow unread"),
             "pop() fresh": lambda: ring_turn("fresh"),
             "hand buffer": lambda: hand.turn(steps),
+            "hand, streaming": lambda: hand.turn(steps, cp=stream.copy),
             "hand unread": lambda: hand.turn(steps, copy=False),
             "mp.Queue": lambda: queue.turn(steps)[0]}
     t: dict[str, list[float]] = {k: [] for k in runs}
@@ -477,7 +499,7 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
         stage = _pop_stages(ring, steps, turns)
     finally:
-        for side in (ring, kept, queue, steps_side, still):
+        for side in (ring, kept, queue, steps_side, still, numpy_cp):
             side.close()
         hand.close()
     mb = RingSpec(n, (d,), (17,)).slot_bytes() / 1e6
@@ -486,7 +508,8 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
           f"{cap}, pops of {min_steps}-{batch} steps into buffers of {batch} steps "
           f"({ring.out['obs'].shape[0]} rows; plain arrays and borrow with next_obs: "
           f"capacity {max(cap, 3)}); borrow+copy: next_obs=False, capacity {cap}; hand "
-          f"buffer: 2 slots, batch of {hand.batch}:")
+          f"buffer: 2 slots, batch of {hand.batch}; streaming copy "
+          f"{'built' if stream.available() else 'NOT built: numpy copies'}:")
     for name in runs:
         rate = steps * mb / statistics.median(t[name])
         vs_hand = statistics.median(h / r for r, h in zip(t[name], t["hand buffer"],
@@ -496,6 +519,39 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
               f"{vs_q:>5.1f}x mp.Queue  {statistics.median(faults[name]) / steps:>6.0f} "
               "minor faults/step")
     print(f"      pop(out=) stages per step: {stage}")
+
+
+def bench_read(turns: int, steps: int, cap: int, batch: int) -> None:
+    """A learner that reads its batch right after the copy (sums its obs), interleaved:
+    does copying with streaming stores, which leaves the batch out of the cache, still
+    pay? pop(out=) with each copy, against the hand buffer with each copy."""
+    n, d = 4096, 376
+    sides = {s: Side("ring", n, d, capacity=cap, batch=batch, min_steps=1, stream=s)
+             for s in (True, False)}
+    rows = int(sides[True].out["obs"].shape[0])  # type: ignore[index]
+    hand = HandBuffer(n, d, batch=rows)
+
+    def read(obs: Any) -> None:
+        obs.sum(dtype=np.float32)
+
+    runs = {"pop(out=) + read": lambda: sides[True].pop_turn(steps, read),
+            "pop, numpy + read": lambda: sides[False].pop_turn(steps, read),
+            "hand + read": lambda: hand.turn(steps, read=read),
+            "hand, stream + read": lambda: hand.turn(steps, cp=stream.copy, read=read)}
+    try:
+        t = _interleave(runs, turns)
+    finally:
+        for side in sides.values():
+            side.close()
+        hand.close()
+    print(f"read  {n} x {d} float32 obs, {steps} steps per turn, {turns} interleaved turns, "
+          f"the learner summing each batch's obs after the copy; ring capacity {cap}, "
+          f"buffers of {batch} steps ({rows} rows), hand buffer batch of {rows}; streaming "
+          f"copy {'built' if stream.available() else 'NOT built'}:")
+    for name in runs:
+        vs = statistics.median(h / r for r, h in zip(t[name], t["hand + read"], strict=True))
+        print(f"      {name:<20} {statistics.median(t[name]) / steps * 1e3:.3f} ms per step  "
+              f"{vs:.2f}x the hand buffer + read")
 
 
 def _pop_stages(side: Side, steps: int, turns: int) -> str:
@@ -855,6 +911,8 @@ def main() -> None:
     if "copy" in only:
         bench_copy(args.turns, args.copy_steps, args.copy_capacity, args.copy_batch, args.copy_min,
                    args.copy_obs_rows, args.hand_rows)
+    if "read" in only:
+        bench_read(args.turns, args.copy_steps, args.copy_capacity, args.copy_batch)
     if "queue" in only:
         bench_queue(args.turns, 8)
     if "floor" in only:

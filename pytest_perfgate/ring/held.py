@@ -41,9 +41,10 @@ class Buffers(dict[str, Any]):
     """Reusable destination arrays made by one ring's ``buffers(k)``, and the steps they hold:
     rows ``base .. base + held`` (mod ``rows``), stream indices ``start ..``."""
 
-    def __init__(self, arrays: dict[str, Any], ring: str, max_steps: int, rows: int) -> None:
+    def __init__(self, arrays: dict[str, Any], ring: str, max_steps: int, rows: int,
+                 stream: bool = True) -> None:
         super().__init__(arrays)
-        self.ring, self.max_steps, self.rows = ring, max_steps, rows
+        self.ring, self.max_steps, self.rows, self.stream = ring, max_steps, rows, stream
         self.step_keys = tuple(k for k in arrays if not k.startswith("next_"))  # a step's rows
         self.seq_keys = tuple(k for k in SEQ if k in arrays)
         self.base = self.held = self.start = 0
@@ -51,9 +52,10 @@ class Buffers(dict[str, Any]):
             arrays.get(k) for k in ("obs", "action", "reward", "terminated", "truncated",
                                     "critic_obs"))
         self.src: Any = None  # the ring arrays ``pairs`` were made for
-        self.pairs: list[tuple[Any, Any]] = []
+        # (copy, destination, source) per field: ring/stream.py's copier for its size
+        self.pairs: list[tuple[Any, Any, Any]] = []
         self.fast: tuple[Any, ...] | None = None  # (ring arrays, ring/steady.py's pop)
-        self.seq_pairs: list[tuple[Any, Any]] = []
+        self.seq_pairs: list[tuple[Any, Any, Any]] = []
         self.finish_held = False  # the last held row is finish()'s observation, no step
         # stream index -> [(field, env indices, their final rows)] of envs that ended there
         self.finals: dict[int, list[tuple[str, Any, Any]]] = {}
@@ -164,25 +166,37 @@ def _row(out: Buffers, i: int) -> int:
     return (out.base + i) % out.rows
 
 
+def set_pairs(out: Buffers, a: dict[str, Any]) -> None:
+    """(copy, destination, source) per field for ring mapping ``a``, made once per mapping:
+    big fields are copied with streaming stores where built (ring/stream.py), the
+    buffers' rows taking turns."""
+    from pytest_perfgate.ring.stream import copier, plain
+
+    def cp(key: str) -> Any:
+        return copier(out[key][0].nbytes) if out.stream else plain
+
+    out.src = a
+    out.pairs = [(cp(k), out[k], a[k]) for k in out.step_keys]
+    out.seq_pairs = [(cp(k), out[k], a[k]) for k in out.seq_keys]
+
+
 def copy_in(ring: HeldReads, out: Buffers, con: int, m: int, finish_last: bool) -> None:
     """Copy published steps con..con+m (contiguous in the ring and in the buffers' rows)
     into the rows after the held ones: every field in one copy per field, and the final
     rows of envs that ended, which live in the slot's side store. ``finish_last``: the
     one step is finish()'s observation."""
     a, cap = ring._a, ring.spec.capacity
-    if out.src is not a:  # (destination, source) per field, made once per mapping
-        out.src = a
-        out.pairs = [(out[k], a[k]) for k in out.step_keys]
-        out.seq_pairs = [(out[k], a[k]) for k in out.seq_keys]
+    if out.src is not a:
+        set_pairs(out, a)
     if out.held == 0:
         out.start = con
     slot, row = con % cap, (out.base + out.held) % out.rows
     if finish_last:  # finish() wrote only the observation
-        for dst, src in out.seq_pairs:
-            dst[row] = src[slot]
+        for cp, dst, src in out.seq_pairs:
+            cp(dst[row], src[slot])
         return
-    for dst, src in out.pairs:
-        dst[row:row + m] = src[slot:slot + m]
+    for cp, dst, src in out.pairs:
+        cp(dst[row:row + m], src[slot:slot + m])
     count, term, trunc = ring._count, a["terminated"], a["truncated"]
     if count(term[slot:slot + m]) or count(trunc[slot:slot + m]):
         for j in range(m):
@@ -198,8 +212,8 @@ def _copy_free_one(ring: HeldReads, out: Buffers, con: int) -> None:
     slot, row = con % ring.spec.capacity, (out.base + out.held) % out.rows
     if out.held == 0:
         out.start = con
-    for dst, src in out.pairs:
-        dst[row] = src[slot]
+    for cp, dst, src in out.pairs:
+        cp(dst[row], src[slot])
     count = ring._count
     if count(a["terminated"][slot]) or count(a["truncated"][slot]):
         _keep_finals(out, a, con, slot, row)

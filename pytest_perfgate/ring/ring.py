@@ -203,15 +203,25 @@ class Ring(HeldReads):
         return True
 
     # ---- consumer --------------------------------------------------------------------
-    def buffers(self, max_steps: int, rows: int | None = None) -> Buffers:
+    def buffers(self, max_steps: int, rows: int | None = None, *, stream: bool = True
+                ) -> Buffers:
         """Reusable destination arrays for ``pop(out=...)`` of at most ``max_steps`` steps,
         ``rows`` rows per field (default ``2 * max_steps + 1``, at least ``max_steps + 1``):
         a learner that pops into the same buffers every time skips allocating (and
         page-faulting) fresh ones, and in block mode each slot is freed as soon as it is
         copied (ring/held.py). They belong to this ring: another ring's pop refuses them
-        while they hold a step."""
+        while they hold a step. ``stream``: copy fields of a MB or more into them with
+        streaming stores where built (ring/stream.py); False for numpy's copy."""
+        if not isinstance(stream, bool):
+            raise RingInputError(f"stream={stream!r}: pass True (streaming stores for big "
+                                 "fields, where built) or False (numpy's copy)")
+        if stream:
+            from pytest_perfgate.ring.stream import available
+
+            available()  # a bad PERFGATE_STREAM_COPY is named here, before any pop
         arrays = _batch.buffers(self._fields, max_steps, obs_rows=rows, every_field=True)
-        return Buffers(arrays, self.name, max_steps, int(arrays["obs"].shape[0]))
+        return Buffers(arrays, self.name, max_steps, int(arrays["obs"].shape[0]),
+                       stream=stream)
 
     def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
             min_steps: int = 1, out: dict[str, Any] | None = None) -> Batch | None:

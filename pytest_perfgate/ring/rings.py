@@ -46,9 +46,10 @@ class Rings:
     def ended(self) -> bool:
         return all(r.ended for r in self.rings)
 
-    def buffers(self, max_steps: int, rows: int | None = None) -> list[Buffers]:
+    def buffers(self, max_steps: int, rows: int | None = None, *, stream: bool = True
+                ) -> list[Buffers]:
         """One set of ``pop(out=...)`` buffers per ring (each ring's own: see Ring.buffers)."""
-        return [r.buffers(max_steps, rows) for r in self.rings]
+        return [r.buffers(max_steps, rows, stream=stream) for r in self.rings]
 
     def pop(self, max_steps: int | None = None, timeout: float | None = None, *,
             min_steps: int = 1, out: Sequence[dict[str, Any]] | dict[str, Any] | None = None

@@ -50,6 +50,7 @@ def _one_pop(ring: HeldReads, out: Buffers
     cap = int(a["obs"].shape[0])
     slots = [tuple(a[k][s] for k in out.step_keys) for s in range(cap)]
     ends = [(a["terminated"][s], a["truncated"][s]) for s in range(cap)]
+    copies = tuple(cp for cp, _, _ in out.pairs)  # ring/stream.py's, per field
     obs, action, reward, term_b, trunc_b, critic = out.arrays
 
     def one(ring: HeldReads, out: Buffers, timeout: float | None) -> Any:
@@ -77,8 +78,8 @@ def _one_pop(ring: HeldReads, out: Buffers
         b = out.base
         row = b + 1 if b + 1 < n_rows else 0
         slot = con % cap
-        for dst, src in zip(rows[row], slots[slot], strict=True):
-            dst[...] = src
+        for cp, dst, src in zip(copies, rows[row], slots[slot], strict=True):
+            cp(dst, src)
         term, trunc = ends[slot]
         if count(term) or count(trunc):  # some env ended at this step
             _keep_finals(out, a, con, slot, row)

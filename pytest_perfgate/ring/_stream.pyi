@@ -1,0 +1,5 @@
+from typing import Any
+
+STREAMING: int
+
+def copy(dst: Any, src: Any, /) -> None: ...
