@@ -100,6 +100,10 @@ def test_copy_follows_numpy_where_it_cannot_stream(monkeypatch: pytest.MonkeyPat
     assert (row == a[0]).all()
     with pytest.raises(ValueError, match="broadcast"):
         stream.copy(np.zeros((3, 3)), np.zeros((4, 4)))
+    ro = np.zeros((64, 40), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):  # numpy's own message
+        stream.copy(ro, a)
     torch = pytest.importorskip("torch")
     t = torch.zeros(64, 40)
     stream.copy(t, a)

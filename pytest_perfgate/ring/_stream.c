@@ -70,7 +70,7 @@ static PyObject *copy(PyObject *self, PyObject *args)
     s = (char *)src.buf;
     n = (size_t)dst.len;
     Py_BEGIN_ALLOW_THREADS
-    if (d + n <= s || s + n <= d)
+    if ((uintptr_t)d + n <= (uintptr_t)s || (uintptr_t)s + n <= (uintptr_t)d)
         stream_copy(d, s, n);
     else
         memmove(d, s, n);  /* overlapping: no streaming */

@@ -78,7 +78,7 @@ def copier(nbytes: int) -> Callable[[Any, Any], None]:
 def _stream_or_plain(dst: Any, src: Any) -> None:
     fn = _impl
     try:
-        ok = (dst.dtype == src.dtype and dst.shape == src.shape
+        ok = (dst.dtype == src.dtype and dst.shape == src.shape and dst.flags.writeable
               and dst.flags.c_contiguous and src.flags.c_contiguous)
     except (AttributeError, TypeError):  # not two numpy arrays (a tensor, a list)
         ok = False
