@@ -180,6 +180,71 @@ def test_rings_serve_every_collector_in_turn_and_end_when_all_have() -> None:
         assert rings.pop() is None and rings.ended
 
 
+def test_rings_borrow_serves_every_collector_in_turn_and_releases_each_block() -> None:
+    """Views into the serving ring, rotation as pop's, ``last`` naming the ring, the slots
+    released when the block ends."""
+    with Ring(SPEC) as a, Ring(SPEC) as b:
+        for t in range(3):
+            _push(a, t)
+            _push(b, 10 + t)
+        rings = Rings([a, b])
+        seen = []
+        for _ in range(4):
+            with rings.borrow(max_steps=1, timeout=0) as got:
+                assert got is not None
+                seen.append((rings.last, int(got.obs[0, 0, 0]), int(got.next_obs[0, 0, 0])))
+        assert seen == [(0, 0, 1), (1, 10, 11), (0, 1, 2), (1, 11, 12)]
+        assert rings.served == [16, 16]
+        assert a.stats()["consumed"] == 2 and b.stats()["consumed"] == 2  # released
+        with rings.borrow(timeout=0.01) as none:
+            assert none is None  # the last steps wait for their successors
+
+
+def test_rings_borrow_without_next_obs_gives_each_ring_its_end_once() -> None:
+    """next_obs=False: each step once written, then per ring one batch of no steps with
+    that ring's finish() observation, then None for all."""
+    with Ring(SPEC) as a, Ring(SPEC) as b:
+        for t in range(2):
+            _push(a, t)
+            _push(b, 10 + t)
+        a.finish(np.full((8, 4), 5, np.float32))
+        b.finish(np.full((8, 4), 15, np.float32))
+        rings = Rings([a, b])
+        steps: dict[int, list[int]] = {0: [], 1: []}
+        ends: dict[int, list[int]] = {0: [], 1: []}
+        while True:
+            with rings.borrow(max_steps=1, timeout=1, next_obs=False) as got:
+                if got is None:
+                    break
+                assert rings.last is not None
+                if got.steps == 0:
+                    assert got.next_obs is not None
+                    ends[rings.last].append(int(got.next_obs[0, 0, 0]))
+                else:
+                    steps[rings.last].append(int(got.obs[0, 0, 0]))
+        assert steps == {0: [0, 1], 1: [10, 11]} and ends == {0: [5], 1: [15]}
+        assert rings.ended
+
+
+def test_rings_borrow_checks_when_called_and_refuses_reads_inside_its_block() -> None:
+    with Ring(SPEC) as a, Ring(SPEC) as b:
+        rings = Rings([a, b])
+        with pytest.raises(RingInputError, match="min_steps=0"):
+            rings.borrow(min_steps=0)
+        with pytest.raises(RingInputError, match="next_obs='no'"):
+            rings.borrow(next_obs="no")  # type: ignore[arg-type]
+        for t in range(2):
+            _push(a, t)
+        held = rings.borrow(max_steps=1, timeout=0)
+        with held as got:
+            assert got is not None and rings.last == 0
+            with pytest.raises(RuntimeError, match="entered already"):
+                held.__enter__()
+            with pytest.raises(RingInputError, match="inside an open borrow"):
+                rings.pop(timeout=0)
+        assert a.stats()["consumed"] == 1
+
+
 def test_rings_refuse_mixed_specs() -> None:
     from pytest_perfgate.ring.layout import RingSpec
 

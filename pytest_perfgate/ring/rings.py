@@ -1,17 +1,17 @@
 """Several rings drained as one: what the learner of a multi-collector pair sees.
 
 Each collector process has its own single-producer/single-consumer :class:`Ring`; the
-learner gets a :class:`Rings` with the consumer half of the same API (``pop``, ``borrow``
-is not offered, ``spec``, ``waited_ns``, ``ended``), so a learner written for one ring
-drains N unchanged. ``pop`` serves the rings in turn, starting after the one served last,
-so every collector with data waiting gets the learner's attention in rotation
-(docs/ring.md "Several collectors").
+learner gets a :class:`Rings` with the consumer half of the same API (``pop``,
+``borrow``, ``spec``, ``waited_ns``, ``ended``), so a learner written for one ring drains N
+unchanged. Both serve the rings in turn, starting after the one served last, so every
+collector with data waiting gets the learner's attention in rotation; ``last`` names the
+ring a batch came from (docs/ring.md "Several collectors").
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_perfgate.ring.batch import Batch
@@ -35,6 +35,7 @@ class Rings:
         self.rings = list(rings)
         self.spec = rings[0].spec
         self.served = [0] * len(rings)  # transitions taken from each ring
+        self.last: int | None = None  # the ring the latest batch came from
         self._next = 0
 
     @property
@@ -57,13 +58,35 @@ class Rings:
         """A batch from the next ring (in rotation) that has ``min_steps`` consumable;
         None once every stream is finished and drained, or when ``timeout`` passed.
         ``out``: :meth:`buffers` (the batch is views into the serving ring's set)."""
-        n = len(self.rings)
         outs = self._outs(out)
+
+        def take(i: int, wait: float) -> Batch | None:
+            return self.rings[i].pop(max_steps, wait, min_steps=min_steps, out=outs[i])
+
+        return self._rotate(take, timeout)
+
+    def borrow(self, max_steps: int | None = None, timeout: float | None = None, *,
+               min_steps: int = 1, next_obs: bool = True) -> RingsBorrow:
+        """Ring.borrow() from the next ring (in rotation) with ``min_steps`` consumable:
+        ``with rings.borrow(...) as b:`` gives views into that ring, released when the
+        block ends; None once every stream is finished and drained (with
+        ``next_obs=False``, after each ring's end batch), or at the timeout. With
+        ``next_obs=False`` a step's next_obs is the next step *of the same ring*:
+        :attr:`last` names it."""
+        for r in self.rings:
+            r.borrow(max_steps, timeout, min_steps=min_steps, next_obs=next_obs)  # checks
+        return RingsBorrow(self, max_steps, timeout, min_steps, next_obs)
+
+    def _rotate(self, take: Callable[[int, float], Batch | None], timeout: float | None
+                ) -> Batch | None:
+        """``take(ring index, wait)`` from each ring in turn until one gives a batch; when
+        none has one, wait on one ring at a time for a slice, the next ring each time."""
+        n = len(self.rings)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             for j in range(n):
                 i = (self._next + j) % n
-                b = self.rings[i].pop(max_steps, 0, min_steps=min_steps, out=outs[i])
+                b = take(i, 0)
                 if b is not None:
                     return self._served(i, b)
             if self.ended:
@@ -73,8 +96,7 @@ class Rings:
                 return None
             i = self._next
             self._next = (i + 1) % n
-            wait = WAIT_SLICE_S if left is None else min(WAIT_SLICE_S, left)
-            b = self.rings[i].pop(max_steps, wait, min_steps=min_steps, out=outs[i])
+            b = take(i, WAIT_SLICE_S if left is None else min(WAIT_SLICE_S, left))
             if b is not None:
                 return self._served(i, b)
 
@@ -90,6 +112,7 @@ class Rings:
     def _served(self, i: int, b: Batch) -> Batch:
         self._next = (i + 1) % len(self.rings)
         self.served[i] += b.transitions
+        self.last = i
         return b
 
     def close(self) -> None:
@@ -98,3 +121,37 @@ class Rings:
 
 
 __all__ = ["Rings"]
+
+
+class RingsBorrow:
+    """What ``rings.borrow(...)`` returns: ``with`` it to get a batch of one ring's views
+    (or None); that ring's borrow is left when the block ends."""
+
+    def __init__(self, rings: Rings, max_steps: int | None, timeout: float | None,
+                 min_steps: int, next_obs: bool) -> None:
+        self._rings, self._timeout = rings, timeout
+        self._args = (max_steps, min_steps, next_obs)
+        self._open: Any = None  # the entered Borrowed of the serving ring
+
+    def __enter__(self) -> Batch | None:
+        if self._open is not None:
+            raise RuntimeError("this borrow() is entered already: call rings.borrow() for "
+                               "each batch")
+        max_steps, min_steps, next_obs = self._args
+
+        def take(i: int, wait: float) -> Batch | None:
+            held = self._rings.rings[i].borrow(max_steps, wait, min_steps=min_steps,
+                                               next_obs=next_obs)
+            b = held.__enter__()
+            if b is None:
+                held.__exit__(None, None, None)
+            else:
+                self._open = held
+            return b
+
+        return self._rings._rotate(take, self._timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        held, self._open = self._open, None
+        if held is not None:
+            held.__exit__(*exc)
