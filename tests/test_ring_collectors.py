@@ -226,6 +226,34 @@ def test_rings_borrow_without_next_obs_gives_each_ring_its_end_once() -> None:
         assert rings.ended
 
 
+def test_a_ring_that_finishes_during_a_pass_still_gives_its_end_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """borrow(next_obs=False) counts a ring as ended once finish() is published, before
+    its end batch is delivered: a finish() that lands between the pass over the rings and
+    the ended check must not end the stream for the learner."""
+    with Ring(SPEC) as a, Ring(SPEC) as b:
+        a.finish(np.full((8, 4), 5, np.float32))
+        rings = Rings([a, b])
+        with rings.borrow(timeout=1, next_obs=False) as got:
+            assert got is not None and got.steps == 0 and rings.last == 0
+        real = Rings.ended.fget
+        assert real is not None
+        calls: list[bool] = []
+
+        def ended(self: Rings) -> bool:
+            if not calls:  # the collector finishes right now
+                b.finish(np.full((8, 4), 15, np.float32))
+            calls.append(True)
+            return bool(real(self))
+
+        monkeypatch.setattr(Rings, "ended", property(ended))
+        with rings.borrow(timeout=1, next_obs=False) as got:
+            assert got is not None and got.steps == 0 and rings.last == 1
+            assert got.next_obs is not None and int(got.next_obs[0, 0, 0]) == 15
+        with rings.borrow(timeout=1, next_obs=False) as got:
+            assert got is None
+
+
 def test_rings_borrow_checks_when_called_and_refuses_reads_inside_its_block() -> None:
     with Ring(SPEC) as a, Ring(SPEC) as b:
         rings = Rings([a, b])

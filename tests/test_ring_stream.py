@@ -108,6 +108,24 @@ def test_copy_follows_numpy_where_it_cannot_stream(monkeypatch: pytest.MonkeyPat
     t = torch.zeros(64, 40)
     stream.copy(t, a)
     np.testing.assert_array_equal(t.numpy(), a)
+    bf = torch.zeros(64, 40, dtype=torch.bfloat16)  # no numpy view: torch's copy_
+    stream.copy(bf, a)
+    assert torch.equal(bf, torch.from_numpy(a).to(torch.bfloat16))
+
+
+def test_arrays_of_references_are_copied_by_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object array's bytes are pointers: copied raw, dst would hold references it does
+    not own. numpy's copy counts them."""
+    monkeypatch.setattr(stream, "STREAM_MIN", 0)
+    item = object()
+    src = np.empty(1000, object)
+    src[:] = [item] * 1000
+    dst = np.empty(1000, object)
+    before = sys.getrefcount(item)
+    stream.copy(dst, src)
+    assert sys.getrefcount(item) == before + 1000 and dst[999] is item
+    del src
+    assert all(x is item for x in dst)
 
 
 def test_the_switch_turns_it_off_requires_it_or_names_a_bad_value(

@@ -78,23 +78,31 @@ def copier(nbytes: int) -> Callable[[Any, Any], None]:
 def _stream_or_plain(dst: Any, src: Any) -> None:
     fn = _impl
     try:
-        ok = (dst.dtype == src.dtype and dst.shape == src.shape and dst.flags.writeable
-              and dst.flags.c_contiguous and src.flags.c_contiguous)
+        ok = (dst.dtype == src.dtype and not dst.dtype.hasobject and dst.shape == src.shape
+              and dst.flags.writeable and dst.flags.c_contiguous and src.flags.c_contiguous)
     except (AttributeError, TypeError):  # not two numpy arrays (a tensor, a list)
         ok = False
     if fn and ok:
         fn(dst, src)  # type: ignore[operator]
     else:
-        dst[...] = src  # a cast, a broadcast, a strided view: numpy's rules
+        dst[...] = src  # a cast, a broadcast, a strided view, references: numpy's rules
 
 
 def copy(dst: Any, src: Any) -> None:
     """``dst[...] = src``, with streaming stores where they pay: both C-contiguous, the
     same dtype and shape, at least :data:`STREAM_MIN` bytes. For a learner copying
     borrowed views into its own preallocated batch (docs/ring.md "Streaming stores"). A
-    CPU torch tensor is copied into through its numpy view, which shares its memory."""
+    CPU torch tensor is copied into through its numpy view, which shares its memory; one
+    without a numpy view (on a GPU, bfloat16) by torch's ``copy_``, without streaming."""
     import numpy as np
 
     if not isinstance(dst, np.ndarray) and callable(getattr(dst, "numpy", None)):
-        dst = dst.numpy()  # torch.Tensor: raises for a GPU tensor or one needing grad
+        try:
+            view = dst.numpy()
+        except (TypeError, RuntimeError):  # torch: a device or dtype numpy cannot share
+            import torch
+
+            dst.copy_(torch.as_tensor(src))
+            return
+        dst = view
     copier(int(getattr(dst, "nbytes", 0)))(dst, src)
