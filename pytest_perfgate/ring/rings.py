@@ -84,15 +84,18 @@ class Rings:
         n = len(self.rings)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            # Ended before the pass that found nothing: a ring that finishes during the
-            # pass still has its last step (or its end batch) to give.
-            ended = self.ended
             for j in range(n):
                 i = (self._next + j) % n
                 b = take(i, 0)
                 if b is not None:
                     return self._served(i, b)
-            if ended:
+            if self.ended:
+                # A ring that finished during that pass may still have its last step or
+                # its end batch (borrow(next_obs=False)) to give: one more pass.
+                for i in range(n):
+                    b = take(i, 0)
+                    if b is not None:
+                        return self._served(i, b)
                 return None
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
