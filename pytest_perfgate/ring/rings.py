@@ -73,8 +73,8 @@ class Rings:
         ``next_obs=False``, after each ring's end batch), or at the timeout. With
         ``next_obs=False`` a step's next_obs is the next step *of the same ring*:
         :attr:`last` names it."""
-        for r in self.rings:
-            r.borrow(max_steps, timeout, min_steps=min_steps, next_obs=next_obs)  # checks
+        # the checks of Ring.borrow, once: every ring has the same spec
+        self.rings[0].borrow(max_steps, timeout, min_steps=min_steps, next_obs=next_obs)
         return RingsBorrow(self, max_steps, timeout, min_steps, next_obs)
 
     def _rotate(self, take: Callable[[int, float], Batch | None], timeout: float | None
@@ -126,9 +126,6 @@ class Rings:
             r.close()
 
 
-__all__ = ["Rings"]
-
-
 class RingsBorrow:
     """What ``rings.borrow(...)`` returns: ``with`` it to get a batch of one ring's views
     (or None); that ring's borrow is left when the block ends."""
@@ -161,3 +158,6 @@ class RingsBorrow:
         held, self._open = self._open, None
         if held is not None:
             held.__exit__(*exc)
+
+
+__all__ = ["Rings", "RingsBorrow"]
