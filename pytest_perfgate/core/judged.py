@@ -35,13 +35,13 @@ def summarize(name: str, m: Measurement, transitions: int,
               ) -> BenchResult:
     """One benchmark's recorded result from its measured windows."""
     share = m.phase_share()
-    phases = {n: PhaseSummary(st.ms_per_call, share.get(n, 0.0), st.cores)
+    phases = {n: PhaseSummary(st.ms_per_call, share.get(n, 0.0), st.cores, st.gpu_ms_per_call)
               for n, st in m.phases.items()}
     return BenchResult(name=name, samples=tuple(m.samples), steps_per_s=m.steps_per_s,
                        cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
                        warmup_windows=m.warmup_windows, remeasured=m.remeasured,
                        polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
-                       extra=dict(extra or {}), memory=m.memory,
+                       extra=dict(extra or {}), memory=m.memory, gpu=m.gpu,
                        unit=unit)
 
 

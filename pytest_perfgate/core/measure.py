@@ -21,14 +21,19 @@ step is at most ``max_quantization`` of a window's count (docs/design.md §1).
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_perfgate.core.load import LoadProbe, LoadSample, ProcStatProbe
+from pytest_perfgate.core.load import LoadProbe, LoadSample, NullProbe, ProcStatProbe
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats, activate
 from pytest_perfgate.core.tree import PeakMemory, ProcessTree
+
+if TYPE_CHECKING:
+    from pytest_perfgate.gpu.cuda import CudaTimer
+    from pytest_perfgate.gpu.guard import GpuProbe
 
 
 @dataclass(frozen=True)
@@ -44,23 +49,32 @@ class RawWindow:
     # the workload tree's memory in bytes up to this window's end (core/tree.py PeakMemory:
     # peak_rss, rss, uss, pss, processes); empty where the source does not sample it
     memory: Mapping[str, int] = field(default_factory=dict, kw_only=True)
+    # how the window's CUDA work was timed ({"sync": "edges" | "phases"}); empty where the
+    # process did not use CUDA (gpu/cuda.py)
+    gpu: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
     def to_wire(self) -> dict[str, Any]:
         """The one encoding of a window, in plain types: worker pipes and A/B side pipes
         send this, so no path can drop a field (``streams``) another keeps."""
-        return {"transitions": self.transitions, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
+        wire = {"transitions": self.transitions, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
                 "calls": self.calls, "streams": self.streams, "memory": dict(self.memory),
-                "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] for n, p in self.phases.items()}}
+                "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] + (
+                    [] if p.gpu_ns is None else [p.gpu_ns]) for n, p in self.phases.items()}}
+        if self.gpu:
+            wire["gpu"] = dict(self.gpu)
+        return wire
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> RawWindow:
         """Inverse of :meth:`to_wire`; ValueError names what is malformed."""
         try:
-            phases = {str(n): PhaseStats(int(c), int(w), int(u))
-                      for n, (c, w, u) in dict(d.get("phases") or {}).items()}
+            phases = {str(n): _phase_from_wire(v)
+                      for n, v in dict(d.get("phases") or {}).items()}
             memory = {str(k): int(v) for k, v in dict(d.get("memory") or {}).items()}
+            gpu = {str(k): v for k, v in dict(d.get("gpu") or {}).items()}
             return cls(int(d["transitions"]), float(d["wall_s"]), float(d["cpu_s"]), phases,
-                       int(d.get("calls", 0)), int(d.get("streams", 1)), memory=memory)
+                       int(d.get("calls", 0)), int(d.get("streams", 1)), memory=memory,
+                       gpu=gpu)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed window {d!r}: {type(exc).__name__}: {exc}") from None
 
@@ -70,14 +84,23 @@ class RawWindow:
         and phases add up; ``streams`` says how many there were (shares divide by it)."""
         phases: dict[str, PhaseStats] = {}
         memory: dict[str, int] = {}
+        gpu: dict[str, Any] = {}
         for w in windows:
             for name, st in w.phases.items():
                 phases[name] = phases[name] + st if name in phases else st
             for key, v in w.memory.items():  # processes side by side: their memory adds up
                 memory[key] = memory.get(key, 0) + v
+            gpu.update(w.gpu)
         return cls(sum(w.transitions for w in windows), wall_s, sum(w.cpu_s for w in windows),
                    phases, sum(w.calls for w in windows), sum(w.streams for w in windows),
-                   memory=memory)
+                   memory=memory, gpu=gpu)
+
+
+def _phase_from_wire(v: Sequence[Any]) -> PhaseStats:
+    """[calls, wall_ns, cpu_ns] or, with CUDA timing, [calls, wall_ns, cpu_ns, gpu_ns]."""
+    if len(v) not in (3, 4):
+        raise ValueError(f"phase {v!r} has {len(v)} fields, expected 3 or 4")
+    return PhaseStats(int(v[0]), int(v[1]), int(v[2]), int(v[3]) if len(v) == 4 else None)
 
 
 @dataclass(frozen=True)
@@ -87,11 +110,14 @@ class Window(RawWindow):
     machine_busy: float | None = None  # busy cores, whole machine (/proc/stat)
     other_load: float | None = None  # busy cores not accounted to the workload
     polluted: bool = False
+    # why the GPU guard spoiled the window ("another process on the GPU: pid 4242", "GPU
+    # throttled: thermal"); None when it did not, or when no GPU was watched (gpu/guard.py)
+    gpu_spoiled: str | None = None
 
     @classmethod
     def of(cls, raw: RawWindow) -> Window:
         return cls(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls, raw.streams,
-                   memory=raw.memory)
+                   memory=raw.memory, gpu=raw.gpu)
 
     @property
     def steps_per_s(self) -> float:
@@ -120,6 +146,10 @@ class LoopSource:
     descendants, read at the window's edges), and with the system clock so are its CPU time
     and its phases' (a fake clock's CPU time is the test's to script); ``tree=None`` counts
     this process's CPU alone and samples no memory.
+
+    Once the process has initialised CUDA through torch (looked for before each window,
+    never by importing torch), the window's edges synchronise the device and the phases
+    are CUDA-timed too (gpu/cuda.py, docs/gpu.md).
     """
 
     def __init__(self, step: Callable[[], object], transitions: int,
@@ -139,8 +169,22 @@ class LoopSource:
         self._tree_cpu = self.tree is not None and clock is SYSTEM_CLOCK
         self.peak = PeakMemory()
         self._started = False
+        self.cuda: CudaTimer | None = None
         if self._tree_cpu and self.tree is not None:
             self.recorder.count_children(self.tree)
+
+    def _cuda(self) -> CudaTimer | None:
+        """The CUDA timer once the process initialised CUDA (checked each window until then:
+        the step's first call is often what initialises it)."""
+        if self.cuda is None and "torch" in sys.modules:
+            from pytest_perfgate.gpu.cuda import timer_if_active
+
+            self.cuda = timer_if_active()
+            if self.cuda is not None:
+                self.cuda.synchronize()
+                self.recorder.use_device(self.cuda)
+                self.cuda.reset_peak()
+        return self.cuda
 
     def run_window(self, duration_s: float) -> RawWindow:
         wall, cpu, step = self._clock.wall_ns, self._clock.cpu_ns, self.step
@@ -154,6 +198,9 @@ class LoopSource:
             else:
                 tree.refresh()
             self.peak.add(tree.memory)
+        cuda = self._cuda()
+        if cuda is not None:
+            cuda.synchronize()  # work queued before the window is not the window's
         limit = int(duration_s * 1e9)
         self.recorder.take()
         calls = 0
@@ -165,6 +212,8 @@ class LoopSource:
                 calls += 1
                 if wall() - t0 >= limit:
                     break
+            if cuda is not None:
+                cuda.synchronize()  # the window's queued work finishes inside it
             t1 = wall()
             c1 = cpu()
         if tree is not None:
@@ -174,10 +223,16 @@ class LoopSource:
                 if self._tree_cpu:
                     c1 += tree.late_ns  # started meanwhile
                 self.peak.add(tree.memory)
+        memory = self.peak.summary()
+        if cuda is not None:
+            memory.update(cuda.memory())
         return RawWindow(calls * self.transitions, (t1 - t0) / 1e9, (c1 - c0) / 1e9,
-                         self.recorder.take(), calls, memory=self.peak.summary())
+                         self.recorder.take(), calls, memory=memory,
+                         gpu={"sync": cuda.mode} if cuda is not None else {})
 
 
+# GPU memory figures a window carries (bytes); like peak_rss, the largest over the windows
+GPU_PEAKS = ("gpu_peak_allocated", "gpu_peak_reserved", "gpu_used")
 MAX_WIDENINGS = 6  # a window with no completed step is re-run up to 2**6 = 64x longer
 MAX_STRETCH = 16.0  # a coarse source's windows grow to at most 16x the configured length
 
@@ -226,6 +281,7 @@ class Measurement:
     warmup_windows: int
     remeasured: int = 0  # polluted windows measured again
     polluted_kept: int = 0  # polluted windows kept because re-measurement ran out
+    gpu_spoiled: tuple[str, ...] = ()  # the GPU guard's reason for each spoiled window
 
     @property
     def samples(self) -> list[float]:
@@ -252,7 +308,23 @@ class Measurement:
         if not self.windows or not self.windows[-1].memory:
             return {}
         out = dict(self.windows[-1].memory)
-        out["peak_rss"] = max(w.memory.get("peak_rss", 0) for w in self.windows)
+        for key in ("peak_rss", *GPU_PEAKS):
+            if any(key in w.memory for w in self.windows):
+                out[key] = max(w.memory.get(key, 0) for w in self.windows)
+        return out
+
+    @property
+    def gpu(self) -> dict[str, Any]:
+        """How the GPU was timed and watched (empty where the process did not use CUDA):
+        ``sync`` (gpu/cuda.py) and ``spoiled``, each GPU guard reason with its window count."""
+        out: dict[str, Any] = {}
+        for w in self.windows:
+            out.update(w.gpu)
+        if self.gpu_spoiled:
+            spoiled: dict[str, int] = {}
+            for reason in self.gpu_spoiled:
+                spoiled[reason] = spoiled.get(reason, 0) + 1
+            out["spoiled"] = spoiled
         return out
 
     @property
@@ -311,11 +383,15 @@ class Meter:
     (:mod:`.progress`) as it goes."""
 
     def __init__(self, config: MeasureConfig | None = None, clock: Clock = SYSTEM_CLOCK,
-                 load_probe: LoadProbe | None = None, progress: Progress | None = None
-                 ) -> None:
+                 load_probe: LoadProbe | None = None, progress: Progress | None = None,
+                 gpu_probe: GpuProbe | None = None) -> None:
         self.config = config or MeasureConfig()
         self._clock = clock
         self._probe = load_probe if load_probe is not None else ProcStatProbe()
+        # the GPU guard: given, or found once this process has initialised CUDA (never
+        # where the load guard is off)
+        self._gpu = gpu_probe
+        self._gpu_auto = gpu_probe is None and not isinstance(self._probe, NullProbe)
         self.progress = progress if progress is not None else NULL_PROGRESS
         self._min_s: dict[int, float] = {}  # per source: the window length its steps need
 
@@ -334,19 +410,23 @@ class Meter:
         steady, warmup_s, warmup_windows = self.warm_up(source)
         windows: list[Window] = []
         remeasured = polluted_kept = 0
+        gpu_spoiled: list[str] = []
         while len(windows) < cfg.windows:
             w = self._window(source, self._length(source, cfg.window_s))
+            if w.gpu_spoiled is not None:
+                gpu_spoiled.append(w.gpu_spoiled)
             if w.polluted:
                 if remeasured < cfg.max_remeasure:
                     remeasured += 1
-                    self.progress.window_redone(len(windows) + 1, cfg.windows,
-                                                w.other_load or 0.0)
+                    if w.gpu_spoiled is None:  # the status line words CPU load only
+                        self.progress.window_redone(len(windows) + 1, cfg.windows,
+                                                    w.other_load or 0.0)
                     continue
                 polluted_kept += 1
             windows.append(w)
             self.progress.window_done(len(windows), cfg.windows, w.steps_per_s)
         return Measurement(tuple(windows), steady, warmup_s, warmup_windows, remeasured,
-                           polluted_kept)
+                           polluted_kept, tuple(gpu_spoiled))
 
     def warm_up(self, source: WindowSource, side: str = "") -> tuple[bool, float, int]:
         """Run warm-up windows until the stability rule holds: (steady, seconds, windows).
@@ -376,10 +456,28 @@ class Meter:
         A/B turns decide what a spoiled turn costs (docs/design.md §3)."""
         return self._window(source, duration_s)
 
+    def _gpu_probe(self) -> GpuProbe | None:
+        """The GPU guard, looked for once this process has initialised CUDA."""
+        if self._gpu is None and self._gpu_auto and "torch" in sys.modules:
+            from pytest_perfgate.gpu.cuda import active_cuda
+
+            cuda = active_cuda()
+            if cuda is not None:
+                from pytest_perfgate.gpu.guard import GpuGuard
+
+                self._gpu_auto = False
+                self._gpu = GpuGuard.for_cuda(cuda)
+        return self._gpu
+
     def _window(self, source: WindowSource, duration_s: float) -> Window:
+        gpu = self._gpu_probe()
+        g0 = gpu.sample() if gpu is not None else None
         before = self._probe.sample()
         raw = completed_window(source, duration_s)
         after = self._probe.sample()
+        if gpu is None:
+            gpu = self._gpu_probe()  # the window's step may have initialised CUDA
+        g1 = gpu.sample() if gpu is not None and g0 is not None else None
         self._learn(source, raw)
         busy = other = None
         polluted = False
@@ -388,11 +486,21 @@ class Meter:
             if busy is not None:
                 other = max(0.0, busy - raw.cpu_s / raw.wall_s) if raw.wall_s > 0 else None
                 polluted = other is not None and other > self.config.load_limit
+        memory = dict(raw.memory)
+        spoiled = None
+        if gpu is not None and g0 is not None and g1 is not None:
+            spoiled = gpu.spoiled(g0, g1)
+            used = [s.memory_used for s in (*g0.states.values(), *g1.states.values())
+                    if s.memory_used is not None]
+            if used:
+                memory["gpu_used"] = max(used)
         return Window(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls,
-                      raw.streams, busy, other, polluted, memory=raw.memory)
+                      raw.streams, busy, other, polluted or spoiled is not None, spoiled,
+                      memory=memory, gpu=raw.gpu)
 
 
 __all__ = [
+    "GPU_PEAKS",
     "LoopSource",
     "MeasureConfig",
     "MeasureError",

@@ -40,6 +40,7 @@ class PhaseSummary:
     ms_per_call: float
     share: float  # of the measured wall time
     cores: float  # CPU time / wall time inside the phase
+    gpu_ms: float | None = None  # GPU time per call from CUDA events (None: no CUDA)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class BenchResult:
     # The workload process tree's memory in bytes (peak_rss, rss, uss, pss, processes;
     # core/tree.py); empty where it was not sampled (older records, pytest-benchmark's).
     memory: Mapping[str, int] = field(default_factory=dict)
+    # How the GPU was timed and watched: {"sync": "edges" | "phases", "spoiled": {reason:
+    # windows}} (core/measure.py Measurement.gpu); empty, and not written, without CUDA.
+    gpu: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def value(self) -> float:
@@ -85,6 +89,11 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["samples"] = list(self.samples)
+        if not self.gpu:  # a CPU-only run records no GPU field at all
+            del d["gpu"]
+        for ph in d["phases"].values():
+            if ph.get("gpu_ms") is None:
+                del ph["gpu_ms"]
         return d
 
     @classmethod
@@ -102,8 +111,10 @@ class BenchResult:
         phases: dict[str, PhaseSummary] = {}
         for pname, ph in _get(d, "phases", dict, where, {}).items():
             ph, at = _obj(ph, f"phase {pname!r}", where), f"{where}phase {pname!r}: "
+            gpu_ms = _get(ph, "gpu_ms", (float, None), at, None)
             phases[pname] = PhaseSummary(**{k: float(_get(ph, k, float, at))
-                                            for k in PhaseSummary.__dataclass_fields__})
+                                            for k in ("ms_per_call", "share", "cores")},
+                                         gpu_ms=None if gpu_ms is None else float(gpu_ms))
         kw: dict[str, Any] = {}
         for key, f in cls.__dataclass_fields__.items():
             required = f.default is MISSING and f.default_factory is MISSING
@@ -139,7 +150,8 @@ _BENCH_KINDS: dict[str, Any] = {
     "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
     "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
-    "test_line": (int, None), "threshold": (float, None), "memory": dict, "unit": str}
+    "test_line": (int, None), "threshold": (float, None), "memory": dict, "unit": str,
+    "gpu": dict}
 MEMORY_LIMIT = 1e18  # bytes: a larger figure in a sidecar is garbage
 LEGACY_COUNTS_SOURCE = "perfgate-counts"  # its results carry their unit since it was kept
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pytest_perfgate.core.names import is_safe_name, safe_name
 
@@ -59,15 +59,23 @@ class FakeClock:
 
 @dataclass(frozen=True)
 class PhaseStats:
-    """Accumulated time of one named phase over a window."""
+    """Accumulated time of one named phase over a window; ``gpu_ns`` is its GPU time from
+    CUDA events (None where the process did not use CUDA, gpu/cuda.py)."""
 
     calls: int
     wall_ns: int
     cpu_ns: int
+    gpu_ns: int | None = None
 
     @property
     def ms_per_call(self) -> float:
         return self.wall_ns / 1e6 / self.calls if self.calls else 0.0
+
+    @property
+    def gpu_ms_per_call(self) -> float | None:
+        if self.gpu_ns is None:
+            return None
+        return self.gpu_ns / 1e6 / self.calls if self.calls else 0.0
 
     @property
     def cores(self) -> float:
@@ -75,8 +83,10 @@ class PhaseStats:
         return self.cpu_ns / self.wall_ns if self.wall_ns else 0.0
 
     def __add__(self, other: PhaseStats) -> PhaseStats:
+        gpu = (None if self.gpu_ns is None and other.gpu_ns is None
+               else (self.gpu_ns or 0) + (other.gpu_ns or 0))
         return PhaseStats(self.calls + other.calls, self.wall_ns + other.wall_ns,
-                          self.cpu_ns + other.cpu_ns)
+                          self.cpu_ns + other.cpu_ns, gpu)
 
 
 _CHECKED: set[str] = set()  # phase names that passed check_phase_name
@@ -143,6 +153,57 @@ class _Phase:
         self.calls = self.wall_ns = self.s_wall_ns = self.s_cpu_ns = 0
 
 
+class DeviceTimer(Protocol):
+    """An accelerator's clock as the phases use it (gpu/cuda.py ``CudaTimer``): an event
+    recorded on the device's queue, a wait for the queue to drain, the time between two
+    completed events, events handed back for reuse. ``sync_phases``: also drain at every
+    phase exit (diagnosis)."""
+
+    sync_phases: bool
+
+    def record(self) -> object: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_ns(self, start: Any, end: Any) -> int: ...
+
+    def release(self, events: list[tuple[Any, Any]]) -> None: ...
+
+
+class _DevicePhase(_Phase):
+    """A phase that also records a device event pair per entry; the pairs are read by
+    :meth:`stats` after the window's closing synchronise, never inside the window."""
+
+    __slots__ = ("_dev", "_ev0", "pairs")
+
+    def __init__(self, wall: Callable[[], int], cpu: Callable[[], int], dev: DeviceTimer
+                 ) -> None:
+        super().__init__(wall, cpu)
+        self._dev = dev
+        self._ev0: object = None
+        self.pairs: list[tuple[object, object]] = []
+
+    def __enter__(self) -> None:
+        _Phase.__enter__(self)
+        self._ev0 = self._dev.record()
+
+    def __exit__(self, *exc: object) -> None:
+        self.pairs.append((self._ev0, self._dev.record()))
+        if self._dev.sync_phases:
+            self._dev.synchronize()
+        _Phase.__exit__(self, *exc)
+
+    def stats(self) -> PhaseStats:
+        st = _Phase.stats(self)
+        gpu = sum(self._dev.elapsed_ns(a, b) for a, b in self.pairs)
+        return PhaseStats(st.calls, st.wall_ns, st.cpu_ns, gpu)
+
+    def reset(self) -> None:
+        _Phase.reset(self)
+        self._dev.release(self.pairs)
+        self.pairs.clear()
+
+
 class PhaseRecorder:
     """Attributes time inside a step to named phases: ``with rec.phase("physics"): ...``.
 
@@ -154,6 +215,14 @@ class PhaseRecorder:
         self._clock = clock
         self._cpu: Callable[[], int] = clock.cpu_ns
         self._phases: dict[str, _Phase] = {}
+        self.device: DeviceTimer | None = None
+
+    def use_device(self, dev: DeviceTimer) -> None:
+        """Time every phase on ``dev`` too, from now on. Call between windows (after the
+        device was synchronised), never inside a phase."""
+        self.device = dev
+        for name, ph in list(self._phases.items()):
+            self._phases[name] = _DevicePhase(self._clock.wall_ns, ph._cpu, dev)
 
     def count_children(self, tree: _Children) -> None:
         """Count the live descendants' CPU time in each phase too (read on the sampled
@@ -175,7 +244,9 @@ class PhaseRecorder:
         except TypeError:  # unhashable, so not a name: check_phase_name says so
             ph = None
         if ph is None:
-            ph = self._phases[check_phase_name(name)] = _Phase(self._clock.wall_ns, self._cpu)
+            ph = self._phases[check_phase_name(name)] = (
+                _Phase(self._clock.wall_ns, self._cpu) if self.device is None
+                else _DevicePhase(self._clock.wall_ns, self._cpu, self.device))
         return ph
 
     def take(self) -> dict[str, PhaseStats]:

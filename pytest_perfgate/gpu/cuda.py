@@ -1,0 +1,131 @@
+"""CUDA-correct windows and phases for a process that initialised CUDA through torch.
+
+CUDA work is queued: a timer around ``loss.backward()`` measures the launches, and the
+kernels' time lands at whichever later call blocks (docs/gpu.md). So, once the measured
+process has initialised CUDA, every window edge synchronises the device (the window holds
+exactly its own work) and each phase records a CUDA event pair on the current stream at
+its entry and exit; the pairs are read after the closing synchronise, so timing never
+blocks inside a window and the workload's own CPU/GPU overlap is kept.
+
+``PERFGATE_CUDA_SYNC=phases`` also synchronises at every phase exit, for diagnosis: each
+phase's CPU wall then holds its GPU work, but the overlap between phases is gone, so the
+step is slower than the workload really is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+SYNC_ENV = "PERFGATE_CUDA_SYNC"
+SYNC_MODES = ("edges", "phases")
+
+
+class CudaEvent(Protocol):
+    """The part of ``torch.cuda.Event`` used here."""
+
+    def record(self) -> None: ...
+
+    def elapsed_time(self, end: Any) -> float: ...
+
+
+def active_cuda(modules: Mapping[str, Any] | None = None) -> Any | None:
+    """``torch.cuda`` when the process imported torch and initialised CUDA, else None.
+
+    Never imports torch: a process that did not is CPU-only by definition here."""
+    torch = (sys.modules if modules is None else modules).get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if cuda is None:
+        return None
+    try:
+        return cuda if cuda.is_initialized() else None
+    except Exception:  # a torch build without CUDA may raise instead of answering False
+        return None
+
+
+def sync_mode(env: Mapping[str, str] | None = None) -> str:
+    """The synchronising mode asked for by ``PERFGATE_CUDA_SYNC``; ValueError names a bad
+    value and the fix."""
+    raw = (os.environ if env is None else env).get(SYNC_ENV, "").strip().lower() or "edges"
+    if raw not in SYNC_MODES:
+        raise ValueError(f"{SYNC_ENV}={raw!r}: use 'edges' (default: the device is "
+                         "synchronised at window edges only) or 'phases' (also at every "
+                         "phase exit, for diagnosis; it removes the CPU/GPU overlap)")
+    return raw
+
+
+class CudaTimer:
+    """Window edges and per-phase event pairs on one ``torch.cuda`` surface.
+
+    Implements core/timing.py's DeviceTimer. Events are pooled: a window's pairs are
+    read once the closing synchronise has completed them, then reused, so a phase costs
+    two ``Event.record`` calls and no allocation in steady state.
+    """
+
+    def __init__(self, cuda: Any, sync_phases: bool = False) -> None:
+        self._cuda = cuda
+        self.sync_phases = sync_phases
+        self._free: list[CudaEvent] = []
+
+    @property
+    def mode(self) -> str:
+        return "phases" if self.sync_phases else "edges"
+
+    def record(self) -> CudaEvent:
+        """An event recorded now on the current stream."""
+        ev: CudaEvent = self._free.pop() if self._free else self._cuda.Event(
+            enable_timing=True)
+        ev.record()
+        return ev
+
+    def synchronize(self) -> None:
+        self._cuda.synchronize()
+
+    def elapsed_ns(self, start: CudaEvent, end: CudaEvent) -> int:
+        """GPU time between two completed events."""
+        return int(start.elapsed_time(end) * 1e6)
+
+    def release(self, events: list[tuple[CudaEvent, CudaEvent]]) -> None:
+        """Events read (or no longer wanted) go back to the pool."""
+        for a, b in events:
+            self._free.append(a)
+            self._free.append(b)
+
+    def memory(self) -> dict[str, int]:
+        """Peak allocated and reserved bytes since the last :meth:`reset_peak` (torch's
+        caching allocator, current device)."""
+        out: dict[str, int] = {}
+        for key, fn in (("gpu_peak_allocated", "max_memory_allocated"),
+                        ("gpu_peak_reserved", "max_memory_reserved")):
+            try:
+                out[key] = int(getattr(self._cuda, fn)())
+            except Exception:
+                continue
+        return out
+
+    def reset_peak(self) -> None:
+        try:
+            self._cuda.reset_peak_memory_stats()
+        except Exception:
+            pass
+
+    def device_index(self) -> int | None:
+        try:
+            return int(self._cuda.current_device())
+        except Exception:
+            return None
+
+
+def timer_if_active(modules: Mapping[str, Any] | None = None,
+                    env: Mapping[str, str] | None = None) -> CudaTimer | None:
+    """A :class:`CudaTimer` when CUDA is initialised in this process, else None."""
+    cuda = active_cuda(modules)
+    if cuda is None:
+        return None
+    return CudaTimer(cuda, sync_phases=sync_mode(env) == "phases")
+
+
+__all__ = ["SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer", "active_cuda", "sync_mode",
+           "timer_if_active"]
