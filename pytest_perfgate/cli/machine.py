@@ -22,7 +22,8 @@ class Machine(Command):
     help = "the machine metadata the plugin records, and the fingerprint baselines match on"
     description = ("Print the metadata `pytest --perfgate` records for this machine and the "
                    "fingerprint a baseline must share (CPU model, cores, affinity, cgroup "
-                   "quota, NUMA nodes, Python and package versions). Metadata added by a "
+                   "quota, NUMA nodes, Python and package versions; on a GPU machine the "
+                   "GPUs, their driver and torch's CUDA runtime). Metadata added by a "
                    "conftest's pytest_perfgate_machine_info hook is not included.")
 
     @classmethod
@@ -75,7 +76,12 @@ class Machine(Command):
         print("fingerprint fields (a baseline must match all of them):")
         for k in sorted(fields):
             print(f"  {k:<22} {fields[k]}")
-        rest = sorted(k for k in meta if k not in fields and k != "machine")
+        from pytest_perfgate.gpu.fingerprint import describe
+
+        print("GPUs (name, memory, compute capability and SMs match; settings are recorded):")
+        for line in describe(meta.get("gpu")):
+            print(f"  {line}")
+        rest = sorted(k for k in meta if k not in fields and k not in ("machine", "gpu"))
         if rest:
             print("other metadata (recorded, not matched):")
             for k in rest:

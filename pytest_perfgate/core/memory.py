@@ -30,8 +30,9 @@ def mib(n: float) -> str:
 def memory_line(memory: Mapping[str, int]) -> str | None:
     """The report's one line on a result's memory, or None when none was sampled."""
     peak = memory.get("peak_rss")
+    gpu = gpu_memory_line(memory)
     if not peak:
-        return None
+        return gpu
     parts = [f"peak memory {mib(peak)}"]
     n = memory.get("processes")
     if n:
@@ -39,7 +40,41 @@ def memory_line(memory: Mapping[str, int]) -> str | None:
     shared = [f"{k} {mib(memory[k])}" for k in ("uss", "pss") if memory.get(k)]
     if shared:
         parts.append(f"(at the end: {', '.join(shared)})")
-    return " ".join(parts)
+    return " ".join(parts) + (f"; {gpu}" if gpu else "")
+
+
+GPU_WORDS = (("gpu_peak_allocated", "allocated"), ("gpu_peak_reserved", "reserved"),
+             ("gpu_used", "device used"))
+
+
+def gpu_memory_line(memory: Mapping[str, int]) -> str | None:
+    """GPU memory in words: torch's peak allocated and reserved, NVML's device memory used
+    (the whole device's, other processes' included); None when none was read."""
+    parts = [f"{word} {mib(memory[k])}" for k, word in GPU_WORDS if k in memory]
+    return f"GPU peak memory: {', '.join(parts)}" if parts else None
+
+
+def gpu_peak(memory: Mapping[str, int]) -> int | None:
+    """The figure the GPU memory gate compares: torch's peak reserved (what the process
+    holds on the device), else NVML's device memory used."""
+    for key in ("gpu_peak_reserved", "gpu_used"):
+        if memory.get(key):
+            return int(memory[key])
+    return None
+
+
+GPU_SUFFIX = ".gpu_mem"  # the asv series and the verdict's result: <benchmark>.gpu_mem
+
+
+def gpu_memory_result(result: BenchResult) -> BenchResult | None:
+    """The result a GPU memory verdict is about (None when no GPU memory was read)."""
+    peak = gpu_peak(result.memory)
+    if peak is None:
+        return None
+    return BenchResult(name=result.name + GPU_SUFFIX, samples=(float(peak),),
+                       steps_per_s=0.0, transitions=result.transitions, source=MEMORY_SOURCE,
+                       memory={k: v for k, v in result.memory.items() if k.startswith("gpu_")},
+                       test_file=result.test_file, test_line=result.test_line)
 
 
 def memory_result(result: BenchResult) -> BenchResult | None:
@@ -63,27 +98,30 @@ def not_sampled(result: BenchResult) -> tuple[BenchResult, Verdict, list[str]]:
                                 "report it), so memory_threshold= cannot gate it"), []
 
 
-def decide_memory(peak: float, baseline: Sequence[float], rule: Rule) -> Verdict:
-    """The verdict on ``peak`` bytes against the baseline runs' peaks at ``rule.threshold``."""
+def decide_memory(peak: float, baseline: Sequence[float], rule: Rule,
+                  what: str = "peak memory") -> Verdict:
+    """The verdict on ``peak`` bytes against the baseline runs' peaks at ``rule.threshold``
+    (``what``: "GPU peak memory" for the GPU gate)."""
     base = [b for b in baseline if b > 0]
     t = rule.threshold
     if not base:
         return Verdict(Outcome.NO_BASELINE,
-                       "no baseline run recorded peak memory (runs before this version did "
+                       f"no baseline run recorded {what} (runs before this version did "
                        "not); this run's is recorded and becomes the baseline of later commits")
     ref = statistics.median(base)
     change = peak / ref - 1.0
     figures = (f"{mib(peak)} now vs {mib(ref)}, the median of {len(base)} baseline run(s)' "
                f"peaks")
     if change > t:
-        return Verdict(Outcome.REGRESSION, f"peak memory rose {change:.1%} ({figures}), more "
+        return Verdict(Outcome.REGRESSION, f"{what} rose {change:.1%} ({figures}), more "
                        f"than the {t:.0%} memory threshold", ratio=ref / peak)
     if change < -t:
-        return Verdict(Outcome.IMPROVEMENT, f"peak memory fell {-change:.1%} ({figures})",
+        return Verdict(Outcome.IMPROVEMENT, f"{what} fell {-change:.1%} ({figures})",
                        ratio=ref / peak)
-    return Verdict(Outcome.OK, f"peak memory within {t:.0%} ({change:+.1%}: {figures})",
+    return Verdict(Outcome.OK, f"{what} within {t:.0%} ({change:+.1%}: {figures})",
                    ratio=ref / peak)
 
 
-__all__ = ["MEMORY_SOURCE", "SUFFIX", "decide_memory", "memory_line", "memory_result", "mib",
+__all__ = ["GPU_SUFFIX", "MEMORY_SOURCE", "SUFFIX", "decide_memory", "gpu_memory_line",
+           "gpu_memory_result", "gpu_peak", "memory_line", "memory_result", "mib",
            "not_sampled"]

@@ -118,6 +118,32 @@ class CudaTimer:
             return None
 
 
+DISAGREE = 2.0  # a phase whose CPU wall and GPU time differ by this factor shows both
+NOTICED_MS = 0.01  # below this per call, neither figure is worth a line
+
+
+def phase_note(name: str, wall_ms: float, gpu_ms: float | None) -> str | None:
+    """A line for a phase whose CPU wall and GPU time disagree a lot, else None."""
+    if gpu_ms is None:
+        return None
+    hi, lo = max(wall_ms, gpu_ms), min(wall_ms, gpu_ms)
+    if hi < NOTICED_MS or hi < DISAGREE * lo:
+        return None
+    why = ("its kernels run after the CPU has moved on: the GPU time is what it costs"
+           if gpu_ms > wall_ms else "the CPU works or waits longer than the GPU does")
+    return f"phase {name}: CPU wall {wall_ms:.3g} ms, GPU {gpu_ms:.3g} ms per call ({why})"
+
+
+def sync_note(mode: object) -> str:
+    """How the GPU work was timed, in words."""
+    if mode == "phases":
+        return ("CUDA synchronised at every phase exit (PERFGATE_CUDA_SYNC=phases, for "
+                "diagnosis): each phase's CPU wall holds its GPU work, but the overlap of CPU "
+                "and GPU is gone, so the rate is lower than the workload's own")
+    return ("CUDA timed: window edges synchronise the device, phases carry GPU time from "
+            "CUDA events")
+
+
 def timer_if_active(modules: Mapping[str, Any] | None = None,
                     env: Mapping[str, str] | None = None) -> CudaTimer | None:
     """A :class:`CudaTimer` when CUDA is initialised in this process, else None."""
@@ -127,5 +153,5 @@ def timer_if_active(modules: Mapping[str, Any] | None = None,
     return CudaTimer(cuda, sync_phases=sync_mode(env) == "phases")
 
 
-__all__ = ["SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer", "active_cuda", "sync_mode",
-           "timer_if_active"]
+__all__ = ["DISAGREE", "SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer", "active_cuda",
+           "phase_note", "sync_mode", "sync_note", "timer_if_active"]

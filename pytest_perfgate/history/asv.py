@@ -15,7 +15,8 @@ Series per perfgate benchmark N (asv is lower-is-better throughout, docs/design.
 ``N.track_s_per_step`` seconds per env-step (the gated series; asv_runner discovers a
 benchmark only when the last part of its name starts with ``track_``, so asv's own runs of
 the suite land on the same name), ``N.phase.<phase>`` seconds per call of each phase,
-``N.rss`` the workload process tree's peak resident memory in bytes. A
+``N.rss`` the workload process tree's peak resident memory in bytes, ``N.gpu_mem`` its GPU
+peak memory in bytes where it used CUDA (docs/gpu.md). A
 counts result ``N.counts`` has ``N.counts`` and ``N.counts.phase.<phase>`` (instructions
 per env-step) and ``N.counts.est_cycles``.
 Throughput (env-steps/s) is higher-is-better and asv 0.6.6 has no way to mark a series
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_perfgate.core.memory import GPU_SUFFIX, gpu_peak
 from pytest_perfgate.core.metric import ENV_STEPS, INSTRUCTIONS, Metric, metric_for
 from pytest_perfgate.core.results import LEGACY_COUNTS_SOURCE, BenchResult, RunRecord
 from pytest_perfgate.history.files import (
@@ -194,6 +196,11 @@ def rss_series(name: str) -> str:
     return f"{asv_name(name)}.rss"
 
 
+def gpu_mem_series(name: str) -> str:
+    """The asv series of a benchmark's GPU peak memory in bytes (core/memory.py gpu_peak)."""
+    return f"{asv_name(name)}{GPU_SUFFIX}"
+
+
 def asv_env_name(python: Any) -> str:
     """asv's name for a virtualenv of this Python minor: "virtualenv-py3.11"."""
     return f"{ASV_ENV_TYPE}-py{python_minor(python)}"
@@ -241,6 +248,9 @@ def asv_entries(run: RunRecord, info: Mapping[str, Mapping[str, Any]]
         if bench.memory.get("peak_rss"):
             rss = rss_series(name)
             out[rss] = _bench_entry(rss, "track", "bytes", name, extra)
+        if gpu_peak(bench.memory) is not None:
+            gpu = gpu_mem_series(name)
+            out[gpu] = _bench_entry(gpu, "track", "bytes", name, extra)
     return out
 
 
@@ -394,6 +404,9 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
         peak = bench.memory.get("peak_rss")
         if peak:
             put(rss_series(name), float(peak))
+        gpu = gpu_peak(bench.memory)
+        if gpu is not None:
+            put(gpu_mem_series(name), float(gpu))
     return rows
 
 
@@ -416,6 +429,7 @@ __all__ = [
     "current_entry",
     "current_row",
     "gated_series",
+    "gpu_mem_series",
     "merge_benchmarks_json",
     "phase_series",
     "python_minor",

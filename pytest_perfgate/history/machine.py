@@ -16,7 +16,7 @@ import os
 import platform
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,9 @@ from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
 VERSIONED = ("numpy", "torch", "mujoco", "mujoco-core", "asv", "scipy", "psutil",
              "pytest", "pytest-perfgate")
 FINGERPRINT_KEYS = ("machine", "cpu_model", "cpu_logical", "affinity", "cgroup_cpu_quota",
-                    "numa_nodes", "python", "mujoco", "numpy", "torch")
+                    "numa_nodes", "python", "mujoco", "numpy", "torch",
+                    "gpu", "gpu_driver", "cuda_runtime")  # the last three: GPU machines only
+GpuProbe = Callable[[], "dict[str, Any] | None"]
 
 
 def _read(root: Path, rel: str) -> str | None:
@@ -172,12 +174,15 @@ def package_versions() -> dict[str, str | None]:
 
 
 def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike[str] = "/",
-                     versions: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+                     versions: Mapping[str, str | None] | None = None,
+                     gpu: GpuProbe | None = None) -> dict[str, Any]:
     """Everything recorded about the machine with each run.
 
     ``machine_name`` wins over the hostname: ephemeral CI runners get a new hostname per
     job, which would start a new, empty history every time. A non-default ``root`` reads a
-    fake tree and skips the live per-process calls.
+    fake tree and skips the live per-process calls, the GPUs included. ``gpu`` reads the
+    GPUs (default on the live machine: gpu/fingerprint.py, NVML then torch); the key
+    ``gpu`` is present only where one was found.
     """
     base = Path(root)
     live = base.resolve() == Path("/")
@@ -193,6 +198,11 @@ def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike
            else (logical > physical if logical and physical else None))
     kernel = (_read(base, "proc/sys/kernel/osrelease") or "").strip() or platform.release()
     vers = dict(versions) if versions is not None else package_versions()
+    if gpu is None and live:
+        from pytest_perfgate.gpu.fingerprint import gpu_metadata
+
+        gpu = gpu_metadata
+    gpus = gpu() if gpu is not None else None
     return {
         "machine": machine_name or socket.gethostname() or platform.node() or "unknown",
         "cpu_model": _cpu_model(blocks),
@@ -213,13 +223,17 @@ def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "versions": vers,
+        **({"gpu": gpus} if gpus else {}),
     }
 
 
 def fingerprint_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The fields that decide whether two results are comparable, by display name."""
+    from pytest_perfgate.gpu.fingerprint import fingerprint_fields as gpu_fields
+
     vers = meta.get("versions") or {}
     py = str(meta.get("python") or "")
+    gpu = meta.get("gpu")
     return {
         "machine": meta.get("machine"),
         "cpu_model": meta.get("cpu_model"),
@@ -231,6 +245,7 @@ def fingerprint_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
         "mujoco": vers.get("mujoco-core") or vers.get("mujoco"),
         "numpy": vers.get("numpy"),
         "torch": vers.get("torch"),
+        **gpu_fields(gpu if isinstance(gpu, Mapping) else None),
     }
 
 

@@ -14,6 +14,7 @@ from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.memory import MEMORY_SOURCE, memory_line, mib
 from pytest_perfgate.core.metric import ENV_STEPS, metric_for
+from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.history.asv import counts_phases
 from pytest_perfgate.placement.spec import placement_line
 
@@ -108,10 +109,30 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         mem = memory_line(r.memory) if r.source != MEMORY_SOURCE else None
         if mem:
             out.append(f"{r.name}: {mem}; cores used {r.cores:.2f}")
+        out.extend(f"{r.name}: {line}" for line in gpu_lines(r))
         if r.remeasured or r.polluted_kept:
             out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
                        + (f", {r.polluted_kept} polluted window(s) kept (re-measure budget "
                           "spent)" if r.polluted_kept else ""))
+    return out
+
+
+def gpu_lines(r: BenchResult) -> list[str]:
+    """How the GPU was timed, the phases whose CPU wall and GPU time disagree a lot, and
+    the windows the GPU guard spoiled; nothing for a result without CUDA."""
+    if not r.gpu:
+        return []
+    from pytest_perfgate.gpu.cuda import phase_note, sync_note
+
+    out = [sync_note(r.gpu.get("sync"))]
+    for name, ph in sorted(r.phases.items(), key=lambda kv: -kv[1].share):
+        note = phase_note(name, ph.ms_per_call, ph.gpu_ms)
+        if note:
+            out.append(note)
+    spoiled = r.gpu.get("spoiled")
+    for reason, n in (spoiled.items() if isinstance(spoiled, Mapping) else ()):
+        out.append(f"{n} window(s) spoiled on the GPU ({reason}): measured again like "
+                   "outside CPU load")
     return out
 
 
@@ -155,13 +176,17 @@ def explain(j: Judged, run_id: str | None = None) -> str:
         shown = ", ".join(c[:10] for c in j.baseline_commits)
         lines.append(f"  baseline: {len(j.baseline_commits)} run(s) at {shown}")
     if r.phases:
-        lines.append("  phases (ms per call now vs baseline, share, cores):")
+        gpu = any(ph.gpu_ms is not None for ph in r.phases.values())
+        lines.append("  phases (ms per call now vs baseline, share, cores"
+                     + (", GPU ms per call):" if gpu else "):"))
         for name, ph in sorted(r.phases.items(), key=lambda kv: -kv[1].share):
             base = j.baseline_phases.get(name)
             was = f"{base:.3g}" if base is not None else "-"
             lines.append(f"    {name:<16} {ph.ms_per_call:9.3g} vs {was:>8}  "
-                         f"{ph.share:5.0%}  {ph.cores:.2f}")
+                         f"{ph.share:5.0%}  {ph.cores:.2f}"
+                         + (f"  {ph.gpu_ms:9.3g}" if ph.gpu_ms is not None else ""))
         lines.append(f"  grew most: {top_phase(j)}")
+        lines.extend(f"  {line}" for line in gpu_lines(r))
     by_phase = counts_phases(r.extra)
     lines.append("  " + metric.method.format(warmup_s=r.warmup_s, windows=len(r.samples),
                                              cores=r.cores)
