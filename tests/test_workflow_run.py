@@ -134,9 +134,10 @@ def _pr_event(number: int, head: str, base: str, fork: str | None = None) -> dic
                              "base": {"sha": base, "ref": "main"}}}
 
 
-def save(job: Job, origin: Path, tmp_path: Path, machine: str = "perf-xeon") -> Job:
-    """The save-history leg after a perf job, on a fresh hosted runner."""
-    return run_job("save-history", "push", {}, "0" * 40, origin, hosted(tmp_path), machine,
+def save(job: Job, sha: str, origin: Path, tmp_path: Path, machine: str = "perf-xeon") -> Job:
+    """The save-history leg after a perf job at `sha` (the same workflow run's commit), on
+    a fresh hosted runner."""
+    return run_job("save-history", "push", {}, sha, origin, hosted(tmp_path), machine,
                    artifacts_from=job.artifacts)
 
 
@@ -199,7 +200,7 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
         _git(dev, "push", "-q", "origin", "main")
         job = run_job("default-branch", "push", {"after": sha}, sha, origin, runner,
                       "perf-xeon")
-        saved = save(job, origin, tmp_path)
+        saved = save(job, sha, origin, tmp_path)
         assert not saved.failed, _failures(saved)
         job.steps += saved.steps
         return sha, job
@@ -221,7 +222,7 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     seed = run_job("default-branch", "workflow_dispatch", {}, c1, origin, runner, "perf-xeon",
                    {"seed_runs": "2", "anchor": ""})
     assert not seed.failed, _failures(seed)
-    assert not save(seed, origin, tmp_path).failed
+    assert not save(seed, c1, origin, tmp_path).failed
     assert "seeded 2 run(s)" in seed.summary
     assert all(s["id"] not in ("history", "gate_history") for s in seed.steps)
 
@@ -316,6 +317,7 @@ def _run_artifact(origin: Path, base: str, files: dict[str, str], where: Path) -
     art.mkdir(parents=True)
     _git(repo, "bundle", "create", "-q", str(art / "run.bundle"), f"{base}..HEAD")
     (art / "base").write_text(base + "\n")
+    (art / "machine").write_text("perf-xeon\n")
     return where / "artifacts"
 
 
@@ -519,9 +521,9 @@ def test_the_bisect_job_refuses_a_bad_input(scratch: tuple[Path, Path], runner: 
     if name == "bisect_tests":
         word = next(w for w in value.split() if not re.fullmatch(r"[\w./:=,+@%\[\]-]+", w))
         assert error == (
-            f"::error title=perfgate usage error::bisect_tests holds '{word}': give test paths "
-            "and pytest options separated by spaces (letters, digits and . _ / : = , + @ % - "
-            "[ ]), e.g. perf/test_perf_mujoco.py -k humanoid")
+            f"::error title=perfgate usage error::bisect_tests holds '{word}': give test paths, "
+            "-k EXPRESSION and -m MARKERS separated by spaces (letters, digits and . _ / : = , "
+            "+ @ % - [ ]), e.g. perf/test_perf_mujoco.py -k humanoid")
     else:
         assert error == (
             f"::error title=perfgate usage error::{name} is '{value}', not a revision: give a "
@@ -677,7 +679,7 @@ def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
     for job in (pr, push):
         assert job["permissions"] == {"contents": "read"}
         assert job["env"]["PERFGATE_MACHINE"] == "${{ matrix.machine }}"
-        assert "${{ matrix.machine }}" in job["runs-on"] and "perf" in job["runs-on"]
+        assert "${{ matrix.machine }}" in job["runs-on"]
         assert "${{ matrix.machine }}" in job["concurrency"]["group"]
         cleans = [s for s in job["steps"] if s.get("name") == "Clean the runner"]
         assert len(cleans) == 2 and cleans[-1] is job["steps"][-1]
@@ -687,7 +689,9 @@ def test_the_workflow_keeps_its_security_and_isolation_promises() -> None:
         assert all(c["run"] == pr["steps"][0]["run"] for c in cleans)  # one script, four uses
         install = next(s for s in job["steps"] if s.get("name") == "Python environment")
         assert '"$RUNNER_TEMP/perfgate-venv"' in install["run"]
-        assert install["run"].count('-c "$CONSTRAINTS"') == 2
+        assert '--require-hashes --only-binary :all: -r "$CONSTRAINTS"' in install["run"]
+        assert "--no-deps --no-build-isolation -e ." in install["run"]
+        assert 'echo "GIT_CONFIG_GLOBAL=/dev/null" >> "$GITHUB_ENV"' in install["run"]
         assert 'echo "TMPDIR=$RUNNER_TEMP/perfgate-tmp"' in install["run"]  # A/B worktrees
         assert 'rm -rf "${RUNNER_TEMP:?}"/perfgate*' in cleans[0]["run"]
     assert wf["env"]["CONSTRAINTS"] == "constraints/perf.txt"

@@ -186,6 +186,7 @@ class Job:
     annotations: list[str] = field(default_factory=list)
     artifacts: Path | None = None
     waiting_for: str | None = None  # an environment whose reviewers did not approve
+    runner: tuple[str | None, tuple[str, ...]] = (None, ())  # runs-on: group, labels
 
     def step(self, id_or_name: str) -> dict[str, Any]:
         found = [s for s in self.steps if id_or_name in (s["id"], s["name"])]
@@ -202,11 +203,17 @@ class Machine:
     namespace when this process may make one (root); `close` ends the namespace and so
     everything left running in it. Hosted: `Machine(path)` and never reused."""
 
-    def __init__(self, home: Path, namespace: bool = False, pid2: str = "") -> None:
-        self.home, self.jobs, self.ns_pid = home, 0, 0
+    def __init__(self, home: Path, namespace: bool = False, pid2: str = "",
+                 user: int | None = None) -> None:
+        self.home, self.jobs, self.ns_pid, self.user = home, 0, 0, user
         self.workspace = home / "_work" / "scratch" / "scratch"  # the runner's layout
         self.workspace.mkdir(parents=True, exist_ok=True)
         (home / "_tool").mkdir(exist_ok=True)
+        if user is not None:  # a runner user of its own: it owns its home and nothing else
+            assert namespace, "a runner user needs the namespace (root, unshare, setpriv)"
+            for p in [home, *home.parents]:
+                p.chmod(p.stat().st_mode | 0o005)  # its folders reachable, as /home is
+            subprocess.run(["chown", "-R", f"{user}:{user}", str(home)], check=True)
         if namespace:
             self.holder = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
@@ -223,6 +230,12 @@ class Machine:
                 subprocess.run(["sleep", "0.05"])
             assert self.ns_pid, "the runner's namespace did not start"
 
+    def own(self, *paths: Path) -> None:
+        """Give what the runner made for a job (its temp folder, step files) to its user."""
+        for p in paths:
+            if self.user is not None:
+                os.chown(p, self.user, self.user)
+
     @staticmethod
     def can_namespace() -> bool:
         return os.geteuid() == 0 and shutil.which("unshare") is not None \
@@ -231,6 +244,9 @@ class Machine:
     def command(self, argv: list[str], cwd: Path) -> list[str]:
         if not self.ns_pid:
             return argv
+        if self.user is not None:
+            argv = ["setpriv", f"--reuid={self.user}", f"--regid={self.user}", "--clear-groups",
+                    "--", *argv]
         return ["nsenter", "-t", str(self.ns_pid), "-p", "-m", f"--wd={cwd}", "--", *argv]
 
     def close(self) -> None:
@@ -263,10 +279,12 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
             machine: Machine, leg: str, inputs: dict[str, str] | None = None, *,
             ref: str | None = None, workflow: str | None = None,
             approved: frozenset[str] = frozenset(), artifacts_from: Path | None = None,
-            protected: frozenset[str] = frozenset({"perfgate-fork-pr"})) -> Job:
+            protected: frozenset[str] = frozenset({"perfgate-fork-pr"}),
+            until: str | None = None) -> Job:
     """Run one matrix leg of a job. `origin` is <server>/acme/scratch.git; `workflow` is the
-    YAML to use (a fork's copy), else the repository's; a job whose environment is in
-    `protected` waits (runs nothing) unless it is in `approved`, as a required reviewer."""
+    YAML to use (a fork's copy, an older version), else the repository's; a job whose
+    environment is in `protected` waits (runs nothing) unless it is in `approved`, as a
+    required reviewer; `until` names the last step to run (the rest are not run at all)."""
     wf = yaml.safe_load(workflow if workflow is not None else WORKFLOW.read_text())
     spec = wf["jobs"][job_id]
     # a job without a matrix (bisect) names its machine in an input: `leg` must be in its labels
@@ -279,6 +297,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
     shutil.rmtree(temp, ignore_errors=True)  # the runner empties _temp for each job
     for d in (run, temp):
         d.mkdir(parents=True, exist_ok=True)
+        machine.own(d)
     event = {"repository": {"default_branch": "main", "full_name": repository}, **event}
     event_path = run / "event.json"
     event_path.write_text(json.dumps(event))
@@ -295,10 +314,13 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
         env_name = substitute(spec["environment"], ctx)
         if env_name in protected and env_name not in approved:
             return Job(waiting_for=env_name)
-    labels = [substitute(x, ctx) for x in spec["runs-on"]] \
-        if isinstance(spec["runs-on"], list) else [spec["runs-on"]]
+    runs_on = spec["runs-on"]
+    group = runs_on.get("group") if isinstance(runs_on, dict) else None
+    labels = runs_on["labels"] if isinstance(runs_on, dict) else runs_on
+    labels = [substitute(x, ctx) for x in labels] if isinstance(labels, list) else [labels]
     hosted = labels == ["ubuntu-latest"]
-    assert hosted or (labels[:3] == ["self-hosted", "linux", "perf"] and leg in labels), labels
+    pools = (["self-hosted", "linux", "perf"], ["self-hosted", "linux", "perf-trusted"])
+    assert hosted or (labels[:3] in pools and leg in labels), labels
     base_env = {"PATH": os.environ["PATH"], "HOME": str(machine.home), "LANG": "C.UTF-8",
                 "CI": "true", "GIT_CONFIG_NOSYSTEM": "1",  # no identity but the workflow's
                 "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace),
@@ -315,7 +337,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
     for scope in (wf.get("env", {}), spec.get("env", {})):
         ctx["env"] = env
         env.update({k: substitute(v, ctx) for k, v in scope.items()})
-    job = Job()
+    job = Job(runner=(group, tuple(labels)))
     shell = wf["defaults"]["run"]["shell"]
     assert shell == "bash"
     for n, step in enumerate(spec["steps"]):
@@ -329,7 +351,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
         code, out, outputs = 0, "", {}
         if "uses" in step:
             code, out = _simulate(step["uses"], with_, workspace, origin, sha, run,
-                                  artifacts_from)
+                                  artifacts_from, machine, {**base_env, **env})
         else:
             files = {k: temp / f"_{k.lower()}_{n}" for k in ("GITHUB_OUTPUT", "GITHUB_ENV",
                                                              "GITHUB_STEP_SUMMARY", "GITHUB_PATH")}
@@ -338,6 +360,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
             step_env = {k: substitute(v, ctx) for k, v in step.get("env", {}).items()}
             script = temp / f"_step_{n}.sh"
             script.write_text(substitute(step["run"], ctx))
+            machine.own(script, *files.values())
             full = {**base_env, **env, **step_env, **{k: str(v) for k, v in files.items()}}
             argv = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]
             done = subprocess.run(machine.command(argv, workspace), cwd=workspace, env=full,
@@ -357,25 +380,33 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
         ctx["steps"][sid] = {"outputs": outputs, "outcome": outcome, "conclusion": conclusion}
         if code != 0 and not step.get("continue-on-error"):
             ctx["_failed"] = True
+        if until is not None and until in (sid, name):
+            break
     job.artifacts = run / "artifacts"
     return job
 
 
 def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, sha: str,
-              run: Path, artifacts_from: Path | None) -> tuple[int, str]:
-    """The actions this workflow uses, as far as its steps depend on them."""
+              run: Path, artifacts_from: Path | None, machine: Machine,
+              env: dict[str, str]) -> tuple[int, str]:
+    """The actions this workflow uses, as far as its steps depend on them. The checkout's
+    git runs as the runner's user with the job's environment (its HOME, its git settings),
+    as the action's does."""
     if uses.startswith("actions/checkout@"):
         assert with_.get("fetch-depth") == "0", "the steps need full history (merge base, tags)"
         assert str(with_.get("persist-credentials")).lower() == "false"
+
+        def git(*args: str, cwd: Path = workspace) -> None:
+            subprocess.run(machine.command([*GIT, *args], cwd), cwd=cwd, env=env, check=True,
+                           capture_output=True)
+
         if (workspace / ".git").is_dir():  # actions/checkout reuses a repository it finds
-            subprocess.run([*GIT, "fetch", "-q", "--tags", "origin",
-                            "+refs/heads/*:refs/remotes/origin/*"], cwd=workspace, check=True)
-            subprocess.run([*GIT, "clean", "-qffdx"], cwd=workspace, check=True)
+            git("fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*")
+            git("clean", "-qffdx")
         else:
-            subprocess.run(["git", "clone", "-q", "--no-checkout", str(origin), str(workspace)],
-                           check=True)
-        subprocess.run([*GIT, "checkout", "-qf", with_.get("ref") or sha], cwd=workspace,
-                       check=True)
+            git("clone", "-q", "--no-checkout", str(origin), str(workspace),
+                cwd=workspace.parent)
+        git("checkout", "-qf", with_.get("ref") or sha)
         return 0, f"checked out {with_.get('ref') or sha}"
     if uses.startswith("actions/upload-artifact@"):
         src, dest = Path(with_["path"]), run / "artifacts" / with_["name"]

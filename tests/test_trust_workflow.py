@@ -1,0 +1,493 @@
+"""The perf gate's trust boundary, attacked: what a pull request's code can leave on a perf
+runner (git and pip configuration in the runner user's home, a planted settled state, a
+process that keeps changing its id) and what a perf machine's job can upload (a forged
+bundle, base or artifact name) must not change what the default branch records.
+
+Each attack is a real planted artifact, and the trusted job's steps run as written
+(tests/workflow_sim.py), against the workflow before this boundary (OLD, from git: the
+attack is live there) and the current one (it is stopped). The runner's user is not root
+where the attack is on the runner (uid RUNNER_UID in a PID and mount namespace of its own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+from conftest import need_tool
+from test_workflow_run import BRANCH, _git, _history, commit, scratch  # noqa: F401
+from workflow_sim import ROOT, WORKFLOW, Job, Machine, run_job
+
+OLD_COMMIT = "8e61a5e284db54df10ab8df1799a51eaca41a792"  # the gate before this boundary
+RUNNER_UID = 65534  # nobody: a runner user that owns nothing else
+VERSIONS = ["old", "new"]
+
+
+def _old(path: str) -> str:
+    done = subprocess.run(["git", "show", f"{OLD_COMMIT}:{path}"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot read {path} at {OLD_COMMIT[:10]} ({done.stderr.strip()}): these "
+                    "tests show each attack against the old workflow; fetch the full history "
+                    "(git fetch --unshallow)")
+    return done.stdout
+
+
+def workflow(version: str) -> str:
+    return _old(".github/workflows/perfgate.yml") if version == "old" else WORKFLOW.read_text()
+
+
+@pytest.fixture
+def user_runner(tmp_path: Path) -> Iterator[Machine]:
+    """A self-hosted perf runner whose user is not root, reused by every job of the test."""
+    if not Machine.can_namespace():
+        need_tool("needs a PID namespace and a second user: run as root with unshare")
+    machine = Machine(tmp_path / "runner", namespace=True, user=RUNNER_UID)
+    yield machine
+    machine.close()
+
+
+def _as_runner(machine: Machine, path: Path, text: str | None, mode: int = 0o644) -> None:
+    """Write a file (None: one already written) as the pull request's code would, as the
+    runner's user."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if text is not None:
+        path.write_text(text)
+    path.chmod(mode)
+    for p in [path, *path.parents]:
+        if p == machine.home.parent:
+            break
+        os.chown(p, RUNNER_UID, RUNNER_UID)
+
+
+def _with_constraints(dev: Path, version: str) -> str:
+    """The project at `version`'s constraints (hashed or not), committed and pushed."""
+    text = _old("constraints/perf.txt") if version == "old" \
+        else (ROOT / "constraints" / "perf.txt").read_text()
+    (dev / "constraints" / "perf.txt").write_text(text)
+    return commit(dev, f"constraints of the {version} workflow")
+
+
+def _push(dev: Path) -> None:
+    _git(dev, "push", "-q", "origin", "main")
+
+
+def _trusted(sha: str, origin: Path, machine: Machine, version: str, until: str) -> Job:
+    return run_job("default-branch", "push", {"after": sha}, sha, origin, machine,
+                   "perf-xeon", workflow=workflow(version), until=until)
+
+
+def _steps_ok(job: Job) -> None:
+    bad = [(s["name"], s["out"][-2000:]) for s in job.steps if s["outcome"] == "failure"]
+    assert not bad, bad
+
+
+# --- the runner user's home ---------------------------------------------------------------
+
+FILTER = """#!/bin/sh
+# what a pull request leaves: git runs it on checkout (smudge) and on git add (clean)
+case "$1" in
+  smudge) sed 's/^WORK = .*/WORK = 99/' ;;
+  clean) echo '{"forged": 999999.0}' ;;
+esac
+"""
+
+
+@pytest.mark.slow  # a venv and a short history run, twice, ~1 min
+@pytest.mark.parametrize("version", VERSIONS)
+def test_git_configuration_in_home_changes_neither_the_code_nor_the_recorded_run(
+        scratch: tuple[Path, Path], user_runner: Machine, version: str) -> None:  # noqa: F811
+    origin, dev = scratch
+    sha = _with_constraints(dev, version)
+    _push(dev)
+    home = user_runner.home
+    _as_runner(user_runner, home / "filter.sh", FILTER, 0o755)
+    _as_runner(user_runner, home / ".gitconfig",
+               f'[filter "p"]\n\tsmudge = {home}/filter.sh smudge\n'
+               f'\tclean = {home}/filter.sh clean\n')
+    _as_runner(user_runner, home / ".config" / "git" / "attributes",
+               "*.py filter=p\n*.pgrun filter=p\n")
+
+    job = _trusted(sha, origin, user_runner, version, "Commit the run for save-history")
+    _steps_ok(job)
+    measured = (user_runner.workspace / "mylib.py").read_text()
+    bundle = user_runner.home / "_work" / "_temp" / "perfgate" / "history-run" / "run.bundle"
+    repo = user_runner.home.parent / f"read-{version}"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(repo, "fetch", "-q", str(bundle), "HEAD:refs/run")
+    sidecars = [f for f in _git(repo, "ls-tree", "-r", "--name-only", "refs/run").split()
+                if f.endswith(".pgrun")]
+    assert len(sidecars) == 1, sidecars
+    recorded = _git(repo, "show", f"refs/run:{sidecars[0]}")
+    if version == "old":  # live: the code measured and the run recorded are the planted ones
+        assert "WORK = 99" in measured
+        assert recorded == '{"forged": 999999.0}'
+    else:
+        assert "WORK = 1\n" in measured and "WORK = 99" not in measured
+        assert '"forged"' not in recorded and '"benchmarks"' in recorded
+
+
+def _fake_torch(where: Path, log: Path) -> Path:
+    """A wheel that says it is torch 2.13.0 and runs code in every Python that starts."""
+    wheel = where / "torch-2.13.0-py3-none-any.whl"
+    dist = "torch-2.13.0.dist-info"
+    pth = f"import os; open({str(log)!r}, 'a').write('fake torch ran\\n')\n"
+    files = {"zz_fake_torch.pth": pth,
+             f"{dist}/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: x\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
+    where.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in {**files, f"{dist}/RECORD": record}.items():
+            z.writestr(name, text)
+    return wheel
+
+
+@pytest.mark.slow  # a venv, twice, ~30 s
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_pip_conf_in_home_does_not_choose_what_the_job_installs(
+        scratch: tuple[Path, Path], user_runner: Machine, version: str) -> None:  # noqa: F811
+    origin, dev = scratch
+    sha = _with_constraints(dev, version)
+    _push(dev)
+    home, log = user_runner.home, user_runner.home / "pwned.log"
+    wheel = _fake_torch(home / "wheels", log)
+    _as_runner(user_runner, log, "")
+    _as_runner(user_runner, wheel, None)
+    _as_runner(user_runner, home / ".config" / "pip" / "pip.conf",
+               f"[global]\nno-index = true\nfind-links = {home}/wheels\n"
+               "[install]\nignore-installed = true\n")
+
+    job = _trusted(sha, origin, user_runner, version, "Python environment")
+    said = log.read_text()
+    if version == "old":  # live: the job's own Python ran the planted code
+        assert "fake torch ran" in said, job.steps[-1]["out"][-2000:]
+    else:
+        _steps_ok(job)
+        assert said == ""
+
+
+def test_a_planted_wheel_fails_the_hashed_install(tmp_path: Path) -> None:
+    """Even where pip is pointed at a planted wheel (a find-links the runner's .env names),
+    the hashed constraints refuse it: it is not the file pinned."""
+    wheel = _fake_torch(tmp_path / "wheels", tmp_path / "log")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pins = tmp_path / "pins.txt"
+    text = (ROOT / "constraints" / "perf.txt").read_text()
+    pin = re.search(r"^torch==2\.13\.0 \\\n\s+--hash=sha256:[0-9a-f]{64}$", text, re.M)
+    assert pin, "constraints/perf.txt pins torch==2.13.0 with a hash"
+    pins.write_text(pin.group(0) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+         "--no-index", "--find-links", str(wheel.parent), "--require-hashes",
+         "--only-binary", ":all:", "-r", str(pins)],
+        capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    assert done.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in done.stderr, done.stderr
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() in done.stderr
+
+
+# --- perfgate's own cache -------------------------------------------------------------------
+
+SETTLED_TEST = '''import hashlib, os
+from pytest_perfgate.sim.models import load_model, tiny_xml
+from pytest_perfgate.sim.settled import settled_rows
+
+
+def test_settled(perfgate):
+    state = settled_rows(load_model(tiny_xml()), 4, 20)
+    with open(os.environ["OUT"] + "/settled.sha256", "w") as f:
+        f.write(hashlib.sha256(state.tobytes()).hexdigest())
+    perfgate.measure(lambda: None, transitions=1)
+'''
+
+
+@pytest.mark.slow  # a venv and a history run, twice, ~1 min
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_planted_settled_state_is_not_what_main_measures(
+        scratch: tuple[Path, Path], user_runner: Machine, version: str) -> None:  # noqa: F811
+    pytest.importorskip("mujoco.batch")
+    import numpy as np
+
+    from pytest_perfgate.sim import settled
+    from pytest_perfgate.sim.models import load_model, tiny_xml
+
+    origin, dev = scratch
+    (dev / "perf" / "test_perf_settled.py").write_text(SETTLED_TEST)
+    sha = _with_constraints(dev, version)
+    _push(dev)
+    model = load_model(tiny_xml())
+    key = settled.settle_key(model, 4, 20, 0, -1)
+    fresh = settled.settle(model, 4, 20)
+    planted = fresh.copy()
+    planted[:, 2] += 1.0  # every body 1 m higher: in the air, no contacts
+    path = key.path(user_runner.home / ".cache" / "pytest-perfgate")
+    _as_runner(user_runner, path, "")
+    np.save(path, planted)
+
+    job = _trusted(sha, origin, user_runner, version, "Measure against history and record")
+    _steps_ok(job)
+    got = (user_runner.home / "_work" / "_temp" / "perfgate" / "settled.sha256").read_text()
+    if version == "old":  # live: main's run held the planted state
+        assert got == hashlib.sha256(planted.tobytes()).hexdigest()
+    else:
+        assert got == hashlib.sha256(fresh.tobytes()).hexdigest()
+
+
+# --- a process that changes its id ------------------------------------------------------------
+
+HOPPER = """import os, sys, time
+period, beat = float(sys.argv[1]), sys.argv[2]
+while True:
+    time.sleep(period)
+    if os.fork():
+        os._exit(0)  # the parent goes; the child, with a new id, carries on
+    with open(beat, "w") as f:
+        f.write(str(time.monotonic_ns()))
+"""
+
+
+def _hoppers() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "hopper.py" in " ".join(p.info["cmdline"] or ())]
+
+
+@pytest.mark.slow  # ~10 s per case
+@pytest.mark.parametrize("period", [0.001, 0.05])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_process_that_changes_its_id_does_not_survive_the_cleanup(
+        tmp_path: Path, scratch: tuple[Path, Path], user_runner: Machine,  # noqa: F811
+        version: str, period: float) -> None:
+    origin, dev = scratch
+    sha = _git(dev, "rev-parse", "HEAD")
+    others = [subprocess.Popen(["nsenter", "-t", str(user_runner.ns_pid), "-p", "-m", "--",
+                                "sleep", "600"])
+              for _ in range(300)]  # the machine's other processes (root's, not the runner's)
+    try:
+        script, beat = user_runner.home / "hopper.py", user_runner.home / "beat"
+        _as_runner(user_runner, script, HOPPER)
+        _as_runner(user_runner, beat, "")
+        subprocess.run(user_runner.command(
+            ["setsid", sys.executable, "-I", str(script), str(period), str(beat)], tmp_path),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            timeout=60)  # returns when the first hop's parent exits
+        time.sleep(1.0)
+        assert _hoppers(), "the hopper did not start"
+        job = _trusted(sha, origin, user_runner, version, "Clean the runner")
+        clean = job.step("Clean the runner")
+        assert clean["code"] == 0, clean["out"][-3000:]
+        seen = beat.read_text()
+        time.sleep(1.0)  # 20 to 1000 hops, were it alive
+        if version == "old":  # live: it outran the single pass
+            assert beat.read_text() != seen and _hoppers()
+        else:
+            assert beat.read_text() == seen and not _hoppers(), clean["out"][-3000:]
+            assert "ended stray process" in clean["out"]
+        assert all(p.poll() is None for p in others)  # other users' processes are left alone
+    finally:
+        for p in others:
+            p.kill()
+        for p in others:
+            p.wait(timeout=30)
+
+
+# --- what a perf machine uploads to save-history ----------------------------------------------
+
+def _hosted(tmp_path: Path) -> Machine:
+    n = len(list(tmp_path.glob("hosted-*")))
+    return Machine(tmp_path / f"hosted-{n}")
+
+
+def _forge(origin: Path, base: str, where: Path, change: dict[str, str | None],
+           base_file: str | None = None, machine: str = "perf-xeon", full: bool = False) -> Path:
+    """An artifact perfgate-history-run-perf-xeon: one commit on `base` making `change`
+    (None deletes), its base file (default: `base`), and the machine it names."""
+    repo = where / "forger"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(repo, "fetch", "-q", str(origin), BRANCH)
+    _git(repo, "checkout", "-q", "--detach", base)
+    for name, text in change.items():
+        if text is None:
+            (repo / name).unlink()
+        else:
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "perfgate: perf-xeon at 0000000000 (run 4242)")
+    art = where / "artifacts" / "perfgate-history-run-perf-xeon"
+    art.mkdir(parents=True)
+    _git(repo, "bundle", "create", "-q", str(art / "run.bundle"),
+         "HEAD" if full else f"{base}..HEAD")
+    (art / "base").write_text((base if base_file is None else base_file) + "\n")
+    (art / "machine").write_text(machine + "\n")
+    return where / "artifacts"
+
+
+RUN = "results/perf-xeon/perfgate/20261201T000000-aaaaaa.pgrun"
+ATTACKS: dict[str, dict[str, Any]] = {
+    # an earlier run's numbers rewritten
+    "forged bundle": {"change": {RUN: '{"rate": 999999.0}\n'},
+                      "says": f"the run would change '{RUN}' (M, mode 100644)"},
+    # an option for base, and a bundle holding the whole history with an earlier run deleted
+    "forged base": {"change": {RUN: None}, "base_file": "--root", "full": True,
+                    "says": "its base is '--root', not a 40-digit commit id or empty"},
+    # another machine's run, uploaded under this machine's artifact name
+    "forged artifact name": {
+        "change": {"results/perf-epyc/perfgate/20261202T000000-bbbbbb.pgrun": "{}\n"},
+        "machine": "perf-epyc",
+        "says": "the artifact perfgate-history-run-perf-xeon holds a run of 'perf-epyc'"},
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("version", VERSIONS)
+def test_save_history_pushes_only_this_machines_new_run(
+        scratch: tuple[Path, Path], tmp_path: Path, attack: str,  # noqa: F811
+        version: str) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: '{"rate": 1000.0}\n',
+                          "results/benchmarks.json": "{}\n", ".gitignore": "*.lock\n"})
+    spec = {k: v for k, v in ATTACKS[attack].items() if k != "says"}
+    art = _forge(origin, base, tmp_path / "a", **spec)
+    job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art, workflow=workflow(version))
+    push = job.steps[-1]
+    _git(dev, "fetch", "-q", "origin")
+    tip = _git(dev, "rev-parse", f"origin/{BRANCH}")
+    if version == "old":  # live: the forged change landed on main's history
+        assert push["code"] == 0, push["out"]
+        assert tip != base
+    else:
+        assert push["code"] == 3, push["out"]
+        assert tip == base  # nothing pushed
+        (error,) = job.annotations
+        assert error.startswith("::error title=perfgate infrastructure error::history of "
+                                f"perf-xeon not saved: {ATTACKS[attack]['says']}"), error
+        assert error.endswith("the run is kept in the artifact perfgate-history-run-perf-xeon "
+                              "of run 4242 (docs/ci.md: pushing a kept run)")
+
+
+@pytest.mark.parametrize(("name", "change", "says"), [
+    ("deleted", {RUN: None}, f"the run would change '{RUN}' (D, mode 000000)"),
+    ("a symlink", {}, "the run would change "
+     "'results/perf-xeon/link' (A, mode 120000)"),
+    ("attributes", {"results/perf-xeon/.gitattributes": "* filter=p\n"},
+     "the run would change 'results/perf-xeon/.gitattributes' (A, mode 100644)"),
+    ("another folder", {"tools/x.py": "print()\n"}, "the run would change 'tools/x.py' (A"),
+    ("a new .gitignore", {".gitignore": "*\n"}, "the run would change '.gitignore' (M"),
+])
+def test_save_history_refuses_any_other_change(scratch: tuple[Path, Path],  # noqa: F811
+                                               tmp_path: Path, name: str,
+                                               change: dict[str, str | None], says: str) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: '{"rate": 1000.0}\n',
+                          ".gitignore": "*.lock\n"})
+    if name == "a symlink":
+        art = _forge_symlink(origin, base, tmp_path / "a")
+    else:
+        art = _forge(origin, base, tmp_path / "a", change)
+    job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art)
+    assert job.steps[-1]["code"] == 3, job.steps[-1]["out"]
+    (error,) = job.annotations
+    assert says in error, error
+    _git(dev, "fetch", "-q", "origin")
+    assert _git(dev, "rev-parse", f"origin/{BRANCH}") == base
+
+
+def _forge_symlink(origin: Path, base: str, where: Path) -> Path:
+    art = _forge(origin, base, where, {"results/perf-xeon/new.pgrun": "{}\n"})
+    repo = where / "forger"
+    (repo / "results" / "perf-xeon" / "link").symlink_to("/etc/passwd")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "--amend", "--no-edit")
+    bundle = art / "perfgate-history-run-perf-xeon" / "run.bundle"
+    bundle.unlink()
+    _git(repo, "bundle", "create", "-q", str(bundle), f"{base}..HEAD")
+    return art
+
+
+@pytest.mark.parametrize(("base_file", "says"), [
+    ("HEAD~1", "its base is 'HEAD~1', not a 40-digit commit id or empty"),
+    ("-x touch /tmp/pwned", "its base is '-x touch /tmp/pwned', not a 40-digit commit id"),
+    ("A" * 40, f"its base is '{'A' * 40}', not a 40-digit commit id"),
+])
+def test_save_history_refuses_a_base_that_is_not_a_commit_id(
+        scratch: tuple[Path, Path], tmp_path: Path, base_file: str,  # noqa: F811
+        says: str) -> None:
+    origin, dev = scratch
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    art = _forge(origin, base, tmp_path / "a", {"results/perf-xeon/perfgate/r.pgrun": "{}\n"},
+                 base_file=base_file)
+    job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art)
+    assert job.steps[-1]["code"] == 3
+    (error,) = job.annotations
+    assert f"not saved: {says}" in error, error
+
+
+def test_a_genuine_run_still_lands(scratch: tuple[Path, Path], tmp_path: Path) -> None:  # noqa: F811
+    """What a run does change: a new sidecar and asv file, machine.json, benchmarks.json and
+    this commit's asv result file."""
+    origin, dev = scratch
+    asv = "results/perf-xeon/00000000-py.json"
+    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: "{}\n",
+                          "results/benchmarks.json": "{}\n", asv: "{}\n"})
+    art = _forge(origin, base, tmp_path / "a", {
+        "results/perf-xeon/perfgate/20261203T000000-cccccc.pgrun": "{}\n",
+        "results/perf-xeon/machine.json": '{"cpu": "x"}\n',
+        "results/benchmarks.json": '{"a": 1}\n', asv: '{"b": 2}\n'})
+    job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art)
+    assert job.steps[-1]["code"] == 0, job.steps[-1]["out"]
+    assert not job.annotations
+
+
+# --- who runs where ---------------------------------------------------------------------------
+
+def test_history_jobs_run_on_runners_no_pull_request_reaches() -> None:
+    """The history and anchor job asks for a label that only the runners of the group
+    perfgate-trusted carry (docs/ci.md: that group admits the default branch's workflow
+    alone); the jobs that run any branch's code (pull requests, bisect) ask for the other
+    pool."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    jobs = wf["jobs"]
+    trusted = jobs["default-branch"]["runs-on"]
+    assert trusted == ["self-hosted", "linux", "perf-trusted", "${{ matrix.machine }}"]
+    for name in ("pull-request", "bisect"):
+        labels = jobs[name]["runs-on"]
+        assert isinstance(labels, list) and labels[:3] == ["self-hosted", "linux", "perf"]
+        assert "perf-trusted" not in labels
+    declared = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+    assert "perf-trusted" in declared["self-hosted-runner"]["labels"]
+    assert "perfgate-trusted" in (ROOT / "docs" / "ci.md").read_text()
+
+
+def test_every_perf_job_has_its_own_home_and_configuration() -> None:
+    """The hardened mode, in every job on a perf runner: its own HOME, XDG folders and
+    perfgate cache under RUNNER_TEMP, no pip or git configuration from outside the job."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    assert wf["env"]["PIP_CONFIG_FILE"] == "/dev/null"
+    assert wf["env"]["GIT_CONFIG_NOSYSTEM"] == "1"
+    for name in ("pull-request", "default-branch", "bisect"):
+        steps = wf["jobs"][name]["steps"]
+        clean = next(s for s in steps if s.get("name") == "Clean the runner")
+        checkout = next(i for i, s in enumerate(steps) if "checkout" in s.get("uses", ""))
+        assert steps.index(clean) < checkout  # the job's HOME before git first runs
+        for var in ("HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+                    "XDG_STATE_HOME", "PERFGATE_CACHE_DIR"):
+            assert f'echo "{var}=$home' in clean["run"], (name, var)
+        assert 'home="$RUNNER_TEMP/perfgate-home"' in clean["run"]
