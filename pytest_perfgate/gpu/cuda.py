@@ -30,6 +30,8 @@ class CudaEvent(Protocol):
 
     def elapsed_time(self, end: Any) -> float: ...
 
+    def query(self) -> bool: ...
+
 
 def active_cuda(modules: Mapping[str, Any] | None = None) -> Any | None:
     """``torch.cuda`` when the process imported torch and initialised CUDA, else None.
@@ -118,6 +120,44 @@ class CudaTimer:
             return None
 
 
+class Sink(Protocol):
+    """Where :class:`PendingPhases` reports: ring/sides.py's SideRecorder ``add``."""
+
+    def add(self, name: str, wall_ns: int) -> None: ...
+
+
+class PendingPhases:
+    """GPU time of phases in a process whose windows nobody synchronises (a ring pair's
+    learner runs free between snapshots): each phase's event pair waits until the device
+    has passed it (``Event.query``, never blocking), then its GPU time is reported to
+    ``sink`` as the phase ``<name>@gpu``, one call per phase entry."""
+
+    SUFFIX = "@gpu"
+
+    def __init__(self, timer: CudaTimer, sink: Sink) -> None:
+        self.timer = timer
+        self.sink = sink
+        self._pending: list[tuple[str, CudaEvent, CudaEvent]] = []
+
+    def start(self) -> CudaEvent:
+        return self.timer.record()
+
+    def end(self, name: str, start: CudaEvent) -> None:
+        self._pending.append((name, start, self.timer.record()))
+
+    def flush(self) -> int:
+        """Report the pairs the device has completed, oldest first; how many."""
+        done = 0
+        for name, a, b in self._pending:
+            if not b.query():
+                break  # one stream: later pairs are not done either
+            self.sink.add(name + self.SUFFIX, self.timer.elapsed_ns(a, b))
+            self.timer.release([(a, b)])
+            done += 1
+        del self._pending[:done]
+        return done
+
+
 DISAGREE = 2.0  # a phase whose CPU wall and GPU time differ by this factor shows both
 NOTICED_MS = 0.01  # below this per call, neither figure is worth a line
 
@@ -153,5 +193,5 @@ def timer_if_active(modules: Mapping[str, Any] | None = None,
     return CudaTimer(cuda, sync_phases=sync_mode(env) == "phases")
 
 
-__all__ = ["DISAGREE", "SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer", "active_cuda",
-           "phase_note", "sync_mode", "sync_note", "timer_if_active"]
+__all__ = ["DISAGREE", "SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer", "PendingPhases",
+           "active_cuda", "phase_note", "sync_mode", "sync_note", "timer_if_active"]

@@ -19,8 +19,17 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pytest_perfgate.placement.cpus import PlacementWarning, format_cpus, parse_cpulist
+from pytest_perfgate.placement.cpus import (
+    PlacementWarning,
+    format_cpus,
+    parse_cpulist,
+    usable_cpus,
+)
+
+if TYPE_CHECKING:
+    from pytest_perfgate.gpu.nvml import Nvml
 
 MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL = 0, 1, 2, 3, 4
 MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING = 1 << 15, 1 << 14, 1 << 13
@@ -282,6 +291,58 @@ def read_numa_maps(pid: int | str = "self",
         return None
 
 
+def gpu_local_nodes(device: int | str = 0, *, sysfs_root: str | os.PathLike[str] = "/sys",
+                    proc_root: str | os.PathLike[str] = "/proc", nvml: Nvml | None = None
+                    ) -> list[int] | None:
+    """The NUMA node local to a GPU, for ``numa_workers.start(nodes=...)``: ``[node]``.
+
+    A platform that reports no node (-1) warns and gives None, which places workers as if
+    no node were named. A GPU that cannot be found, or whose node is not usable here (no
+    memory, outside Mems_allowed, none of our CPUs), is an error: the request cannot be
+    honoured. ``device``: an NVML index or a PCI address ("0000:01:00.0")."""
+    from pytest_perfgate.gpu.locality import locate
+
+    loc = locate(device, sysfs_root, nvml)
+    if loc.node is None:
+        _warn_once(f"gpu-node:{loc.bus_id}",
+                   f"{loc.device} reports no NUMA node (numa_node is -1: a one-node machine "
+                   "or a VM that hides it): GPU-local placement falls back to the usual one")
+        return None
+    topo = discover(sysfs_root, proc_root)
+    usable = {n.id for n in topo.usable_nodes(usable_cpus())}
+    if loc.node not in usable:
+        raise ValueError(f"{loc.device} is local to NUMA node {loc.node}, which is not usable "
+                         f"here (a usable node has memory, is in Mems_allowed and owns one of "
+                         f"our CPUs); usable nodes: {sorted(usable) or 'none'}")
+    return [loc.node]
+
+
+def gpu_local_cpus(device: int | str = 0, *, sysfs_root: str | os.PathLike[str] = "/sys",
+                   nvml: Nvml | None = None) -> tuple[int, ...] | None:
+    """The CPUs local to a GPU that this process may use, for a core spec (``cpus=``,
+    ``learner_cpus=``). None (with a warning) where the platform reports no locality;
+    an error where none of the GPU's local CPUs is usable here."""
+    from pytest_perfgate.gpu.locality import locate
+
+    loc = locate(device, sysfs_root, nvml)
+    if loc.node is None or loc.cpulist is None:
+        _warn_once(f"gpu-cpus:{loc.bus_id}",
+                   f"{loc.device} reports no NUMA node (numa_node is -1: a one-node machine "
+                   "or a VM that hides it): GPU-local placement falls back to the usual one")
+        return None
+    try:
+        local = parse_cpulist(loc.cpulist)
+    except ValueError as exc:
+        raise ValueError(f"{loc.device}: unreadable local_cpulist {loc.cpulist!r} ({exc})"
+                         ) from None
+    ours = set(usable_cpus())
+    cpus = tuple(c for c in local if c in ours)
+    if not cpus:
+        raise ValueError(f"{loc.device} is local to CPUs {format_cpus(local)}, none of which "
+                         f"this process may use (its CPUs: {format_cpus(sorted(ours))})")
+    return cpus
+
+
 __all__ = [
     "MPOL_BIND",
     "MPOL_DEFAULT",
@@ -297,6 +358,8 @@ __all__ = [
     "bind_memory",
     "discover",
     "get_mempolicy",
+    "gpu_local_cpus",
+    "gpu_local_nodes",
     "parse_numa_maps",
     "read_numa_maps",
     "set_mempolicy",

@@ -99,6 +99,32 @@ def _collector_placement(collectors: int, cpus: Any, nodes: Any
     return parsed, node_list
 
 
+def check_device(device: object) -> str:
+    """A learner device: "cpu", "cuda" or "cuda:N" (whether it exists, the learner checks)."""
+    if not isinstance(device, str) or not (
+            device in ("cpu", "cuda") or (device.startswith("cuda:")
+                                          and device[5:].isdigit())):
+        raise RingInputError(f"learner_device={device!r}: use 'cpu' (the default), 'cuda' "
+                             "or 'cuda:N'")
+    return device
+
+
+def gpu_local(cpus: Any) -> Any:
+    """A core spec, with "gpu" / "gpu:N" / "gpu:<PCI address>" resolved to the CPUs local
+    to that GPU (placement/numa.py: a platform without locality warns and leaves the side
+    unpinned; a GPU that cannot be found is an error)."""
+    if not (isinstance(cpus, str) and cpus.strip().lower().split(":", 1)[0] == "gpu"):
+        return cpus
+    from pytest_perfgate.placement.numa import gpu_local_cpus
+
+    _, _, which = cpus.strip().partition(":")
+    device: int | str = int(which) if which.isdigit() else (which or 0)
+    try:
+        return gpu_local_cpus(device)
+    except ValueError as exc:
+        raise RingInputError(f"learner_cpus={cpus!r}: {exc}") from None
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "still running"
@@ -115,12 +141,16 @@ class RingPair:
                  learner_kwargs: dict[str, Any] | None = None, start_timeout: float = 120.0,
                  snap_timeout: float = 30.0, park: bool = True,
                  threads: tuple[int | None, int | None] = (None, None), collectors: int = 1,
-                 collector_nodes: Sequence[int] | None = None) -> None:
+                 collector_nodes: Sequence[int] | None = None,
+                 learner_device: str = "cpu") -> None:
         """``park``: stop every side (SIGSTOP) between windows, so nothing of the pair runs
         while another benchmark or the other A/B side is measured. ``collectors``: collector
         processes, each with its own ring; ``collector_cpus`` is then a list of one core
         spec per collector (None: unpinned), ``collector_nodes`` one NUMA node each (memory
-        bound there; its CPUs when no core spec is given). Checked before anything starts."""
+        bound there; its CPUs when no core spec is given). ``learner_device="cuda"`` runs
+        the learner on the GPU (passed to it as ``device=``; docs/gpu.md), and
+        ``learner_cpus="gpu"`` (or ``"gpu:N"``, ``"gpu:0000:01:00.0"``) pins it to the CPUs
+        local to that GPU. Checked before anything starts."""
         self.park = park
         self._paused = False
         self.spec = spec
@@ -133,6 +163,10 @@ class RingPair:
                                  "collector(s); give one dict, or one per collector")
         self.col_kwargs = [dict(k or {}) for k in per]
         self.kwargs = (self.col_kwargs[0], dict(learner_kwargs or {}))
+        self.learner_device = check_device(learner_device)
+        if self.learner_device != "cpu":
+            self.kwargs[1]["device"] = self.learner_device
+        learner_cpus = gpu_local(learner_cpus)
         self.collectors = collectors
         self.col_cpus = col_cpus
         self.names = (["collector"] if collectors == 1

@@ -1,4 +1,5 @@
-"""Default pair workloads: a MuJoCo humanoid collector and a SAC-style learner (torch, CPU).
+"""Default pair workloads: a MuJoCo humanoid collector and a SAC-style learner (torch; CPU
+by default, ``device="cuda"`` for a GPU learner).
 
 Both are real work at small sizes: the collector steps :class:`MujocoPool` on gymnasium's
 humanoid (falls terminate, a time limit truncates; true final observations are captured
@@ -104,12 +105,54 @@ def humanoid_collector(ring: Ring, rec: SideRecorder, *, max_episode_steps: int 
     return once
 
 
+def cuda_device(device: str, torch: Any) -> Any:
+    """``torch.device(device)`` for a learner, checked: ValueError names what is missing."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"learner_device={device!r}: {exc}; use 'cpu' or 'cuda' "
+                         "(or 'cuda:N')") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"learner_device={device!r}: use 'cpu' or 'cuda' (or 'cuda:N')")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"learner_device={device!r}, but torch {torch.__version__} sees no "
+                         "CUDA device here (a CPU build, or no driver): run the learner on "
+                         "'cpu' or on a machine with a GPU")
+    return dev
+
+
+class _Pinned:
+    """Two page-locked host batches used in turn: one is filled while the other's
+    non-blocking copy to the device may still be in flight (its event says when not)."""
+
+    def __init__(self, torch: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+        self.sets = [{k: torch.empty(shape, pin_memory=True) for k, shape in shapes.items()}
+                     for _ in range(2)]
+        self.copied: list[Any] = [None, None]
+        self.turn = 0
+
+    def next(self) -> tuple[int, dict[str, Any]]:
+        i = self.turn
+        self.turn ^= 1
+        if self.copied[i] is not None:
+            self.copied[i].synchronize()  # its previous copy must be done before refilling
+        return i, self.sets[i]
+
+
 def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden: int = 64,
-                buffer_steps: int = 64, seed: int = 0) -> Callable[[], int]:
+                buffer_steps: int = 64, seed: int = 0, device: str = "cpu"
+                ) -> Callable[[], int]:
     """Drain the ring into a replay buffer; one SAC update (twin critics, actor, soft target
-    update, fixed temperature) per drained batch."""
+    update, fixed temperature) per drained batch.
+
+    ``device="cuda"``: the networks live on the GPU; each update's sampled batch is
+    gathered into page-locked host buffers and copied with non-blocking copies (phase
+    ``copy_h2d``), and the phases ``copy_h2d`` and ``update`` also report their GPU time
+    from CUDA events as ``copy_h2d@gpu`` and ``update@gpu`` (gpu/cuda.py PendingPhases)."""
     import numpy as np
     import torch
+
+    dev = cuda_device(device, torch)
 
     sp = ring.spec
     n, ow, aw = sp.num_envs, int(np.prod(sp.obs_shape)), int(np.prod(sp.action_shape))
@@ -125,6 +168,8 @@ def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden:
     t1, t2 = (_mlp(torch, [ow + aw, hidden, hidden, 1]) for _ in range(2))
     t1.load_state_dict(q1.state_dict())
     t2.load_state_dict(q2.state_dict())
+    for net in (actor, q1, q2, t1, t2):
+        net.to(dev)
     opt_q = torch.optim.Adam([*q1.parameters(), *q2.parameters()], lr=3e-4)
     opt_pi = torch.optim.Adam(actor.parameters(), lr=3e-4)
     alpha, gamma, tau = 0.2, 0.99, 0.005
@@ -149,9 +194,33 @@ def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden:
         fill["pos"] = int((fill["pos"] + k) % cap)
         fill["size"] = min(cap, fill["size"] + k)
 
-    def update() -> None:
+    keys = ("o", "a", "r", "d", "o2")
+    gpu: Any = None
+    pinned: _Pinned | None = None
+    if dev.type == "cuda":
+        from pytest_perfgate.gpu.cuda import CudaTimer, PendingPhases
+
+        pinned = _Pinned(torch, {k: (batch_size, *buf[k].shape[1:]) for k in keys})
+        gpu = PendingPhases(CudaTimer(torch.cuda), rec)
+
+    def batch() -> tuple[Any, ...]:
         idx = rng.integers(0, fill["size"], batch_size)
-        o, a, r, d, o2 = (torch.from_numpy(buf[x][idx]) for x in ("o", "a", "r", "d", "o2"))
+        if pinned is None:
+            return tuple(torch.from_numpy(buf[x][idx]) for x in keys)
+        i, host = pinned.next()
+        for x in keys:
+            np.take(buf[x], idx, axis=0, out=host[x].numpy())
+        with rec.phase("copy_h2d"):
+            ev = gpu.start()
+            out = tuple(host[x].to(dev, non_blocking=True) for x in keys)
+            gpu.end("copy_h2d", ev)
+        pinned.copied[i] = torch.cuda.Event()
+        pinned.copied[i].record()
+        return out
+
+    def update(tensors: tuple[Any, ...]) -> None:
+        o, a, r, d, o2 = tensors
+        ev = gpu.start() if gpu is not None else None
         with torch.no_grad():
             a2, logp2 = act(o2)
             x2 = torch.cat([o2, a2], -1)
@@ -173,6 +242,9 @@ def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden:
             for tgt, src in ((t1, q1), (t2, q2)):
                 for pt, ps in zip(tgt.parameters(), src.parameters(), strict=True):
                     pt.mul_(1 - tau).add_(ps, alpha=tau)
+        if gpu is not None:
+            gpu.end("update", ev)
+            gpu.flush()
 
     def once() -> int:
         waited0 = ring.waited_ns
@@ -182,8 +254,13 @@ def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden:
         if b is None:
             return 0
         store(b)
+        if pinned is None:  # the CPU learner's sampling stays inside its update phase
+            with rec.phase("update"):
+                update(batch())
+            return b.transitions
+        tensors = batch()  # its own phase, copy_h2d
         with rec.phase("update"):
-            update()
+            update(tensors)
         return b.transitions
 
     return once
