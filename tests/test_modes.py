@@ -22,6 +22,7 @@ from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, Side, SideE
 from pytest_perfgate.modes.ab.side import NOT_A_LOOP, NOT_CALIBRATING, ABSide
 from pytest_perfgate.modes.base import BenchCall
 from pytest_perfgate.modes.history import HistoryMode
+from pytest_perfgate.modes.place import Place
 from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.session import GateSession, PerfGate
 
@@ -161,14 +162,15 @@ def git(cwd: Path, *args: str) -> str:
 
 def test_ab_setup_errors_render(tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack, pytest.raises(ABSetupError) as e:
-        start_ab(tmp_path, "main", None, stack)
+        start_ab(Place.of(tmp_path, tmp_path, tmp_path), "main", None, stack)
     assert str(e.value) == (f"--perfgate-ab main: {tmp_path} is not a git checkout; the A/B "
                             "mode checks the base revision out with git worktree")
     git(tmp_path, "init", "-q")
     git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
         "--allow-empty", "-m", "base")
     with contextlib.ExitStack() as stack, pytest.raises(ABSetupError) as e:
-        start_ab(tmp_path, "HEAD", "echo building; exit 3", stack)
+        start_ab(Place.of(tmp_path, tmp_path, tmp_path), "HEAD", "echo building; exit 3",
+                 stack)
     assert str(e.value).startswith("--perfgate-ab-setup 'echo building; exit 3' failed in the "
                                    "base worktree (exit 3):\nbuilding")
     assert len(git(tmp_path, "worktree", "list").splitlines()) == 1  # removed again
@@ -180,7 +182,7 @@ def test_ab_setup_checks_the_base_out_and_removes_it(tmp_path: Path) -> None:
     git(tmp_path, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q",
         "--allow-empty", "-m", "base")
     with contextlib.ExitStack() as stack:
-        ab = start_ab(tmp_path, "HEAD", "touch built", stack)
+        ab = start_ab(Place.of(tmp_path, tmp_path, tmp_path), "HEAD", "touch built", stack)
         assert (ab.base.cwd / "built").exists() and ab.head.cwd == tmp_path
         assert not ab.base.calibration and not ab.head.calibration  # production sides
         assert ab.base_commit == git(tmp_path, "rev-parse", "HEAD").strip()

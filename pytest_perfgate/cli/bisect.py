@@ -92,9 +92,11 @@ def _subjects(repo: Path, good: str, bad: str) -> dict[str, str]:
 
 def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list[str],
         labels: dict[str, str]) -> int:
+    from pytest_perfgate.history.vcs import toplevel
     from pytest_perfgate.modes.bisect import wording
     from pytest_perfgate.modes.bisect.probe import PytestProbe, head_worktree
     from pytest_perfgate.modes.bisect.search import Bisector, estimate_probes
+    from pytest_perfgate.modes.place import Place
     from pytest_perfgate.report.readback import read_report
 
     threshold = args.threshold if args.threshold is not None else AB_THRESHOLD
@@ -121,9 +123,11 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
     try:
         with head_worktree(repo) as workdir:
             # The threshold always given: a project's ini may set another one.
+            # Each probe's pytest finds its own ini file and rootdir, from the same folder.
+            place = Place.of(toplevel(repo) or repo, repo, repo)
             probe = PytestProbe(workdir, args.pytest_args, read_report,
                                 threshold=threshold, turn_s=args.turn_time,
-                                setup=args.setup)
+                                setup=args.setup, place=place)
             bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
                                 max_probes=args.max_probes, on_probe=on_probe,
                                 threshold=threshold)

@@ -73,8 +73,17 @@ __all__ = ["argparse_type", "parse_count", "parse_cpu_set", "parse_fractions",
 def add_history_arguments(parser: argparse.ArgumentParser) -> None:
     """--results-dir and --machine, resolved as the plugin resolves them."""
     parser.add_argument("--results-dir", type=argparse_type(parse_path), default=None,
-                        help="the history folder (default: $PERFGATE_RESULTS_DIR, else "
-                        "asv.conf.json's results_dir, else .perfgate/results)")
+                        help="the history folder (default: $PERFGATE_RESULTS_DIR, else where "
+                        "pytest --perfgate started here keeps it: the perfgate_results_dir of "
+                        "pytest's ini file, else asv.conf.json's results_dir, else "
+                        ".perfgate/results, beside the ini file or at the git checkout's "
+                        "top)")
+    parser.add_argument("-c", "--config-file", type=argparse_type(parse_path), default=None,
+                        metavar="FILE", dest="ini_file",
+                        help="the ini file pytest was given with -c, to find the history "
+                        "where that run kept it")
+    parser.add_argument("--rootdir", type=argparse_type(parse_path), default=None,
+                        help="the --rootdir pytest was given, likewise")
     parser.add_argument("--machine", type=argparse_type(parse_machine), default=None,
                         help="the machine folder (default: $PERFGATE_MACHINE, else every "
                         "machine folder is searched)")
@@ -100,11 +109,32 @@ def history_location(args: argparse.Namespace) -> tuple[Path, str | None]:
     results = args.results_dir or from_env(args, "PERFGATE_RESULTS_DIR", parse_path)
     machine = args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine)
     if results is None:
+        from pytest_perfgate.session.naming import project_root
+
+        ini, rootdir = pytest_place(args)
+        root, settings = project_root(Path.cwd(), ini, rootdir)
+        value = settings.get("perfgate_results_dir")
+        if isinstance(value, str) and value.strip():
+            return root / Path(value.strip()).expanduser(), machine
         try:
-            return default_results_dir(Path.cwd()), machine
+            return default_results_dir(root), machine
         except (OSError, ValueError) as e:
             args.parser.error(f"cannot find the history folder: {e}; pass --results-dir")
     return Path(results), machine
+
+
+def pytest_place(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    """-c and --rootdir as pytest was given them (None where not given); a missing file or
+    folder is a usage error naming it."""
+    ini = getattr(args, "ini_file", None)
+    rootdir = getattr(args, "rootdir", None)
+    if ini is not None and not Path(ini).is_file():
+        args.parser.error(f"-c {ini!r}: no such file; give the ini file pytest --perfgate "
+                          "was run with")
+    if rootdir is not None and not Path(rootdir).is_dir():
+        args.parser.error(f"--rootdir {rootdir!r}: no such folder; give the one pytest "
+                          "--perfgate was run with")
+    return (Path(ini) if ini else None), (Path(rootdir) if rootdir else None)
 
 
 def parse_repo(text: str) -> Path:

@@ -98,6 +98,14 @@ def git_info(cwd: str | os.PathLike[str]) -> GitInfo:
     return GitInfo(commit, branch, dirty, date_ms, True)
 
 
+def toplevel(cwd: str | os.PathLike[str]) -> Path | None:
+    """The top folder of the git checkout holding ``cwd`` (resolved), or None outside git."""
+    if not Path(cwd).is_dir():
+        return None
+    top = _out(cwd, "rev-parse", "--show-toplevel")
+    return Path(top).resolve() if top else None
+
+
 def resolve_commit(cwd: str | os.PathLike[str], name: str) -> str | None:
     """Full hash for a commit-ish (branch, tag, prefix), or None when git cannot resolve it."""
     if not name or name.startswith("-"):

@@ -47,6 +47,9 @@ class BenchCall:
     counts: bool = False  # also count instructions under callgrind (docs/design.md §10)
     memory_threshold: float | None = None  # gate peak memory too (core/memory.py)
     unit: str = "env-steps/s"  # what one transition is, as a rate (core/metric.py)
+    # the test's file and what follows it in the node id ("::test_walk[8]"): a run of
+    # another revision selects the test by these (a node id need not name its file)
+    test_file: tuple[str, str] | None = None
 
 
 class Mode(Protocol):

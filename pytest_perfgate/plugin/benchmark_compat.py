@@ -49,7 +49,7 @@ def measured_call(pyfuncitem: pytest.Function, session: GateSession,
     ``benchmark`` for its call, pytest-benchmark's back after (its own hooks read it at report
     time)."""
     from pytest_perfgate.plugin import markers
-    from pytest_perfgate.plugin.naming import note_location
+    from pytest_perfgate.plugin.naming import note_location, test_file
     from pytest_perfgate.plugin.session import marker_threshold
 
     original = pyfuncitem.funcargs.get("benchmark")
@@ -58,7 +58,8 @@ def measured_call(pyfuncitem: pytest.Function, session: GateSession,
     shared = pyfuncitem.funcargs.get("perfgate")
     gate = shared if isinstance(shared, PerfGate) else PerfGate(
         session, pyfuncitem.nodeid, benchmark_name(pyfuncitem, session),
-        marker_threshold(pyfuncitem), markers.marker_counts(pyfuncitem))
+        marker_threshold(pyfuncitem), markers.marker_counts(pyfuncitem),
+        test_file=test_file(pyfuncitem))
     if gate is not shared:
         note_location(pyfuncitem, session)
         why = session.counts_unavailable(gate.counts)

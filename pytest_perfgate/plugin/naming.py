@@ -24,6 +24,20 @@ def default_name(item: pytest.Item, session: GateSession) -> str:
     return derive_name(stable_nodeid(item.nodeid, path, root))
 
 
+def test_file(item: pytest.Item) -> tuple[str, str] | None:
+    """The file ``item`` is defined in and the rest of its node id after that file's node
+    ("::test_walk[8]"): what another revision's run selects it by. A node id alone is no
+    path: a file outside the rootdir has ids such as "::test_walk"."""
+    path = getattr(item, "path", None)
+    parent = next((n for n in reversed(item.listchain()) if isinstance(n, pytest.File)), None)
+    if path is None or parent is None:
+        return None
+    nodeid, prefix = item.nodeid, parent.nodeid
+    rest = nodeid[len(prefix):] if nodeid.startswith(prefix) else "::" + nodeid.partition(
+        "::")[2]
+    return str(path), rest
+
+
 def note_location(item: pytest.Item, session: GateSession) -> None:
     """Remember where ``item`` is defined (file relative to its git checkout's top level,
     else to the stable root; 1-based line), so its results carry it for CI annotations."""

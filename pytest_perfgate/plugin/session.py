@@ -15,7 +15,7 @@ import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers, progress, select
-from pytest_perfgate.plugin.naming import default_name, note_location
+from pytest_perfgate.plugin.naming import default_name, note_location, test_file
 from pytest_perfgate.plugin.summary import Summary
 from pytest_perfgate.session.options import OptionError
 from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError
@@ -64,7 +64,7 @@ class PerfgatePlugin:
         gate = PerfGate(session, item.nodeid, default_name(item, session),
                         marker_threshold(item), markers.marker_counts(item),
                         memory_threshold=markers.marker_memory_threshold(item),
-                        unit=markers.marker_unit(item))
+                        unit=markers.marker_unit(item), test_file=test_file(item))
         note_location(item, session)
         why = session.counts_unavailable(gate.counts)
         if why:  # never a silent pass without the counts the test asked for (§10)

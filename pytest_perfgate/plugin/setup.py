@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +18,7 @@ from pytest_perfgate.session.options import SPECS, OptionError, Options, sources
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab import ABSetup
+    from pytest_perfgate.modes.place import Place
 
 
 def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
@@ -66,23 +68,40 @@ def start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
     stack = contextlib.ExitStack()
     config.add_cleanup(stack.close)
     try:
-        return start_ab(config.rootpath, options.ab, options.ab_setup, stack,
-                        _config_args(config))
+        return start_ab(place(config), options.ab, options.ab_setup, stack)
     except ABSetupError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
 
 
+def place(config: pytest.Config) -> Place:
+    """Where this run stands in its repository (the one holding the rootdir, else the
+    working directory), for a run of another revision to stand at the same place."""
+    from pytest_perfgate.history.vcs import toplevel
+    from pytest_perfgate.modes.place import Place
+
+    cwd = config.invocation_params.dir
+    top = toplevel(config.rootpath) or toplevel(cwd) or config.rootpath
+    o = config.option
+    confcut = getattr(o, "confcutdir", None)
+    return Place.of(top, cwd, config.rootpath, config.inipath,
+                    explicit_ini=bool(getattr(o, "inifilename", None)),
+                    confcutdir=Path(confcut) if confcut else None,
+                    options=_config_args(config))
+
+
 def _config_args(config: pytest.Config) -> tuple[str, ...]:
-    """The options that chose this run's configuration, for the A/B sides to use the same:
-    ``-c FILE``, ``--rootdir``, ``-o name=value``, ``-p name``."""
+    """The options besides ini file, rootdir and confcutdir that decide what a run collects
+    and how it imports: ``-o name=value``, ``-p name``, ``--import-mode``,
+    ``--noconftest``."""
     o = config.option
     args: list[str] = []
-    if getattr(o, "inifilename", None):
-        args += ["-c", str(o.inifilename)]
-    if getattr(o, "rootdir", None):
-        args += ["--rootdir", str(o.rootdir)]
     for kv in getattr(o, "override_ini", None) or []:
         args += ["-o", str(kv)]
     for name in getattr(o, "plugins", None) or []:
         args += ["-p", str(name)]
+    mode = getattr(o, "importmode", None)
+    if mode and mode != "prepend":
+        args.append(f"--import-mode={mode}")
+    if getattr(o, "noconftest", False):
+        args.append("--noconftest")
     return tuple(args)

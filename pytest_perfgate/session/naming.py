@@ -7,9 +7,12 @@ nodeid with its file part relative to a stable root (:func:`stable_root`).
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from pytest_perfgate.core.names import is_safe_name
 
@@ -123,11 +126,92 @@ def stable_nodeid(nodeid: str, test_file: Path | None, root: Path) -> str:
     if test_file is None:
         return nodeid
     _, sep, rest = nodeid.partition("::")
-    try:
-        rel = Path(test_file).resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return nodeid
-    return f"{rel}{sep}{rest}"
+    path = Path(test_file).resolve()
+    # A file outside the root (``-c`` naming an ini file elsewhere) has node ids such as
+    # "::test_walk": it is named from its git checkout's top level instead.
+    for base in (root, find_repo_root(path)):
+        if base is not None and _within(path, base):
+            return f"{path.relative_to(base.resolve()).as_posix()}{sep}{rest}"
+    return nodeid
 
 
 __all__ = ["derive_name", "find_repo_root", "readable_name", "stable_nodeid", "stable_root"]
+
+
+# pytest's configuration files in the order its search tries them in each folder.
+INI_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
+             "tox.ini", "setup.cfg")
+
+
+def _ini_settings(path: Path) -> dict[str, Any] | None:
+    """The pytest settings ``path`` holds, or None when pytest would pass it by (no pytest
+    section, unreadable)."""
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            if path.name != "pyproject.toml":
+                table = data.get("pytest", {})
+                return table if isinstance(table, dict) else {}
+            tool = data.get("tool", {}).get("pytest")
+            if not isinstance(tool, dict):
+                return None
+            opts = tool.get("ini_options", tool)
+            return opts if isinstance(opts, dict) else {}
+        cp = configparser.ConfigParser(interpolation=None)
+        cp.read_string(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, configparser.Error, AttributeError):
+        return None
+    section = {"setup.cfg": "tool:pytest"}.get(path.name, "pytest")
+    if cp.has_section(section):
+        return dict(cp[section])
+    return {} if path.name in ("pytest.ini", ".pytest.ini") else None
+
+
+def _is_toml(path: Path) -> bool:
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def find_ini(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The configuration file ``pytest`` started in ``start`` would read, and its settings:
+    pytest's own search, written out because it is no public API and the command line does
+    not import pytest (the first folder upwards holding one; else the first
+    pyproject.toml, with no settings)."""
+    first_pyproject = None
+    for folder in (start, *start.parents):
+        for name in INI_NAMES:
+            path = folder / name
+            if not path.is_file():
+                continue
+            settings = _ini_settings(path)
+            if name == "pyproject.toml" and first_pyproject is None and _is_toml(path):
+                first_pyproject = path
+            if settings is not None:
+                return path, settings
+    return (first_pyproject, {}) if first_pyproject is not None else None
+
+
+def project_root(start: Path, inifile: Path | None = None, rootdir: Path | None = None
+                 ) -> tuple[Path, dict[str, Any]]:
+    """Where ``pytest --perfgate`` started in ``start`` (with ``-c inifile`` and
+    ``--rootdir rootdir`` when given) names benchmarks from and keeps its history
+    (:func:`stable_root`), and the settings of its ini file: pytest's rootdir (the ini
+    file's folder unless --rootdir says otherwise) when there is an ini file and the
+    rootdir lies inside the git checkout (or there is none), else the checkout's top level,
+    else the rootdir pytest would take without one (``start`` or --rootdir)."""
+    start = start.resolve()
+    repo = find_repo_root(start)
+    if inifile is not None:
+        ini = (start / inifile).resolve()
+        found: tuple[Path, dict[str, Any]] | None = (ini, _ini_settings(ini) or {})
+    else:
+        found = find_ini(start)
+    root = (start / rootdir).resolve() if rootdir is not None else None
+    if found is not None:
+        root = root or found[0].parent
+        if repo is None or _within(root, repo):
+            return root, found[1]
+    return (repo or root or start), {}

@@ -232,8 +232,10 @@ class PerfGate:
 
     def __init__(self, session: GateSession, test_id: str, default_name: str,
                  threshold: float | None = None, counts: bool | None = None,
-                 memory_threshold: float | None = None, unit: str | None = None) -> None:
+                 memory_threshold: float | None = None, unit: str | None = None,
+                 test_file: tuple[str, str] | None = None) -> None:
         self.session = session
+        self.test_file = test_file  # (file, "::rest of the node id"), for A/B sides
         self.memory_threshold = memory_threshold  # the marker's: gate peak memory too
         self.unit = unit  # the unit of work of its measure() calls (None: env-steps)
         # instruction counts for this test: the marker's counts=, else --perfgate-counts
@@ -309,7 +311,7 @@ class PerfGate:
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
         call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
                          counts=self.counts, memory_threshold=self.memory_threshold,
-                         unit=rate)
+                         unit=rate, test_file=self.test_file)
         mine = self.session.verdicts.by_test.setdefault(self.test_id, [])
         before = len(mine)
         progress = self.session.progress

@@ -35,6 +35,7 @@ from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
+from pytest_perfgate.modes.place import Place, PlaceError
 
 AB = "ab"  # the run's "mode" metadata: kept out of the history mode's baselines
 
@@ -76,18 +77,24 @@ def worktree(repo: Path, rev: str) -> Iterator[Path]:
                            f"{e}") from None
 
 
-def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack,
-             pytest_args: tuple[str, ...] = ()) -> ABSetup:
-    """Check ``rev`` out beside ``root`` (removed when ``stack`` closes), run the set-up
-    command in it, and say how to start each side. Until ``stack`` closes, SIGTERM unwinds
-    the run like Ctrl-C, so the sides end and the worktree is removed."""
+def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack
+             ) -> ABSetup:
+    """Check ``rev`` out beside the repository at ``place`` (removed when ``stack`` closes),
+    run the set-up command in it, and say how to start each side: both at ``place``, the
+    base in its worktree. Until ``stack`` closes, SIGTERM unwinds the run like Ctrl-C, so
+    the sides end and the worktree is removed."""
     from pytest_perfgate.history.vcs import git_info, resolve_commit
 
+    root = place.top
     if not git_info(root).available:
         raise ABSetupError(f"--perfgate-ab {rev}: {root} is not a git checkout; "
                            "the A/B mode checks the base revision out with git worktree")
     stack.callback(term_as_interrupt())  # restored last, after the worktree is gone
     base_dir = stack.enter_context(worktree(root, rev))
+    try:
+        place.prepare(base_dir)
+    except PlaceError as e:
+        raise ABSetupError(f"--perfgate-ab {rev}: {e}") from None
     if setup_cmd:
         proc = subprocess.run(setup_cmd, shell=True, cwd=base_dir, capture_output=True,
                               text=True)
@@ -95,9 +102,10 @@ def start_ab(root: Path, rev: str, setup_cmd: str | None, stack: contextlib.Exit
             raise ABSetupError(
                 f"--perfgate-ab-setup {setup_cmd!r} failed in the base worktree "
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    base = SideSpec("base", base_dir, (str(base_dir / "src"), str(base_dir)),
-                    pytest_args=pytest_args)
-    head = SideSpec("head", root, pytest_args=pytest_args)
+    base = SideSpec("base", place.at(place.cwd, base_dir),
+                    (str(base_dir / "src"), str(base_dir)), pytest_args=place.args(base_dir),
+                    place=place, tree=base_dir)
+    head = SideSpec("head", place.cwd, pytest_args=place.args(None), place=place)
     commit = resolve_commit(root, rev) or rev
     return ABSetup(base, head, commit, rev, PLUGIN_ROOT)
 
@@ -126,15 +134,16 @@ class ABController:
         ab = self.setup
         pair = self._pairs.get(call.test_id)
         if pair is None:
-            pair = Pair(Side(ab.base, call.test_id, ab.plugin_root),
-                        Side(ab.head, call.test_id, ab.plugin_root))
+            pair = Pair(Side(ab.base, call.test_id, ab.plugin_root, call.test_file),
+                        Side(ab.head, call.test_id, ab.plugin_root, call.test_file))
             self._pairs[call.test_id] = pair
         try:
             base_src, head_src = pair.next_bench(call.name)
         except SideError:
-            if pair.base.proc.poll() is None or not pair.base.lacks_test():
+            why = self._absent_from_base(pair.base, call)
+            if why is None:
                 raise
-            return self._new_in_head(pair, call)
+            return self._new_in_head(pair, call, why)
         metric = metric_for(call.unit)
         design = plan(self.turns, self.looks, call.rule.alpha)
         run = measure_sequential(base_src, head_src, self.meter(), design, self.turn_s,
@@ -155,7 +164,29 @@ class ABController:
         self.sink(j)
         return j
 
-    def _new_in_head(self, pair: Pair, call: BenchCall) -> Judged:
+    def _absent_from_base(self, base: Side, call: BenchCall) -> str | None:
+        """Why a base side that ended without reaching ``measure()`` did so because its
+        revision lacks the test, or None (then its failure is an error). A path it could not
+        find although the file is there is an error naming both places, never a pass."""
+        if base.proc.poll() is None:
+            return None
+        spec, head = self.setup.base, self.setup.head
+        if spec.place is not None and spec.tree is not None:
+            why = spec.place.missing(call.test_id, spec.tree, call.test_file)
+            if why is not None:
+                return why
+        if base.not_found():
+            raise SideError(
+                f"the base side could not find {base.target} in {spec.cwd}, although the "
+                f"head found {head.target(call.test_id, call.test_file)} in {head.cwd} and "
+                f"the base revision has "
+                f"that file: a bug in how perfgate placed the base side, not a verdict. Its "
+                f"output ends with:\n{base.output_tail()}")
+        if base.lacks_test():
+            return "its file has no such test there"
+        return None
+
+    def _new_in_head(self, pair: Pair, call: BenchCall, why: str) -> Judged:
         """A test the base revision does not have (a new file, function or parameter): the
         head is measured alone and recorded, NO BASELINE, never a regression or an error."""
         ab = self.setup
@@ -168,8 +199,8 @@ class ABController:
                                   "ab_base_commit": ab.base_commit}, unit=call.unit)
         verdict = no_baseline(
             f"the base revision {ab.base_label} ({ab.base_commit[:10]}) has no test "
-            f"{call.test_id}: a benchmark new in this revision has nothing to compare with; "
-            "measured and recorded, not gated", metric_for(call.unit))
+            f"{call.test_id} ({why}): a benchmark new in this revision has nothing to "
+            "compare with; measured and recorded, not gated", metric_for(call.unit))
         j = Judged(result, verdict, call.rule, call.test_id, [], None, {})
         self.sink(j)
         return j

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.measure import RawWindow
+from pytest_perfgate.modes.place import Place, Where
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -61,6 +62,15 @@ class SideSpec:
     # the controller's configuration choices (-c FILE, --rootdir, -o k=v, -p no:x): a suite
     # run with `-c /dev/null` must not have its sides read the project's addopts
     pytest_args: tuple[str, ...] = ()
+    # the user's run's place, and the worktree this side stands at that place in (None: the
+    # user's own checkout): a test is selected from the same folder as the user selected it
+    place: Place | None = None
+    tree: Path | None = None
+
+    def target(self, nodeid: str, where: Where = None) -> str:
+        """The argument that selects the test from this side's working directory
+        (``where``: its file and the rest of its node id, when the controller knows them)."""
+        return nodeid if self.place is None else self.place.test_arg(nodeid, self.tree, where)
 
 
 def _encode(w: RawWindow) -> tuple[Any, ...]:
@@ -74,7 +84,8 @@ def _decode(msg: tuple[Any, ...]) -> RawWindow:
 class Side:
     """A running side process (a pytest run of one test) and its end of the socketpair."""
 
-    def __init__(self, spec: SideSpec, nodeid: str, plugin_root: str) -> None:
+    def __init__(self, spec: SideSpec, nodeid: str, plugin_root: str, where: Where = None
+                 ) -> None:
         from multiprocessing.connection import Pipe
 
         self.spec = spec
@@ -87,7 +98,10 @@ class Side:
             env[ENV_CALIBRATION] = "1"
         env.pop("PYTEST_ADDOPTS", None)
         env.pop("PYTEST_XDIST_WORKER", None)
-        paths = [*spec.pythonpath, env.get("PYTHONPATH", "")]
+        inherited = env.get("PYTHONPATH", "")
+        if spec.place is not None:
+            inherited = spec.place.pythonpath(inherited, spec.tree)
+        paths = [*spec.pythonpath, inherited]
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         # Pin pytest_perfgate to the controller's copy so the protocol always matches, even
         # when the base revision carries an older plugin; the project itself comes from cwd.
@@ -97,7 +111,8 @@ class Side:
         # The boot imported pytest_perfgate before pytest could mark it for assertion
         # rewriting; a project whose filterwarnings has "error" (this one) turned pytest's
         # warning about that into a failed start-up.
-        args = [sys.executable, "-c", boot, nodeid, "-q", "-p", "no:cacheprovider",
+        self.target = spec.target(nodeid, where)
+        args = [sys.executable, "-c", boot, self.target, "-q", "-p", "no:cacheprovider",
                 "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning",
                 *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
@@ -105,7 +120,7 @@ class Side:
                                      stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         child.close()
-        self.command = shlex.join([*args[:1], "-m", "pytest", nodeid])
+        self.command = shlex.join([*args[:1], "-m", "pytest", self.target])
         self.hung = False  # it missed a deadline: close() ends it at once
 
     def recv(self, timeout: float, waiting_for: str, bound: str = "") -> tuple[Any, ...]:
@@ -139,10 +154,15 @@ class Side:
                          f"[{how}]. Its output ends with:\n{self.output_tail()}")
 
     def lacks_test(self) -> bool:
-        """True when this side's pytest ended because its revision has no such test (exit 4
-        "not found": a new file or function; exit 5: nothing collected)."""
+        """True when this side's pytest ended because its file has no such test (exit 4
+        "no match": a new function or parameter; exit 5: nothing collected). A file that is
+        not found is not this: the caller checks the file itself (:meth:`Place.missing`)."""
         code = self.proc.poll()
-        return code == 5 or (code == 4 and "not found" in self.output_tail())
+        return code == 5 or (code == 4 and "(no match in any of" in self.output_tail())
+
+    def not_found(self) -> bool:
+        """True when this side's pytest could not find the path it was given (exit 4)."""
+        return self.proc.poll() == 4 and "file or directory not found" in self.output_tail()
 
     def output_tail(self) -> str:
         with contextlib.suppress(OSError, ValueError):

@@ -25,6 +25,7 @@ from pytest_perfgate.modes.ab.checkout import term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as _worktree
 from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT
 from pytest_perfgate.modes.bisect.search import Probe, Reading
+from pytest_perfgate.modes.place import Place
 
 STOP_TIMEOUT_S = 60.0  # a stopped probe ends its sides and removes its base worktree
 TAIL_CHARS = 800
@@ -101,14 +102,17 @@ class PytestProbe:
     injected, since the report layer sits beside this one). ``setup`` runs in the
     candidate's worktree before the comparison and is passed on as ``--perfgate-ab-setup``
     for the base's: a failure skips the commit, like a failed build under ``git bisect``.
+    ``place``: where the user started the bisection; each probe's pytest starts at the same
+    place in the worktree, with absolute paths into the repository moved there too.
     """
 
     def __init__(self, workdir: Path, pytest_args: Sequence[str], read:
                  Callable[[Path], Sequence[Judged]], threshold: float | None = None,
                  turn_s: float | None = None, setup: str | None = None,
-                 python: str = sys.executable, log: Callable[[str], None] | None = None
-                 ) -> None:
+                 python: str = sys.executable, log: Callable[[str], None] | None = None,
+                 place: Place | None = None) -> None:
         self.workdir = workdir
+        self.place = place
         self.pytest_args = list(pytest_args)
         self.read = read
         self.threshold = threshold
@@ -146,6 +150,10 @@ class PytestProbe:
         if co.returncode != 0:
             return skipped(f"could not check the commit out: {co.stderr.strip()[-TAIL_CHARS:]}")
         _git(self.workdir, "clean", "-fdq")
+        cwd = self.workdir
+        if self.place is not None:
+            cwd = self.place.at(self.place.cwd, self.workdir)
+            cwd.mkdir(parents=True, exist_ok=True)  # a folder this commit does not have yet
         if self.setup:
             built = subprocess.run(self.setup, shell=True, cwd=self.workdir,
                                    capture_output=True, text=True)
@@ -154,9 +162,11 @@ class PytestProbe:
                                f"{built.returncode}): {_tail(built.stdout + built.stderr)}")
         with tempfile.TemporaryDirectory(prefix="perfgate-bisect-") as tmp:
             report = Path(tmp) / "report.json"
+            words = (self.pytest_args if self.place is None
+                     else self.place.map_args(self.pytest_args, self.workdir))
             rc, output = self._pytest([*self.options(base, turns),
                                        f"--perfgate-json={report}", "--perfgate-record=false",
-                                       "-p", "no:cacheprovider", *self.pytest_args])
+                                       "-p", "no:cacheprovider", *words], cwd)
             judged: Sequence[Judged] = ()
             if report.exists():
                 try:
@@ -171,19 +181,22 @@ class PytestProbe:
         return Probe(commit, base, turns, readings, seconds=time.monotonic() - start,
                      command=cmd)
 
-    def _pytest(self, args: list[str]) -> tuple[int, str]:
-        """Run the comparison; on Ctrl-C or SIGTERM stop it (it ends its sides and removes
-        its base worktree), bounded, then re-raise."""
+    def _pytest(self, args: list[str], cwd: Path) -> tuple[int, str]:
+        """Run the comparison in ``cwd``; on Ctrl-C or SIGTERM stop it (it ends its sides
+        and removes its base worktree), bounded, then re-raise."""
         env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
         head = str(self.workdir)
+        inherited = os.environ.get("PYTHONPATH", "")
+        if self.place is not None and inherited:
+            inherited = self.place.pythonpath(inherited, self.workdir)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(Path(head) / "src"), head, os.environ.get("PYTHONPATH", "")) if p)
+            p for p in (str(Path(head) / "src"), head, inherited) if p)
         # As the A/B sides do: the controller's copy of pytest_perfgate, the project from cwd.
         boot = (f"import sys; sys.path.insert(0, {PLUGIN_ROOT!r}); "
                 "import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         with tempfile.TemporaryFile() as out:
-            proc = subprocess.Popen([self.python, "-c", boot, *args], cwd=self.workdir,
+            proc = subprocess.Popen([self.python, "-c", boot, *args], cwd=cwd,
                                     env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
