@@ -89,6 +89,29 @@ def test_without_cuda_edges_the_rate_counts_launches_only(monkeypatch) -> None:
     assert fake.synchronizations == 0
 
 
+def test_host_timers_only_when_asked(cuda) -> None:
+    fake, clock = cuda
+    w = LoopSource(learner(fake, clock), 256, clock=clock, tree=None, cuda=False).run_window(0.1)
+    assert w.gpu == {} and fake.synchronizations == 0
+    assert w.wall_s == pytest.approx(0.1, rel=0.01)
+
+
+def test_torchs_cpu_build_imported_changes_nothing() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    clock = FakeClock()
+
+    def step() -> None:
+        with phase("physics"):
+            clock.advance(0.001)
+
+    src = LoopSource(step, 1, clock=clock, tree=None)
+    w = src.run_window(0.01)
+    assert src.cuda is None and w.gpu == {} and w.phases["physics"].gpu_ns is None
+    assert not torch.cuda.is_initialized()
+
+
 def test_cuda_initialised_by_the_first_step_is_found_at_the_next_window(monkeypatch) -> None:
     clock = FakeClock()
     fake = FakeCuda(clock, initialized=False)

@@ -134,7 +134,9 @@ def test_torch_cuda_runtime_is_read_without_importing_torch(tmp_path: Path, monk
     (pkg / "version.py").write_text("__version__ = '2.13.0+cu128'\ncuda: Optional[str] = "
                                     "'12.8'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # find_spec looks there first
     assert torch_cuda_runtime({}) == "12.8"
+    assert "torch" not in sys.modules
     (pkg / "version.py").write_text("cuda: Optional[str] = None\n")
     assert torch_cuda_runtime({}) is None
     assert torch_cuda_runtime(CUDA_TORCH) == "12.8"

@@ -149,12 +149,13 @@ class LoopSource:
 
     Once the process has initialised CUDA through torch (looked for before each window,
     never by importing torch), the window's edges synchronise the device and the phases
-    are CUDA-timed too (gpu/cuda.py, docs/gpu.md).
+    are CUDA-timed too (gpu/cuda.py, docs/gpu.md); ``cuda=False`` keeps host timers only,
+    to show what they alone would say (tools/gpu_check.py).
     """
 
     def __init__(self, step: Callable[[], object], transitions: int,
                  recorder: PhaseRecorder | None = None, clock: Clock = SYSTEM_CLOCK,
-                 tree: ProcessTree | bool | None = True) -> None:
+                 tree: ProcessTree | bool | None = True, cuda: bool = True) -> None:
         if isinstance(transitions, bool) or not isinstance(transitions, int) or transitions < 1:
             raise ValueError(f"transitions={transitions!r}: pass the number of env-steps one "
                              "call of step() advances, a positive int (e.g. num_envs)")
@@ -170,13 +171,14 @@ class LoopSource:
         self.peak = PeakMemory()
         self._started = False
         self.cuda: CudaTimer | None = None
+        self._look_for_cuda = cuda
         if self._tree_cpu and self.tree is not None:
             self.recorder.count_children(self.tree)
 
     def _cuda(self) -> CudaTimer | None:
         """The CUDA timer once the process initialised CUDA (checked each window until then:
         the step's first call is often what initialises it)."""
-        if self.cuda is None and "torch" in sys.modules:
+        if self.cuda is None and self._look_for_cuda and "torch" in sys.modules:
             from pytest_perfgate.gpu.cuda import timer_if_active
 
             self.cuda = timer_if_active()
