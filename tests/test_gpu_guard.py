@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -129,7 +130,37 @@ def test_spoiled_windows_are_measured_again_and_the_reason_reaches_the_report() 
 
 def test_the_guard_is_not_looked_for_where_the_load_guard_is_off() -> None:
     meter = Meter(MeasureConfig.smoke(), clock=FakeClock(), load_probe=NullProbe())
-    assert meter._gpu_probe() is None and not meter._gpu_auto
+    assert meter._gpu_probe(Source()) is None and not meter._gpu_auto
+
+
+class LearnerPair(Source):
+    """A source whose child process uses CUDA device 1 (a ring pair's GPU learner)."""
+
+    cuda_device = 1
+
+
+class Quiet:
+    def sample(self) -> None:
+        return None
+
+
+def test_a_source_whose_child_uses_a_gpu_is_watched_on_that_gpu(monkeypatch) -> None:
+    from pytest_perfgate.gpu import nvml as nvml_mod
+
+    fake = FakeNvml([FakeDevice(pids=[ME]), FakeDevice(pids=[ME, 4242])])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml_mod.forget()
+    try:
+        meter = Meter(MeasureConfig(windows=1, max_remeasure=0), clock=FakeClock(),
+                      load_probe=Quiet())  # type: ignore[arg-type]
+        w = meter.window(LearnerPair(), 0.1)
+        assert w.gpu_spoiled == "another process on GPU 1: pid 4242" and w.polluted
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # CUDA's device 1 is not there
+        assert GpuGuard.for_index(1) is None
+        assert GpuGuard.for_index(0).devices == (1,)  # type: ignore[union-attr]
+    finally:
+        nvml_mod.forget()
 
 
 def gpu_result(**memory: int) -> BenchResult:

@@ -111,8 +111,10 @@ def test_naming_a_gpu(monkeypatch) -> None:
 
 def test_the_ring_pair_takes_a_learner_device_and_gpu_local_cpus(monkeypatch) -> None:
     pair = RingPair(SPEC, learner_device="cuda:1")
-    assert pair.kwargs[1] == {"device": "cuda:1"}
-    assert "device" not in RingPair(SPEC).kwargs[1]  # the CPU learner stays the default
+    assert pair.kwargs[1] == {"device": "cuda:1"} and pair.cuda_device == 1
+    cpu = RingPair(SPEC)  # the CPU learner stays the default
+    assert "device" not in cpu.kwargs[1] and cpu.cuda_device is None
+    assert RingPair(SPEC, learner_device="cuda").cuda_device == 0
     with pytest.raises(RingInputError) as e:
         RingPair(SPEC, learner_device="gpu")
     assert str(e.value) == "learner_device='gpu': use 'cpu' (the default), 'cuda' or 'cuda:N'"

@@ -458,8 +458,16 @@ class Meter:
         A/B turns decide what a spoiled turn costs (docs/design.md §3)."""
         return self._window(source, duration_s)
 
-    def _gpu_probe(self) -> GpuProbe | None:
-        """The GPU guard, looked for once this process has initialised CUDA."""
+    def _gpu_probe(self, source: WindowSource) -> GpuProbe | None:
+        """The GPU guard, looked for once this process has initialised CUDA, or on the
+        device a source's child process uses (``source.cuda_device``: a ring pair's
+        learner)."""
+        index = getattr(source, "cuda_device", None)
+        if self._gpu is None and self._gpu_auto and isinstance(index, int):
+            from pytest_perfgate.gpu.guard import GpuGuard
+
+            self._gpu_auto = False
+            self._gpu = GpuGuard.for_index(index)
         if self._gpu is None and self._gpu_auto and "torch" in sys.modules:
             from pytest_perfgate.gpu.cuda import active_cuda
 
@@ -472,13 +480,13 @@ class Meter:
         return self._gpu
 
     def _window(self, source: WindowSource, duration_s: float) -> Window:
-        gpu = self._gpu_probe()
+        gpu = self._gpu_probe(source)
         g0 = gpu.sample() if gpu is not None else None
         before = self._probe.sample()
         raw = completed_window(source, duration_s)
         after = self._probe.sample()
         if gpu is None:
-            gpu = self._gpu_probe()  # the window's step may have initialised CUDA
+            gpu = self._gpu_probe(source)  # the window's step may have initialised CUDA
         g1 = gpu.sample() if gpu is not None and g0 is not None else None
         self._learn(source, raw)
         busy = other = None

@@ -96,6 +96,20 @@ class GpuGuard:
                 return None
         return cls(nv, [index])
 
+    @classmethod
+    def for_index(cls, cuda_index: int, nvml: Nvml | None = None,
+                  env: Mapping[str, str] | None = None) -> GpuGuard | None:
+        """A guard on the device CUDA numbers ``cuda_index`` in a child process (a ring
+        pair's learner): the ``cuda_index``-th visible device. None without NVML."""
+        from pytest_perfgate.gpu import nvml as nvml_mod
+        from pytest_perfgate.gpu.fingerprint import visible_indices
+
+        nv = nvml if nvml is not None else nvml_mod.shared()
+        if nv is None:
+            return None
+        visible = visible_indices(nv, os.environ if env is None else env)
+        return cls(nv, [visible[cuda_index]]) if 0 <= cuda_index < len(visible) else None
+
     def sample(self) -> GpuSample:
         return GpuSample({i: self.nvml.state(i) for i in self.devices})
 

@@ -164,8 +164,11 @@ class RingPair:
         self.col_kwargs = [dict(k or {}) for k in per]
         self.kwargs = (self.col_kwargs[0], dict(learner_kwargs or {}))
         self.learner_device = check_device(learner_device)
+        # the GPU the learner uses, by CUDA's numbering: the Meter's GPU guard watches it
+        self.cuda_device: int | None = None
         if self.learner_device != "cpu":
             self.kwargs[1]["device"] = self.learner_device
+            self.cuda_device = int(self.learner_device.partition(":")[2] or 0)
         learner_cpus = gpu_local(learner_cpus)
         self.collectors = collectors
         self.col_cpus = col_cpus
