@@ -139,6 +139,13 @@ def test_the_synchronising_mode_puts_gpu_time_in_each_phase_wall(cuda, monkeypat
     assert fake.synchronizations >= 2 * w.calls
 
 
+def test_a_bad_sync_mode_fails_before_anything_is_measured(monkeypatch) -> None:
+    monkeypatch.setenv(SYNC_ENV, "sometimes")
+    with pytest.raises(ValueError, match=r"^PERFGATE_CUDA_SYNC='sometimes': use 'edges'"):
+        LoopSource(lambda: None, 1, tree=None)
+    LoopSource(lambda: None, 1, tree=None, cuda=False)  # host timers only: not read
+
+
 def test_a_bad_sync_mode_says_what_to_use() -> None:
     assert sync_mode({}) == "edges" and sync_mode({SYNC_ENV: " Phases "}) == "phases"
     with pytest.raises(ValueError) as e:

@@ -41,3 +41,68 @@ def test_gpu_check_on_a_machine_without_cuda_says_so_and_exits_2() -> None:
     assert res.stdout == (f"gpu_check: no CUDA device (torch {torch.__version__}, CUDA "
                           "runtime none: a CPU build): nothing to check; run it on a machine "
                           "with an NVIDIA GPU\n")
+
+
+GPU_CONFTEST_TAIL = """
+import sys
+from pytest_perfgate.gpu.fakes import FakeCuda, fake_torch
+
+CUDA = FakeCuda(CLOCK, initialized=False)  # initialised by the learner's first step
+sys.modules["torch"] = fake_torch(CUDA)
+"""
+GPU_PERF = """
+from conftest import CLOCK, CUDA
+
+def test_walk(perfgate):
+    def step():
+        with perfgate.phase("physics"):
+            CLOCK.advance(0.001)
+    perfgate.measure(step, transitions=8, name="walk")
+
+def test_learner(perfgate):
+    def step():
+        CUDA.initialized = True
+        with perfgate.phase("copy_h2d"):
+            CUDA.launch(0.0002, launch_s=0.00002)
+        with perfgate.phase("update"):
+            CUDA.alloc(768 * 2**20)
+            CUDA.launch(0.003, launch_s=0.0004)
+            CUDA.free(768 * 2**20)
+        CLOCK.advance(0.0005)
+    perfgate.measure(step, transitions=256, name="learner")
+"""
+
+
+@pytest.mark.slow  # a pytest process
+def test_a_gpu_learner_through_the_plugin(pytester: pytest.Pytester) -> None:
+    """The fake torch.cuda on the session's fake clock, through pytest --perfgate: the
+    record, the asv series and the summary carry the GPU figures; the CPU test beside it
+    records none."""
+    import json
+
+    from fake_session import FAKE_CLOCK_CONFTEST
+
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST + GPU_CONFTEST_TAIL)
+    pytester.makepyfile(test_perf=GPU_PERF)
+    pytester.makeini("[pytest]\nperfgate_results_dir = results\n")
+    res = pytester.runpytest_subprocess("--perfgate", "--perfgate-machine=box",
+                                        "--perfgate-windows=3", "--perfgate-window-time=0.05",
+                                        "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines([
+        "*learner: peak memory *; GPU peak memory: allocated 768 MiB, reserved 768 MiB; cores*",
+        "*learner: CUDA timed: window edges synchronise the device, phases carry GPU time "
+        "from CUDA events",
+        "*learner: phase update: CPU wall 0.4 ms, GPU 3 ms per call (its kernels run after "
+        "the CPU has moved on: the GPU time is what it costs)"])
+    (sidecar,) = (pytester.path / "results").rglob("*.pgrun")
+    recorded = json.loads(sidecar.read_text())["benchmarks"]
+    learner, walk = recorded["learner"], recorded["walk"]
+    assert learner["gpu"] == {"sync": "edges"}
+    assert learner["phases"]["update"]["gpu_ms"] == pytest.approx(3.0, rel=0.01)
+    assert learner["steps_per_s"] == pytest.approx(256 / 0.0032, rel=0.01)
+    assert learner["memory"]["gpu_peak_reserved"] == 768 * 2**20
+    assert "gpu" not in walk and "gpu_ms" not in walk["phases"]["physics"]
+    assert not any(k.startswith("gpu") for k in walk.get("memory", {}))
+    asv = json.loads((pytester.path / "results" / "benchmarks.json").read_text())
+    assert asv["learner.gpu_mem"]["unit"] == "bytes" and "walk.gpu_mem" not in asv

@@ -20,6 +20,7 @@ step is at most ``max_quantization`` of a window's count (docs/design.md §1).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -172,6 +173,10 @@ class LoopSource:
         self._started = False
         self.cuda: CudaTimer | None = None
         self._look_for_cuda = cuda
+        if cuda and os.environ.get("PERFGATE_CUDA_SYNC"):  # a bad value fails before measuring
+            from pytest_perfgate.gpu.cuda import sync_mode
+
+            sync_mode()
         if self._tree_cpu and self.tree is not None:
             self.recorder.count_children(self.tree)
 
