@@ -4,6 +4,7 @@ bound proportionate to the turn, stated in the error."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,3 +118,94 @@ def test_hung_side_is_reported_within_the_stated_bound(pytester: pytest.Pytester
     assert "REGRESSION" not in res.stdout.str()
     assert took < 60, f"a hung side took {took:.0f} s to report (the old bound: ~90 s)"
     assert worktrees(pytester.path) == worktrees(pytester.path)[:1]
+
+
+@pytest.mark.parametrize("pid", [99999999999999999999, -5, True, "123", 1 << 23])
+def test_a_planted_owner_file_breaks_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            pid: object) -> None:
+    """The temp dir is shared: a marker naming no process perfgate could have started (a
+    pid past the kernel's limit overflowed psutil) is not ours, and is left alone."""
+    git_dir = tmp_path / "repo"
+    git_dir.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=git_dir, check=True)
+    planted = tmp_path / (PREFIX + "planted")
+    planted.mkdir()
+    (planted / MARKER).write_text(json.dumps({"pid": pid, "start": None,
+                                              "host": os.uname().nodename}))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert sweep_stale(git_dir) == []
+    assert planted.is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_another_users_or_a_linked_worktree_folder_is_never_swept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    git_dir = tmp_path / "repo"
+    git_dir.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=git_dir, check=True)
+    dead = {"pid": 4_000_000, "start": None, "host": os.uname().nodename}  # no such process
+    theirs = tmp_path / (PREFIX + "theirs")
+    theirs.mkdir()
+    (theirs / MARKER).write_text(json.dumps(dead))
+    os.chown(theirs, 65534, 65534)
+    os.chown(theirs / MARKER, 65534, 65534)
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / MARKER).write_text(json.dumps(dead))
+    (tmp_path / (PREFIX + "link")).symlink_to(target)
+    mine = tmp_path / (PREFIX + "mine")
+    mine.mkdir()
+    (mine / MARKER).write_text(json.dumps(dead))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert sweep_stale(git_dir) == [mine]
+    assert theirs.is_dir() and target.is_dir() and not mine.exists()
+
+
+def _grandchildren(tag: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if p.info["cmdline"] == tag.split():
+                found.append(p)
+    return found
+
+
+def test_a_stopped_setup_command_takes_its_children_with_it(tmp_path: Path) -> None:
+    """SIGTERM during --perfgate-ab-setup / bisect --setup: the command's children end
+    too, not only its shell."""
+    ready = tmp_path / "ready"
+    script = ("import sys; from pytest_perfgate.modes import group\n"
+              "from pytest_perfgate.modes.ab.checkout import term_as_interrupt\n"
+              "term_as_interrupt()\n"
+              f"group.run('sleep 45.123 & sleep 45.123 & touch {ready}; wait', '.')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        assert len(_grandchildren("sleep 45.123")) == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt: SIGTERM" in err
+    deadline = time.monotonic() + 20
+    while _grandchildren("sleep 45.123") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _grandchildren("sleep 45.123") == []
+
+
+def test_a_child_ends_when_perfgate_is_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL runs no clean-up: the kernel ends what perfgate started (A/B sides, a
+    bisection's probe) through the parent-death signal."""
+    script = ("import sys, time; from pytest_perfgate.modes import group\n"
+              "p = group.popen(['sleep', '46.321'])\n"
+              "print(p.pid, flush=True); time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    child = psutil.Process(int(proc.stdout.readline()))
+    assert "46.321" in " ".join(child.cmdline())
+    proc.kill()
+    proc.communicate(timeout=30)
+    _gone, alive = psutil.wait_procs([child], timeout=20)
+    assert alive == []

@@ -6,6 +6,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -382,3 +383,31 @@ def test_an_interrupted_study_says_what_it_kept(save: Path | None) -> None:
     else:
         assert text == ("perfgate calibrate: interrupted; the trials that ended are in "
                         "study.json: `perfgate calibrate --analyse study.json` reports them")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.update(base=["fast", *t["base"][1:]]), "trial 0 (base = ('fast', "),
+    (lambda t: t.update(head=[-1.0, *t["head"][1:]]), "trial 0 (head = (-1.0, "),
+    (lambda t: t.update(base=[0.0] * len(t["base"])), "trial 0 (base = (0.0, 0.0, "),
+    (lambda t: t.update(head=t["head"][:-1]), "trial 0 (base/head = (12, 11)) needs the same"),
+    (lambda t: t.update(base=[], head=[]), "trial 0 (base/head = (0, 0)) needs the same "),
+    (lambda t: t.update(loads=[[0.1]]), "trial 0 (loads = ((0.1,),)) is not one (base, head)"),
+    (lambda t: t.update(turn_wall="slow"), "trial 0 (turn_wall = 'slow') is not a number of "),
+    (lambda t: t.update(slowdown=7), "trial 0 (slowdown = 7) is not a fraction in [0, 1)"),
+])
+def test_an_edited_study_file_is_refused_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any, message: str) -> None:
+    """`perfgate calibrate --analyse` of a study with one field edited: a usage error
+    naming the trial, the field and the value, never a traceback."""
+    trials, _ = study(CFG)
+    p = tmp_path / "s.json"
+    cal.save(p, CFG, trials, {})
+    data = json.loads(p.read_text())
+    edit(data["trials"][0])
+    p.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--analyse", str(p)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"perfgate calibrate: error: {p}: {message}" in err, err
+    assert err.rstrip().endswith("the file was edited or damaged: re-run the study with --save")

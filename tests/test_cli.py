@@ -32,6 +32,16 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
     assert "sweep MuJoCo pool sweep over threads or batch sizes (interleaved)" in words
 
 
+@pytest.mark.parametrize("name", [c.name for c in commands()])
+def test_every_command_renders_its_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help strings with %: a bare one (a threshold written as "2%") turned
+    `perfgate bisect --help` into a traceback."""
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: perfgate {name} ")
+
+
 @pytest.mark.parametrize("argv, message", [
     ([], "perfgate: error: the following arguments are required: COMMAND"),
     (["nope"], "perfgate: error: argument COMMAND: invalid choice: 'nope' (choose from "),
@@ -104,3 +114,25 @@ def test_machine_prints_what_the_plugin_records(capsys: pytest.CaptureFixture[st
     assert exc.value.code == 2
     assert ("perfgate machine: error: environment variable PERFGATE_MACHINE: '.hidden' is "
             "not a usable machine name") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_every_command_stopped_exits_130_saying_so(how: str, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGTERM (a cancelled CI job) ends any command like Ctrl-C: exit 130 and one line,
+    never 143 with nothing said; the previous SIGTERM handler is back afterwards."""
+    import os
+    import signal
+
+    from pytest_perfgate.cli.history import HistoryCommand as History
+
+    def stop(cls: object, args: object) -> int:
+        if how == "SIGTERM":
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(History, "run_from_args", classmethod(stop))
+    assert main(["history", "walk"]) == 130
+    assert capsys.readouterr().err == "perfgate history: stopped (Ctrl-C or SIGTERM)\n"
+    assert signal.getsignal(signal.SIGTERM) == before

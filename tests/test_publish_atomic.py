@@ -152,7 +152,7 @@ def test_sigterm_ends_asv_and_its_children_and_leaves_nothing_behind(
     assert leftovers(repo)  # the build folder exists while asv runs
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 3, out + err
+    assert proc.returncode == 130, out + err
     assert err.splitlines()[-1] == (
         f"perfgate publish: stopped (Ctrl-C or SIGTERM): asv was ended, the site in "
         f"{repo / 'html'} is left as it was")

@@ -73,11 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     ns = make_parser().parse_args(args)
     ns.command_line = "perfgate " + " ".join(args)
+    from pytest_perfgate.modes.ab.checkout import term_as_interrupt
+
+    restore = term_as_interrupt()  # SIGTERM (a cancelled job) unwinds like Ctrl-C
     try:
         return int(ns.run(ns))
     except BrokenPipeError:  # `perfgate history X | head`: the reader has all it wants
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # a command with more to say catches it itself
+        print(f"perfgate {args[0]}: stopped (Ctrl-C or SIGTERM)", file=sys.stderr)
+        return EXIT_STOPPED
+    finally:
+        restore()
+
+
+EXIT_STOPPED = 130  # stopped by Ctrl-C or SIGTERM, every command (128 + SIGINT)
 
 
 __all__ = ["Command", "commands", "main", "make_parser"]

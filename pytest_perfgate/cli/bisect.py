@@ -49,7 +49,7 @@ class Bisect(Command):
                         "few: every probe runs them all)")
         ap.add_argument("--threshold", type=argparse_type(parse_fraction), default=None,
                         help=f"throughput drop that makes a commit bad (default "
-                        f"{AB_THRESHOLD:.0%}, the A/B mode's)")
+                        f"{AB_THRESHOLD:.0%}, the A/B mode's)".replace("%", "%%"))
         ap.add_argument("--turns", type=argparse_type(parse_turns), default=96,
                         help="A/B turns per side in a probe (default 96)")
         ap.add_argument("--turn-time", type=argparse_type(parse_seconds), default=0.1,

@@ -115,7 +115,7 @@ class Publish(Command):
         except KeyboardInterrupt:
             print(f"perfgate publish: stopped (Ctrl-C or SIGTERM): asv was ended, the site in "
                   f"{html_dir} is left as it was", file=sys.stderr)
-            return 3
+            return 130
         if isinstance(done_v, int):
             return done_v
         if done_v is None:

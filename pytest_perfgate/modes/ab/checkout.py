@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -27,6 +28,8 @@ from typing import Any
 
 PREFIX = "perfgate-base-"
 MARKER = "perfgate-ab-owner.json"  # beside the worktree folder ("base"), never inside it
+BISECT_PREFIX = "perfgate-bisect-"  # a bisection's folder, holding its one worktree's
+PID_MAX = 1 << 22  # the kernel's largest pid_max: a larger "pid" is no process of ours
 
 
 class WorktreeError(RuntimeError):
@@ -50,7 +53,8 @@ def _owner() -> dict[str, Any]:
 def _alive(owner: dict[str, Any]) -> bool:
     """Whether the run that made a worktree may still run (when unsure: yes, keep it)."""
     pid = owner.get("pid")
-    if owner.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+    if (owner.get("host") != socket.gethostname() or type(pid) is not int
+            or not 0 < pid <= PID_MAX):
         return True  # another machine sharing this folder, or not our format
     import psutil
 
@@ -81,15 +85,24 @@ def sweep_stale(repo: Path) -> list[Path]:
     swept = []
     for folder in sorted(found):
         try:
+            if not (_mine(folder) and _mine(folder / MARKER)):
+                continue  # the temp dir is shared: another user's, or a link, is not ours
             owner = json.loads((folder / MARKER).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not provably ours (or still being created): leave it
         if not isinstance(owner, dict) or _alive(owner):
             continue
-        _remove(Path(str(owner.get("repo") or repo)), folder)
+        mark = owner.get("repo")
+        _remove(Path(mark) if isinstance(mark, str) and mark else repo, folder)
         swept.append(folder)
     _git(repo, "worktree", "prune")
     return swept
+
+
+def _mine(path: Path) -> bool:
+    """A folder or file (not a link) owned by this user."""
+    st = path.lstat()
+    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid()
 
 
 @contextlib.contextmanager
@@ -115,6 +128,9 @@ def _remove(repo: Path, folder: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             _git(repo, "worktree", "prune")
+        if folder.parent.name.startswith(BISECT_PREFIX):  # a killed bisection's, now empty
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, 
 from pytest_perfgate.core.metric import ENV_STEPS, Metric, metric_for
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
 from pytest_perfgate.core.sequential import Design, plan
+from pytest_perfgate.modes import group
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
@@ -96,8 +96,7 @@ def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.Ex
     except PlaceError as e:
         raise ABSetupError(f"--perfgate-ab {rev}: {e}") from None
     if setup_cmd:
-        proc = subprocess.run(setup_cmd, shell=True, cwd=base_dir, capture_output=True,
-                              text=True)
+        proc = group.run(setup_cmd, base_dir)
         if proc.returncode != 0:
             raise ABSetupError(
                 f"--perfgate-ab-setup {setup_cmd!r} failed in the base worktree "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.measure import RawWindow
+from pytest_perfgate.modes import group
 from pytest_perfgate.modes.place import Place, Where
 
 if TYPE_CHECKING:
@@ -116,9 +117,9 @@ class Side:
                 "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning",
                 *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
-                                     stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = group.popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
+                                stdin=subprocess.DEVNULL, stdout=self.log,
+                                stderr=subprocess.STDOUT)
         child.close()
         self.command = shlex.join([*args[:1], "-m", "pytest", self.target])
         self.hung = False  # it missed a deadline: close() ends it at once

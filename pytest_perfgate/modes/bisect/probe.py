@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.modes.ab.checkout import term_as_interrupt
+from pytest_perfgate.modes import group
+from pytest_perfgate.modes.ab.checkout import BISECT_PREFIX, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as _worktree
 from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT
 from pytest_perfgate.modes.bisect.search import Probe, Reading
@@ -86,7 +87,7 @@ def head_worktree(repo: Path) -> Iterator[Path]:
     # In a folder of its own, not the temp dir's top: it lives for the whole bisection, and a
     # sweep of the temp dir's worktree folders by any other run must not reach it. A SIGKILLed
     # run's is still found, through `git worktree list`.
-    parent = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))
+    parent = Path(tempfile.mkdtemp(prefix=BISECT_PREFIX))
     try:
         with _worktree(repo, "HEAD", parent) as path:
             yield path
@@ -155,12 +156,12 @@ class PytestProbe:
             cwd = self.place.at(self.place.cwd, self.workdir)
             cwd.mkdir(parents=True, exist_ok=True)  # a folder this commit does not have yet
         if self.setup:
-            built = subprocess.run(self.setup, shell=True, cwd=self.workdir,
-                                   capture_output=True, text=True)
+            built = group.run(self.setup, self.workdir)
             if built.returncode != 0:
                 return skipped(f"the set-up command {self.setup!r} failed here (exit "
                                f"{built.returncode}): {_tail(built.stdout + built.stderr)}")
-        with tempfile.TemporaryDirectory(prefix="perfgate-bisect-") as tmp:
+        # beside the worktree: a killed run's report goes when its worktree is swept
+        with tempfile.TemporaryDirectory(prefix="probe-", dir=self.workdir.parent) as tmp:
             report = Path(tmp) / "report.json"
             words = (self.pytest_args if self.place is None
                      else self.place.map_args(self.pytest_args, self.workdir))
@@ -196,9 +197,8 @@ class PytestProbe:
                 "import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         with tempfile.TemporaryFile() as out:
-            proc = subprocess.Popen([self.python, "-c", boot, *args], cwd=cwd,
-                                    env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = group.popen([self.python, "-c", boot, *args], cwd=cwd, env=env,
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
             try:
                 rc = proc.wait()
             except BaseException:
@@ -217,6 +217,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    group.reap(proc)  # anything of its group that outlived it
 
 
 def _tail(text: str) -> str:
