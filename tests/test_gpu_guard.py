@@ -72,20 +72,36 @@ def test_throttling_is_named_with_the_sm_clock() -> None:
 
     fake = FakeNvml([FakeDevice(pids=[ME])])
     assert window_between(guard(fake), hot) == (
-        "GPU 0 throttled: hardware slowdown, thermal (software slowdown); SM clock 2407 -> "
-        "1830 MHz")
+        "GPU 0 throttled: hardware slowdown, thermal (software slowdown), SM clock 1830 MHz "
+        "(highest 2407)")
+
+
+def test_a_power_cap_spoils_only_when_it_costs_clock() -> None:
+    """A GPU-bound workload runs at its power limit all along: that is its own speed."""
+    fake = FakeNvml([FakeDevice(pids=[ME], throttle=0x4, sm_clock=1980)])
+    g = guard(fake)
+    assert window_between(g, lambda d: None) is None
+    assert window_between(g, lambda d: setattr(d, "sm_clock", 1800)) is None  # -9%
+
+    def lower(d: FakeDevice) -> None:
+        d.sm_clock = 1700  # 14% below the highest this measurement saw
+
+    assert window_between(g, lower) == \
+        "GPU 0 throttled: power cap, SM clock 1700 MHz (highest 1980)"
+    g.start()  # a new measurement: its own highest clock
+    assert window_between(g, lambda d: None) is None
 
 
 class ScriptedNvml(FakeNvml):
     """Each reading of the device (one per window edge) takes the next (throttle, pids)."""
 
-    def __init__(self, script: list[tuple[int, list[int]]]) -> None:
+    def __init__(self, script: list[tuple[int, list[int], int]]) -> None:
         super().__init__([FakeDevice()])
         self.script = script
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: object) -> int:
         d = self.devices[0]
-        d.throttle, d.pids = self.script.pop(0)
+        d.throttle, d.pids, d.sm_clock = self.script.pop(0)
         d.memory_used += 2**20
         return d.throttle
 
@@ -95,9 +111,9 @@ class Source:
         return RawWindow(1000, duration_s, duration_s, gpu={"sync": "edges"})
 
 
-CLEAN = (0, [ME])
-POWER = (0x4, [ME])
-NEIGHBOUR = (0, [ME, 31337])
+CLEAN = (0, [ME], 2407)
+POWER = (0x4, [ME], 1900)  # a power cap that cost 21% of the clock
+NEIGHBOUR = (0, [ME, 31337], 2407)
 
 
 def test_spoiled_windows_are_measured_again_and_the_reason_reaches_the_report() -> None:
@@ -111,19 +127,19 @@ def test_spoiled_windows_are_measured_again_and_the_reason_reaches_the_report() 
     m = meter.measure(Source())
     assert fake.script == []
     assert m.remeasured == 2 and m.polluted_kept == 1
-    assert [w.gpu_spoiled for w in m.windows] == [None, "GPU 0 throttled: power cap; SM clock "
-                                                  "2407 -> 2407 MHz", None]
+    capped = "GPU 0 throttled: power cap, SM clock 1900 MHz (highest 2407)"
+    assert [w.gpu_spoiled for w in m.windows] == [None, capped, None]
     assert m.windows[1].polluted
     r = summarize("learner", m, 1000)
-    assert r.gpu["spoiled"] == {"GPU 0 throttled: power cap; SM clock 2407 -> 2407 MHz": 2,
-                                "another process on GPU 0: pid 31337": 1}
+    assert r.gpu["spoiled"] == {capped: 2, "another process on GPU 0: pid 31337": 1}
+    assert r.gpu["sm_clock_mhz"] == [1900, 2407]
     assert r.memory["gpu_used"] == 1200 * 2**20 + 10 * 2**20  # the largest NVML reading
     assert BenchResult.from_json(r.to_json()) == r
     assert gpu_lines(r) == [
         "CUDA timed: window edges synchronise the device, phases carry GPU time from CUDA "
         "events",
-        "2 window(s) spoiled on the GPU (GPU 0 throttled: power cap; SM clock 2407 -> 2407 "
-        "MHz): measured again like outside CPU load",
+        "SM clock 1900-2407 MHz at the windows' edges",
+        f"2 window(s) spoiled on the GPU ({capped}): measured again like outside CPU load",
         "1 window(s) spoiled on the GPU (another process on GPU 0: pid 31337): measured again "
         "like outside CPU load"]
 

@@ -323,10 +323,14 @@ class Measurement:
     @property
     def gpu(self) -> dict[str, Any]:
         """How the GPU was timed and watched (empty where the process did not use CUDA):
-        ``sync`` (gpu/cuda.py) and ``spoiled``, each GPU guard reason with its window count."""
+        ``sync`` (gpu/cuda.py), ``sm_clock_mhz`` (lowest, highest over the windows) and
+        ``spoiled``, each GPU guard reason with its window count."""
         out: dict[str, Any] = {}
         for w in self.windows:
             out.update(w.gpu)
+        clocks = [w.gpu["sm_clock_mhz"] for w in self.windows if "sm_clock_mhz" in w.gpu]
+        if clocks:  # the lowest SM clock at each window's edges: its range over the run
+            out["sm_clock_mhz"] = [min(clocks), max(clocks)]
         if self.gpu_spoiled:
             spoiled: dict[str, int] = {}
             for reason in self.gpu_spoiled:
@@ -418,6 +422,8 @@ class Meter:
         windows: list[Window] = []
         remeasured = polluted_kept = 0
         gpu_spoiled: list[str] = []
+        if self._gpu is not None:
+            self._gpu.start()
         while len(windows) < cfg.windows:
             w = self._window(source, self._length(source, cfg.window_s))
             if w.gpu_spoiled is not None:
@@ -501,17 +507,20 @@ class Meter:
             if busy is not None:
                 other = max(0.0, busy - raw.cpu_s / raw.wall_s) if raw.wall_s > 0 else None
                 polluted = other is not None and other > self.config.load_limit
-        memory = dict(raw.memory)
+        memory, gpu_info = dict(raw.memory), dict(raw.gpu)
         spoiled = None
         if gpu is not None and g0 is not None and g1 is not None:
             spoiled = gpu.spoiled(g0, g1)
-            used = [s.memory_used for s in (*g0.states.values(), *g1.states.values())
-                    if s.memory_used is not None]
+            states = (*g0.states.values(), *g1.states.values())
+            used = [s.memory_used for s in states if s.memory_used is not None]
             if used:
                 memory["gpu_used"] = max(used)
+            clocks = [s.sm_clock_mhz for s in states if s.sm_clock_mhz is not None]
+            if clocks:
+                gpu_info["sm_clock_mhz"] = min(clocks)
         return Window(raw.transitions, raw.wall_s, raw.cpu_s, raw.phases, raw.calls,
                       raw.streams, busy, other, polluted or spoiled is not None, spoiled,
-                      memory=memory, gpu=raw.gpu)
+                      memory=memory, gpu=gpu_info)
 
 
 __all__ = [

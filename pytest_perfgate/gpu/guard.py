@@ -3,10 +3,13 @@ down, spoils a window the way outside CPU load does (core/load.py, docs/gpu.md).
 
 NVML is read at both edges of a window (two readings of ~4 queries each): the processes
 holding a compute context on the device, the clock event reasons and the SM clock. A
-window is spoiled when a process outside the workload's tree held a context, or when a
-reason that slows the clocks (power cap, thermal, hardware slowdown, power brake) was on at
-either edge. The reasons are instantaneous: a throttle that came and went between the
-edges is not seen.
+window is spoiled when a process outside the workload's tree held a context, when a
+thermal, hardware-slowdown or power-brake reason was on at either edge, or when the power
+cap was on and the SM clock was more than :data:`CAP_DROP` below the highest this
+measurement saw. A power cap alone is not outside noise: a GPU-bound workload runs into its
+power limit all the time, in the base as in the head, and spoiling every such window would
+leave nothing to judge. The reasons are instantaneous: a throttle that came and went
+between the edges is not seen.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from pytest_perfgate.gpu.nvml import DeviceState, Nvml
 
 # NVML clock event reasons that slow the device; GPU idle, application clock setting,
 # sync boost and display clock setting are not the workload's slowdown by someone else.
+POWER_CAP = 0x4
+CAP_DROP = 0.10  # a power cap spoils a window when it cost this much SM clock
 THROTTLE_REASONS: dict[int, str] = {
-    0x4: "power cap",
+    POWER_CAP: "power cap",
     0x8: "hardware slowdown",
     0x20: "thermal (software slowdown)",
     0x40: "thermal (hardware slowdown)",
@@ -47,6 +52,8 @@ class GpuProbe(Protocol):
     def sample(self) -> GpuSample | None: ...
 
     def spoiled(self, before: GpuSample, after: GpuSample) -> str | None: ...
+
+    def start(self) -> None: ...
 
 
 def tree_pids() -> set[int]:
@@ -74,6 +81,11 @@ class GpuGuard:
         self.devices = tuple(devices)
         self._own_pids = own_pids
         self._contexts = contexts
+        self._top_mhz: dict[int, int] = {}  # the highest SM clock seen, per device
+
+    def start(self) -> None:
+        """A new measurement: the power cap rule compares clocks within one only."""
+        self._top_mhz.clear()
 
     @classmethod
     def for_cuda(cls, cuda: Any, nvml: Nvml | None = None) -> GpuGuard | None:
@@ -124,14 +136,18 @@ class GpuGuard:
             others = self._others(i, {*(a.pids or ()), *(b.pids or ())}, me)
             if others:
                 reasons.append(others)
+            clocks = [c for c in (a.sm_clock_mhz, b.sm_clock_mhz) if c is not None]
+            top = max([self._top_mhz.get(i, 0), *clocks])
+            self._top_mhz[i] = top
             mask = (a.throttle or 0) | (b.throttle or 0)
+            if mask & POWER_CAP and not (clocks and min(clocks) < (1 - CAP_DROP) * top):
+                mask &= ~POWER_CAP  # capped at the clock it always runs at: its own limit
             names = throttle_names(mask)
             if names:
-                clock = ""
-                if a.sm_clock_mhz is not None and b.sm_clock_mhz is not None:
-                    clock = f"; SM clock {a.sm_clock_mhz} -> {b.sm_clock_mhz} MHz"
+                clock = f", SM clock {min(clocks)} MHz (highest {top})" if clocks else ""
                 reasons.append(f"GPU {i} throttled: {', '.join(names)}{clock}")
         return "; ".join(reasons) or None
+
 
     def _others(self, device: int, pids: set[int], me: int) -> str | None:
         if not pids or pids == {me}:
@@ -152,5 +168,5 @@ class GpuGuard:
                 f"processes, none with a pid of this workload: another PID namespace)")
 
 
-__all__ = ["THROTTLE_REASONS", "GpuGuard", "GpuProbe", "GpuSample", "throttle_names",
+__all__ = ["CAP_DROP", "POWER_CAP", "THROTTLE_REASONS", "GpuGuard", "GpuProbe", "GpuSample", "throttle_names",
            "tree_pids"]

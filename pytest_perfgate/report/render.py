@@ -124,7 +124,12 @@ def gpu_lines(r: BenchResult) -> list[str]:
         return []
     from pytest_perfgate.gpu.cuda import phase_note, sync_note
 
-    out = [sync_note(r.gpu.get("sync"))]
+    out = [sync_note(r.gpu.get("sync"))] if r.gpu.get("sync") else []
+    clock = r.gpu.get("sm_clock_mhz")
+    if isinstance(clock, list) and len(clock) == 2:
+        out.append(f"SM clock {clock[0]}-{clock[1]} MHz at the windows' edges"
+                   if clock[0] != clock[1] else f"SM clock {clock[0]} MHz at the windows' "
+                   "edges")
     for name, ph in sorted(r.phases.items(), key=lambda kv: -kv[1].share):
         note = phase_note(name, ph.ms_per_call, ph.gpu_ms)
         if note:
