@@ -168,5 +168,5 @@ class GpuGuard:
                 f"processes, none with a pid of this workload: another PID namespace)")
 
 
-__all__ = ["CAP_DROP", "POWER_CAP", "THROTTLE_REASONS", "GpuGuard", "GpuProbe", "GpuSample", "throttle_names",
-           "tree_pids"]
+__all__ = ["CAP_DROP", "POWER_CAP", "THROTTLE_REASONS", "GpuGuard", "GpuProbe", "GpuSample",
+           "throttle_names", "tree_pids"]
