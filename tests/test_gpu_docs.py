@@ -106,3 +106,13 @@ def test_a_gpu_learner_through_the_plugin(pytester: pytest.Pytester) -> None:
     assert not any(k.startswith("gpu") for k in walk.get("memory", {}))
     asv = json.loads((pytester.path / "results" / "benchmarks.json").read_text())
     assert asv["learner.gpu_mem"]["unit"] == "bytes" and "walk.gpu_mem" not in asv
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_gpu_check_without_torch_says_so_and_exits_2() -> None:
+    code = ("import runpy, sys\nsys.modules['torch'] = None\nsys.argv = ['gpu_check.py']\n"
+            f"runpy.run_path({str(ROOT / 'tools/gpu_check.py')!r}, run_name='__main__')\n")
+    res = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "gpu_check: no CUDA device: torch is not installed; nothing to check\n"

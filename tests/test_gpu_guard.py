@@ -253,3 +253,17 @@ def test_nvml_that_cannot_answer_gives_nothing_rather_than_failing(fail_init: bo
     fake = FakeNvml([], fail_init=fail_init)
     nv = Nvml.open(fake)
     assert (nv is None) if fail_init else (nv is not None and nv.count() == 0)
+
+
+def test_the_gpu_memory_verdict_names_gpu_memory_in_every_outcome() -> None:
+    rule = Rule(threshold=0.10)
+    gib = float(2**30)
+    assert decide_memory(gib, [], rule, what="GPU peak memory").message == (
+        "no baseline run recorded GPU peak memory (runs before this version did not); this "
+        "run's is recorded and becomes the baseline of later commits")
+    assert decide_memory(gib, [2 * gib], rule, what="GPU peak memory").message == (
+        "GPU peak memory fell 50.0% (1024 MiB now vs 2048 MiB, the median of 1 baseline "
+        "run(s)' peaks)")
+    assert decide_memory(gib, [gib], rule, what="GPU peak memory").message == (
+        "GPU peak memory within 10% (+0.0%: 1024 MiB now vs 1024 MiB, the median of 1 "
+        "baseline run(s)' peaks)")

@@ -205,3 +205,10 @@ def test_the_cpu_learner_stays_the_default_and_keeps_its_phases() -> None:
     once = sac_learner(FakeRing(), rec, batch_size=8, hidden=8)  # type: ignore[arg-type]
     assert [once() for _ in range(3)] == [8, 8, 8]
     assert sorted(rec.take()) == ["drain", "update", "wait_data"]
+
+
+def test_an_unreadable_local_cpulist_is_named(tmp_path: Path) -> None:
+    sysfs, _, nv = machine(tmp_path, "1", local="8-x")
+    with pytest.raises(ValueError) as e:
+        numa.gpu_local_cpus(0, sysfs_root=sysfs, nvml=nv)
+    assert str(e.value).startswith("GPU 0 (0000:41:00.0): unreadable local_cpulist '8-x' (")
