@@ -113,12 +113,6 @@ class CudaTimer:
         except Exception:
             pass
 
-    def device_index(self) -> int | None:
-        try:
-            return int(self._cuda.current_device())
-        except Exception:
-            return None
-
 
 class Sink(Protocol):
     """Where :class:`PendingPhases` reports: ring/sides.py's SideRecorder ``add``."""
