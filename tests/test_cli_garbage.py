@@ -264,3 +264,22 @@ def test_a_deeply_nested_config_or_report_is_named_too(tmp_path: Path, capsys,
     status, out = run(capsys, "check", "--report", "report.json")
     assert status == 3 and ("perfgate check: infrastructure error: cannot read the report "
                             "report.json: nested too deep") in out
+
+
+@pytest.mark.parametrize("report", ["garbage", "missing", "a directory"])
+def test_json_names_the_error_whenever_the_exit_is_3(tmp_path: Path, report: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/cli.md: with --json, "error" is set whenever the exit is 3, whatever path said so
+    (a report that is garbage, missing or a directory left it null)."""
+    path = tmp_path / "report.json"
+    if report == "garbage":
+        path.write_text("{not json")
+    elif report == "a directory":
+        path.mkdir()
+    status = main(["check", "--json", "--report", str(path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 3 and doc["exit"] == 3
+    assert doc["error"]["kind"] == "infrastructure"
+    assert str(path) in doc["error"]["message"]
+    assert doc["error"]["message"].startswith("no report at" if report == "missing"
+                                              else "cannot read the report")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from multiprocessing import Pipe
 from pathlib import Path
@@ -202,3 +203,28 @@ def test_only_calibration_sides_are_started_for_calibration(tmp_path: Path) -> N
         assert side.close() == 0, side.output_tail()
         side.log.close()
         assert (tmp_path / "env.txt").read_text() == seen
+
+
+@pytest.mark.parametrize("value", ["abc", "1", "99999999999999999999", "²"])
+def test_a_side_variable_naming_no_connection_is_no_side(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path, value: str) -> None:
+    """PERFGATE_SIDE_FD inherited by a nested pytest, or set by hand (stdout's fd 1 among
+    them): not a side (an INTERNALERROR, or pickles written to stdout), a warning instead;
+    and a real side's children do not inherit the variable."""
+    from pytest_perfgate.modes.ab.side import is_side_process, stray_side_variable
+
+    monkeypatch.setenv(ENV_FD, value)
+    assert not is_side_process() and stray_side_variable() == value
+    assert ENV_FD not in os.environ
+    s = GateSession(Options(enabled=False), tmp_path)
+    assert not isinstance(s.mode, ABSide) and s.smoke
+
+
+def test_a_stray_side_variable_is_a_warning_in_a_pytest_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+                          cwd=pytester.path, env={**os.environ, ENV_FD: "abc"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("PERFGATE_SIDE_FD='abc' names no A/B connection of this process (perfgate sets "
+            "it only for the sides it starts): ignored; unset it") in proc.stdout

@@ -7,6 +7,7 @@ advances, so "twice as slow" is exactly twice as slow, whatever the machine does
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from helpers import CONFTEST, PERF_TEST
@@ -261,3 +262,39 @@ def test_a_tilde_in_path_options_is_the_home_folder(sandbox: pytest.Pytester,
     assert (home / "report.json").is_file()
     assert any((home / "hist").iterdir())
     assert not (sandbox.path / "~").exists()
+
+
+def test_xdist_refusal_names_the_ini_switch(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makeini("[pytest]\nperfgate = true\n")
+    res = pytester.runpytest_subprocess("-n", "2")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*perfgate (turned on by the ini option perfgate = true) cannot "
+                              "run under pytest-xdist*"])
+
+
+@pytest.mark.parametrize(("how", "shown"), [
+    ("-o", "ini option perfgate = 'maybe' (from -o) is not a true/false value"),
+    ("ini", "ini option perfgate in {ini} is not a true/false value"),
+])
+def test_a_perfgate_switch_that_is_no_bool_names_the_key(pytester: pytest.Pytester, how: str,
+                                                         shown: str) -> None:
+    args = ["-o", "perfgate=maybe"] if how == "-o" else []
+    ini = pytester.makeini("[pytest]\n" + ("perfgate = maybe\n" if how == "ini" else ""))
+    res = pytester.runpytest_subprocess(*args)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert (f"ERROR: perfgate: {shown.format(ini=ini)}: use true or false, e.g. perfgate = true"
+            in res.stderr.str())
+
+
+def test_an_ab_revision_from_the_environment_is_named_as_such(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=pytester.path, check=True)
+    subprocess.run(["git", "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], cwd=pytester.path, check=True)
+    monkeypatch.setenv("PERFGATE_AB", "no-such-rev")
+    res = pytester.runpytest_subprocess("--perfgate")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["ERROR: perfgate: environment variable PERFGATE_AB "
+                              "'no-such-rev': not a commit of the repository at *"])

@@ -112,8 +112,11 @@ def run_with_json(args: argparse.Namespace, body: Callable[[], int]) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         status = body()
     doc: dict[str, Any] = dict(args.json_body)
-    problem = getattr(args, "infra_problem", None)
-    if status == INFRA and problem is not None:
+    if status == INFRA:  # "error" is set whenever the exit is 3, whichever path said so
+        problems = doc.get("problems")
+        problem = getattr(args, "infra_problem", None) or (
+            "; ".join(map(str, problems)) if isinstance(problems, list) and problems
+            else "not judged: see the messages on stderr")
         doc["error"] = {"kind": "infrastructure", "message": problem}
     emit_json(args, doc, status)
     return status

@@ -79,7 +79,11 @@ def _asked_for(config: pytest.Config) -> bool:
     plugin started to measure (a side: its pytest-benchmark tests use no perfgate fixture):
     set up now, so a bad value is a usage error before anything runs."""
     opt = config.option
-    return bool(config.getoption("perfgate") or config.getini("perfgate")
+    try:
+        ini_on = config.getini("perfgate")
+    except (ValueError, pytest.UsageError):  # not a bool: the setup says so, naming the key
+        ini_on = True
+    return bool(config.getoption("perfgate") or ini_on
                 or opt.perfgate_only or opt.perfgate_skip
                 or any(getattr(opt, f"perfgate_{s.name}") is not None for s in SPECS)
                 or any(os.environ.get(name) for name in SIDE_ENVS))

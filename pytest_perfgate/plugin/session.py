@@ -40,7 +40,7 @@ class PerfgatePlugin:
         options, where = build_options(config)
         if options.enabled:
             refuse_xdist(config)
-        ab = start_ab(config, options) if options.enabled and options.ab else None
+        ab = start_ab(config, options, where) if options.enabled and options.ab else None
         hook = config.hook
         session = GateSession(
             options, config.rootpath, ab=ab,

@@ -23,10 +23,16 @@ if TYPE_CHECKING:
 
 def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
     """The options, and where each set one came from (for messages)."""
-    from pytest_perfgate.modes.ab.side import is_side_process
+    from pytest_perfgate.modes.ab.side import is_side_process, stray_side_variable
     from pytest_perfgate.session import preflight
 
-    enabled = config.getoption("perfgate") or config.getini("perfgate")
+    stray = stray_side_variable()
+    if stray is not None:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f"perfgate: PERFGATE_SIDE_FD={stray!r} names no A/B connection of this process "
+            "(perfgate sets it only for the sides it starts): ignored; unset it"), 3)
+
+    enabled = config.getoption("perfgate") or _ini_switch(config)
     flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
     try:
         flags["select"] = select.from_flags(config, flags["select"])
@@ -47,17 +53,34 @@ def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
     return options, where
 
 
+def _ini_switch(config: pytest.Config) -> bool:
+    """The ``perfgate`` ini option (or ``-o perfgate=...``): pytest's own reading of a bool
+    names neither the key nor the fix."""
+    try:
+        return bool(config.getini("perfgate"))
+    except (ValueError, pytest.UsageError):
+        raw = next((kv.split("=", 1)[1] for kv in reversed(config.option.override_ini or [])
+                    if kv.split("=", 1)[0].strip() == "perfgate" and "=" in kv), None)
+        shown = (f"perfgate = {raw!r} (from -o)" if raw is not None
+                 else f"perfgate in {config.inipath}")
+        raise pytest.UsageError(f"perfgate: ini option {shown} is not a true/false value: "
+                                "use true or false, e.g. perfgate = true") from None
+
+
 def refuse_xdist(config: pytest.Config) -> None:
     n = getattr(config.option, "numprocesses", None)
     dist = getattr(config.option, "dist", "no")
     if bool(n) or (dist not in (None, "no")) or hasattr(config, "workerinput"):
+        how = ("--perfgate" if config.getoption("perfgate")
+               else "perfgate (turned on by the ini option perfgate = true)")
         raise pytest.UsageError(
-            "perfgate: --perfgate cannot run under pytest-xdist: parallel tests steal each "
+            f"perfgate: {how} cannot run under pytest-xdist: parallel tests steal each "
             "other's CPUs and every measurement would be wrong. Run perf tests with -n0 "
             "(or -p no:xdist), e.g. `pytest --perfgate -n0 perf/`.")
 
 
-def start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
+def start_ab(config: pytest.Config, options: Options, where: dict[str, str] | None = None
+             ) -> ABSetup | None:
     """Check out the base revision beside the working tree; removed at unconfigure.
     None in a side process (the controller already did)."""
     from pytest_perfgate.modes.ab import ABSetupError, is_side_process, start_ab
@@ -68,7 +91,10 @@ def start_ab(config: pytest.Config, options: Options) -> ABSetup | None:
     stack = contextlib.ExitStack()
     config.add_cleanup(stack.close)
     try:
-        return start_ab(place(config), options.ab, options.ab_setup, stack)
+        said = where or {}
+        return start_ab(place(config), options.ab, options.ab_setup, stack,
+                        said.get("ab", "--perfgate-ab"),
+                        said.get("ab_setup", "--perfgate-ab-setup"))
     except ABSetupError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
 

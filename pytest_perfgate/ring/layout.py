@@ -8,6 +8,7 @@ those envs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,27 @@ ALIGN = 64
 MAX_SPIN_US = 10_000  # polling longer than this only burns the CPU: sleep instead
 
 
+MAX_RING_BYTES = 1 << 40  # 1 TiB: a larger segment is a mistake (creation checks /dev/shm)
+
+
 class RingInputError(ValueError):
     """A push or a spec does not match what the ring declared; the message names it."""
+
+
+def _shape(name: str, value: Any) -> tuple[int, ...]:
+    """A shape as numpy takes one (an int is one dimension), each dimension a whole
+    number >= 1; anything else is refused naming the field."""
+    import numbers
+
+    dims = (value,) if isinstance(value, numbers.Integral) else value
+    if isinstance(dims, str | bytes) or not hasattr(dims, "__iter__"):
+        raise RingInputError(f"{name}={value!r}: pass a tuple of whole numbers, e.g. (376,)")
+    out = tuple(dims)
+    for d in out:
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
+            raise RingInputError(f"{name}={value!r}: every dimension must be a whole number "
+                                 f">= 1 (got {d!r}), e.g. (376,)")
+    return tuple(int(d) for d in out)
 
 
 @dataclass(frozen=True)
@@ -60,14 +80,12 @@ class RingSpec:
             raise RingInputError(f"num_envs={n!r}: pass a positive int")
         for name in ("obs_shape", "action_shape", "critic_shape"):
             shape = getattr(self, name)
-            if shape is None:
-                continue
-            shape = tuple(int(d) for d in shape)
-            if any(d < 1 for d in shape):
-                raise RingInputError(f"{name}={shape!r}: every dimension must be >= 1")
-            object.__setattr__(self, name, shape)
+            if shape is not None:
+                object.__setattr__(self, name, _shape(name, shape))
         for name in ("obs_dtype", "action_dtype", "reward_dtype"):
             value = getattr(self, name)
+            if value is None:  # numpy reads None as float64: say what was meant instead
+                raise RingInputError(f"{name}=None: name the dtype, e.g. 'float32'")
             try:
                 dt = np.dtype(value)
             except TypeError as exc:
@@ -79,6 +97,12 @@ class RingSpec:
                     "would hand the other process dangling pointers or variable lengths); "
                     "use e.g. 'float32', 'int64' or 'bool'")
             object.__setattr__(self, name, dt.name)
+        size = self.layout()[1]
+        if size > MAX_RING_BYTES:
+            raise RingInputError(
+                f"a ring of num_envs={n}, capacity={cap} and these shapes needs {size:,} "
+                f"bytes of shared memory, more than any machine has ({MAX_RING_BYTES:,} is "
+                "the limit): check the shapes, or use fewer slots or envs")
 
     def fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Per-slot arrays (without the capacity axis): name -> (shape, dtype)."""
@@ -109,7 +133,7 @@ class RingSpec:
         for name, (shape, dtype) in self.fields().items():
             full = (self.capacity, *shape)
             out[name] = (off, full, dtype)
-            nbytes = int(np.prod(full)) * np.dtype(dtype).itemsize
+            nbytes = math.prod(full) * np.dtype(dtype).itemsize  # Python ints: no overflow
             off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
         return out, off
 
@@ -119,6 +143,20 @@ class RingSpec:
 
         return sum(int(np.prod(s)) * np.dtype(d).itemsize
                    for k, (s, d) in self.fields().items() if not k.startswith("final_"))
+
+
+def check_timeout(what: str, timeout: Any) -> float:
+    """Refuse a timeout that is not None or a finite number of seconds >= 0 (NaN waited
+    forever; a string raised a bare TypeError deep in the wait); a number of another class
+    (numpy's) comes back as a float. Called only off the fast path: callers test
+    ``timeout.__class__ is float or int`` first."""
+    import numbers
+
+    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+            or not 0 <= float(timeout) < math.inf):
+        raise RingInputError(f"{what}: timeout={timeout!r}: pass None (wait until there is "
+                             "something) or a number of seconds >= 0, e.g. 0.5")
+    return float(timeout)
 
 
 def check_array(field: str, value: Any, shape: tuple[int, ...], dtype: Any,

@@ -40,7 +40,7 @@ from pytest_perfgate.ring.base import (
 )
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.held import Buffers, HeldReads
-from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array
+from pytest_perfgate.ring.layout import RingInputError, RingSpec, check_array, check_timeout
 
 # id(pop(out=) obs buffer) -> (weak ref to it, ring name, stream index, row) of the obs
 # row the next pop may start from; the entry goes when the buffer does.
@@ -57,6 +57,10 @@ def _put_carry(arr: Any, name: str, index: int, row: int) -> None:
     _CARRY[key] = (weakref.ref(arr, lambda _: _CARRY.pop(key, None)), name, index, row)
 
 
+_SECONDS = (float, int)  # a timeout of these classes needs only a range check
+_INF = float("inf")
+
+
 class Ring(HeldReads):
     """Create with ``Ring(spec)``; hand it to the other process as a spawn argument.
     ``parties``: processes that will attach (2 when the creator only supervises); the
@@ -69,6 +73,8 @@ class Ring(HeldReads):
         """Write one step. ``final_obs``: true final observations of the envs that ended
         (terminated | truncated), one row per such env in env order. Returns False only
         when ``timeout`` passed with the ring full (block mode)."""
+        if timeout is not None and not (timeout.__class__ in _SECONDS and 0 <= timeout < _INF):
+            timeout = check_timeout("push", timeout)
         fast = self._push_fast
         if (fast is not None and critic_obs is None and final_obs is None
                 and final_critic_obs is None):
@@ -189,6 +195,8 @@ class Ring(HeldReads):
                timeout: float | None = None) -> bool:
         """End the stream with the observation after the last step: the last pushed step
         becomes consumable, and pop() returns None once everything is drained."""
+        if timeout is not None and not (timeout.__class__ in _SECONDS and 0 <= timeout < _INF):
+            timeout = check_timeout("finish", timeout)
         f, chk = self._fields, self.spec.check_finite
         o = check_array("obs", next_obs, *f["obs"], chk)
         c = (check_array("critic_obs", next_critic_obs, *f["critic_obs"], chk)
@@ -237,6 +245,8 @@ class Ring(HeldReads):
                 or (max_steps is not None
                     and (max_steps.__class__ is not int or max_steps < 1))):
             _check_counts(max_steps, min_steps)  # raises, naming the value
+        if timeout is not None and not (timeout.__class__ in _SECONDS and 0 <= timeout < _INF):
+            timeout = check_timeout("pop", timeout)
         if self._borrowing:
             raise RingInputError(_borrow.nested("pop()"))
         hb: Buffers | None = self._held_by
@@ -341,6 +351,8 @@ class Ring(HeldReads):
                 or (max_steps is not None
                     and (max_steps.__class__ is not int or max_steps < 1))):
             _check_counts(max_steps, min_steps)  # raises, naming the value
+        if timeout is not None and not (timeout.__class__ in _SECONDS and 0 <= timeout < _INF):
+            timeout = check_timeout("borrow", timeout)
         if next_obs.__class__ is not bool:
             raise RingInputError(f"next_obs={next_obs!r}: pass True (each step with its "
                                  "next_obs) or False (each step as soon as it is written)")

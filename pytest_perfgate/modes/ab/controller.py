@@ -60,14 +60,14 @@ class ABSetupError(SideError):
 
 
 @contextlib.contextmanager
-def worktree(repo: Path, rev: str) -> Iterator[Path]:
+def worktree(repo: Path, rev: str, source: str = "--perfgate-ab") -> Iterator[Path]:
     """A detached temporary git worktree of ``rev``, removed afterwards (stale ones of
     killed runs are swept first: :mod:`.checkout`)."""
     from pytest_perfgate.history.vcs import resolve_commit
 
     commit = resolve_commit(repo, rev)
     if commit is None:
-        raise ABSetupError(f"--perfgate-ab {rev!r}: not a commit of the repository at {repo}; "
+        raise ABSetupError(f"{source} {rev!r}: not a commit of the repository at {repo}; "
                            "give a branch, tag or hash that `git rev-parse` resolves")
     try:
         with base_worktree(repo, commit) as path:
@@ -77,29 +77,32 @@ def worktree(repo: Path, rev: str) -> Iterator[Path]:
                            f"{e}") from None
 
 
-def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack
+def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack,
+             source: str = "--perfgate-ab", setup_source: str = "--perfgate-ab-setup"
              ) -> ABSetup:
     """Check ``rev`` out beside the repository at ``place`` (removed when ``stack`` closes),
     run the set-up command in it, and say how to start each side: both at ``place``, the
     base in its worktree. Until ``stack`` closes, SIGTERM unwinds the run like Ctrl-C, so
-    the sides end and the worktree is removed."""
+    the sides end and the worktree is removed. ``source``, ``setup_source``: where the
+    revision and the set-up command were set (a flag, an ini option, a variable), for
+    messages."""
     from pytest_perfgate.history.vcs import git_info, resolve_commit
 
     root = place.top
     if not git_info(root).available:
-        raise ABSetupError(f"--perfgate-ab {rev}: {root} is not a git checkout; "
+        raise ABSetupError(f"{source} {rev}: {root} is not a git checkout; "
                            "the A/B mode checks the base revision out with git worktree")
     stack.callback(term_as_interrupt())  # restored last, after the worktree is gone
-    base_dir = stack.enter_context(worktree(root, rev))
+    base_dir = stack.enter_context(worktree(root, rev, source))
     try:
         place.prepare(base_dir)
     except PlaceError as e:
-        raise ABSetupError(f"--perfgate-ab {rev}: {e}") from None
+        raise ABSetupError(f"{source} {rev}: {e}") from None
     if setup_cmd:
         proc = group.run(setup_cmd, base_dir)
         if proc.returncode != 0:
             raise ABSetupError(
-                f"--perfgate-ab-setup {setup_cmd!r} failed in the base worktree "
+                f"{setup_source} {setup_cmd!r} failed in the base worktree "
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     base = SideSpec("base", place.at(place.cwd, base_dir),
                     (str(base_dir / "src"), str(base_dir)), pytest_args=place.args(base_dir),

@@ -9,6 +9,7 @@ for calibration (``SideSpec(calibration=True)``) wraps its step in the slowdown 
 from __future__ import annotations
 
 import os
+import stat
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -29,17 +30,44 @@ NOT_A_LOOP = ("this workload cannot take an injected slowdown: only "
               "perfgate.measure(step, ...) steps can")
 
 
+_taken: tuple[int | None, bool, str | None] | None = None  # (fd, calibration, bad value)
+
+
+def _take() -> tuple[int | None, bool, str | None]:
+    """Read this process's side variables once and remove the fd's, so nothing it starts
+    (a test's own pytest) inherits it: (the connection's fd when the variable names an open
+    socket, calibration, the variable's value when it names none)."""
+    global _taken
+    if _taken is None or ENV_FD in os.environ:  # set again (a test in this process)
+        raw = os.environ.pop(ENV_FD, None)
+        calibration = os.environ.get(ENV_CALIBRATION) == "1"  # inert without the fd
+        fd = int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
+        if fd is not None:
+            try:
+                fd = fd if stat.S_ISSOCK(os.fstat(fd).st_mode) else None
+            except (OSError, OverflowError):
+                fd = None
+        _taken = (fd, calibration, raw if raw and fd is None else None)
+    return _taken
+
+
 def is_side_process() -> bool:
     """True when the A/B controller started this process as one of its sides."""
-    return bool(os.environ.get(ENV_FD))
+    return _take()[0] is not None
+
+
+def stray_side_variable() -> str | None:
+    """The value of a side variable this process inherited that names no connection (a
+    nested pytest under a side, or a variable set by hand), for a warning; else None."""
+    return _take()[2]
 
 
 def side_connection() -> Connection | None:
     """The connection to the controller when this process is an A/B side, else None."""
     from multiprocessing.connection import Connection
 
-    fd = os.environ.get(ENV_FD)
-    return Connection(int(fd)) if fd else None
+    fd = _take()[0]
+    return Connection(fd) if fd is not None else None
 
 
 class ABSide:
@@ -54,7 +82,7 @@ class ABSide:
 
     @classmethod
     def from_env(cls) -> ABSide:
-        return cls(side_connection(), os.environ.get(ENV_CALIBRATION) == "1")
+        return cls(side_connection(), _take()[1])
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
         slowed = None
