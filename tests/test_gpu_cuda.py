@@ -65,7 +65,7 @@ def test_window_edges_hold_the_queued_work_and_phases_get_gpu_time(cuda) -> None
     # the loop stops on host time; the closing synchronise waits for every queued kernel
     assert w.wall_s == pytest.approx(w.calls * UPDATE_GPU_S + ENV_S + LAUNCH_S, rel=1e-6)
     assert w.calls == pytest.approx(0.1 / host_per_step, abs=1)
-    assert w.gpu == {"sync": "edges"}
+    assert w.gpu == {"sync": "edges", "device": 0}
     up, env = w.phases["update"], w.phases["env"]
     assert up.ms_per_call == pytest.approx(LAUNCH_S * 1e3)  # the CPU wall: the launch
     # the kernels (the first call's pair also holds its launch: the stream was idle)
@@ -124,14 +124,14 @@ def test_cuda_initialised_by_the_first_step_is_found_at_the_next_window(monkeypa
 
     src = LoopSource(step, 1, clock=clock, tree=None)
     assert src.run_window(0.01).gpu == {}
-    assert src.run_window(0.01).gpu == {"sync": "edges"}
+    assert src.run_window(0.01).gpu == {"sync": "edges", "device": 0}
 
 
 def test_the_synchronising_mode_puts_gpu_time_in_each_phase_wall(cuda, monkeypatch) -> None:
     fake, clock = cuda
     monkeypatch.setenv(SYNC_ENV, "phases")
     w = LoopSource(learner(fake, clock), 256, clock=clock, tree=None).run_window(0.1)
-    assert w.gpu == {"sync": "phases"}
+    assert w.gpu == {"sync": "phases", "device": 0}
     up = w.phases["update"]
     assert up.ms_per_call == pytest.approx((LAUNCH_S + UPDATE_GPU_S) * 1e3)
     # each phase starts on an idle stream, so its event pair holds the launch too
@@ -186,7 +186,7 @@ def test_gpu_memory_peaks_come_from_torch_and_span_the_measurement(cuda) -> None
     assert m.memory["gpu_peak_allocated"] == 2**30
     assert m.memory["gpu_peak_reserved"] == 2**30
     r = summarize("learner", m, 1)
-    assert r.gpu == {"sync": "edges"}
+    assert r.gpu == {"sync": "edges", "device": 0}
     assert r.phases["update"].gpu_ms == pytest.approx(UPDATE_GPU_S * 1e3, rel=0.01)
 
 

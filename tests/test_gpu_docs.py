@@ -98,7 +98,7 @@ def test_a_gpu_learner_through_the_plugin(pytester: pytest.Pytester) -> None:
     (sidecar,) = (pytester.path / "results").rglob("*.pgrun")
     recorded = json.loads(sidecar.read_text())["benchmarks"]
     learner, walk = recorded["learner"], recorded["walk"]
-    assert learner["gpu"] == {"sync": "edges"}
+    assert learner["gpu"] == {"sync": "edges", "device": 0}
     assert learner["phases"]["update"]["gpu_ms"] == pytest.approx(3.0, rel=0.01)
     assert learner["steps_per_s"] == pytest.approx(256 / 0.0032, rel=0.01)
     assert learner["memory"]["gpu_peak_reserved"] == 768 * 2**20

@@ -267,3 +267,29 @@ def test_the_gpu_memory_verdict_names_gpu_memory_in_every_outcome() -> None:
     assert decide_memory(gib, [gib], rule, what="GPU peak memory").message == (
         "GPU peak memory within 10% (+0.0%: 1024 MiB now vs 1024 MiB, the median of 1 "
         "baseline run(s)' peaks)")
+
+
+class SideProxy:
+    """An A/B side seen from the controller: windows timed by CUDA in another process."""
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        return RawWindow(1000, duration_s, duration_s, gpu={"sync": "edges", "device": 1})
+
+
+def test_the_controller_watches_the_device_its_sides_report(monkeypatch) -> None:
+    from pytest_perfgate.gpu import nvml as nvml_mod
+
+    fake = FakeNvml([FakeDevice(pids=[ME]), FakeDevice(pids=[ME, 4242])])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # the controller has no CUDA
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml_mod.forget()
+    try:
+        meter = Meter(MeasureConfig(windows=1, max_remeasure=0), clock=FakeClock(),
+                      load_probe=Quiet())  # type: ignore[arg-type]
+        side = SideProxy()
+        first = meter.window(side, 0.1)  # tells which device: watched from the next one
+        assert first.gpu_spoiled is None and first.gpu == {"sync": "edges", "device": 1}
+        assert meter.window(side, 0.1).gpu_spoiled == "another process on GPU 1: pid 4242"
+    finally:
+        nvml_mod.forget()

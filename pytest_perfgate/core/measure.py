@@ -235,7 +235,7 @@ class LoopSource:
             memory.update(cuda.memory())
         return RawWindow(calls * self.transitions, (t1 - t0) / 1e9, (c1 - c0) / 1e9,
                          self.recorder.take(), calls, memory=memory,
-                         gpu={"sync": cuda.mode} if cuda is not None else {})
+                         gpu=cuda.describe() if cuda is not None else {})
 
 
 # GPU memory figures a window carries (bytes); like peak_rss, the largest over the windows
@@ -469,11 +469,14 @@ class Meter:
         A/B turns decide what a spoiled turn costs (docs/design.md §3)."""
         return self._window(source, duration_s)
 
-    def _gpu_probe(self, source: WindowSource) -> GpuProbe | None:
+    def _gpu_probe(self, source: WindowSource, raw: RawWindow | None = None
+                   ) -> GpuProbe | None:
         """The GPU guard, looked for once this process has initialised CUDA, or on the
-        device a source's child process uses (``source.cuda_device``: a ring pair's
-        learner)."""
+        device another process of the workload uses: ``source.cuda_device`` (a ring pair's
+        learner), or the device a window reports it was timed on (an A/B side)."""
         index = getattr(source, "cuda_device", None)
+        if not isinstance(index, int) and raw is not None and "torch" not in sys.modules:
+            index = raw.gpu.get("device")
         if self._gpu is None and self._gpu_auto and isinstance(index, int):
             from pytest_perfgate.gpu.guard import GpuGuard
 
@@ -497,7 +500,7 @@ class Meter:
         raw = completed_window(source, duration_s)
         after = self._probe.sample()
         if gpu is None:
-            gpu = self._gpu_probe(source)  # the window's step may have initialised CUDA
+            gpu = self._gpu_probe(source, raw)  # the window's step may have initialised CUDA
         g1 = gpu.sample() if gpu is not None and g0 is not None else None
         self._learn(source, raw)
         busy = other = None

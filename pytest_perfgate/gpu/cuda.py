@@ -107,6 +107,16 @@ class CudaTimer:
                 continue
         return out
 
+    def describe(self) -> dict[str, Any]:
+        """What a window timed by this says about it: the mode, and the device by CUDA's
+        numbering (a process that only receives the window watches that one)."""
+        out: dict[str, Any] = {"sync": self.mode}
+        try:
+            out["device"] = int(self._cuda.current_device())
+        except Exception:
+            pass
+        return out
+
     def reset_peak(self) -> None:
         try:
             self._cuda.reset_peak_memory_stats()
