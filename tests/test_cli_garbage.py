@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,17 @@ def test_json_names_the_error_whenever_the_exit_is_3(tmp_path: Path, report: str
     assert str(path) in doc["error"]["message"]
     assert doc["error"]["message"].startswith("no report at" if report == "missing"
                                               else "cannot read the report")
+
+
+def test_a_run_folder_that_is_a_file_is_named_never_blamed_on_base(
+        regressed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = regressed / "box" / "perfgate"
+    shutil.rmtree(folder)
+    folder.write_text("not a folder")
+    status, out = run(capsys, "compare", "1111", "--results-dir", str(regressed))
+    assert status == 3, out
+    assert (f"warning: not reading history file {folder}: it is not a folder: perfgate keeps "
+            "this machine's run records in a folder of that name") in out
+    assert (f"infrastructure error: BASE '1111': no readable run of machine 'box' has that id "
+            f"or commit, and 1 history file(s) could not be read ({folder})") in out
+    assert "error: BASE" not in out.replace("infrastructure error: BASE", "")

@@ -62,7 +62,7 @@ def test_history_then_regression(sandbox: pytest.Pytester,
     slow.stdout.fnmatch_lines([
         "*perfgate REGRESSION: test_perf.test_walk",
         "*throughput fell *% (threshold 5%), p=*",
-        "*throughput ratio head/baseline: 0.5* [[]0.*-0.*[]] (98% CI), p=*",
+        "*throughput ratio head/baseline: 0.5* [[]0.*-0.*[]] (at 99% confidence), p=*",
         "*baseline: 5 run(s) at*",
         "*grew most: physics*",
     ])

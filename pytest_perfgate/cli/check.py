@@ -119,6 +119,12 @@ def pick_run(args: argparse.Namespace, runs: list[RunRecord], machine: str,
         [r for r in mine if r.commit.startswith(wanted.lower())]
     if not found:
         found = _by_revision(args, mine, machine, wanted, what)
+    skipped = getattr(args, "unreadable", ())
+    if not found and skipped:  # the run may be in what could not be read: not a usage error
+        return _infra(args, f"{what} {wanted!r}: no readable run of machine {machine!r} has "
+                      f"that id or commit, and {len(skipped)} history file(s) could not be "
+                      f"read ({', '.join(str(u.path) for u in skipped[:3])}): the run may be "
+                      "in them; fix or move them (see the warnings above)")
     if not found:
         args.parser.error(f"{what} {wanted!r}: no run of machine {machine!r} has that id or "
                           "commit, and git does not know it as a revision in "

@@ -127,6 +127,11 @@ class History:
         one HistoryWarning each, naming the file, and listed in ``self.unreadable``;
         everything else is kept."""
         self.unreadable = []
+        if self.sidecar_dir.exists() and not self.sidecar_dir.is_dir():
+            warn_history(self.sidecar_dir, "it is not a folder: perfgate keeps this machine's "
+                         "run records in a folder of that name", "not reading",
+                         "move it out of the results dir")
+            self.unreadable.append(unreadable_sidecar(self.sidecar_dir))  # any run, newest
         runs = list(self._iter_runs(warn=True))
         if asv_runs and self.machine_dir.is_dir():
             runs += asv_recorded_runs(self.machine_dir, self.machine,

@@ -163,7 +163,9 @@ def explain(j: Judged, run_id: str | None = None) -> str:
                           *([f"  baseline: {len(j.baseline_commits)} run(s) at {shown}"]
                             if shown else [])])
     if v.ratio is not None:
-        ci = f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}] ({1 - 2 * j.rule.alpha:.0%} CI)" if v.ci else ""
+        # the interval the verdict's words give, labelled as they label it
+        ci = (f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}] (at {1 - j.rule.alpha:.0%} confidence)"
+              if v.ci else "")
         p = f", p={v.p_value:.2g} (one-sided, alpha={j.rule.alpha:g})" \
             if v.p_value is not None else ""
         lines.append(f"  throughput ratio head/baseline: {v.ratio:.3f}{ci}{p}")
