@@ -4,17 +4,18 @@
 
 Prints, for the GPU that torch calls current:
 
-1. the GPU part of the machine's fingerprint, read through NVML (torch as the fallback),
+1. ``pytest --perfgate --perfgate-ab`` in a scratch git repository whose head commit runs
+   the step's kernel twice (2x slower): REGRESSION expected; and the same commit against
+   itself (A/A): no REGRESSION expected. It runs first, while this process holds no CUDA
+   context (the A/B controller's GPU guard would count it as another process);
+2. the GPU part of the machine's fingerprint, read through NVML (torch as the fallback),
    and that no UUID reached it;
-2. a learner-like step (a pinned host batch copied without blocking, an MLP update) measured
+3. a learner-like step (a pinned host batch copied without blocking, an MLP update) measured
    three ways side by side: host timers only, CUDA-correct window edges with CUDA-event
    phase times (the default), and the per-phase synchronising mode;
-3. GPU memory peaks (torch allocated and reserved, NVML device used);
-4. the noise guard on the real device: a quiet window, then one beside a second process
-   running matrix products on the same GPU, which must be named;
-5. ``pytest --perfgate --perfgate-ab`` in a scratch git repository whose head commit runs
-   the step's kernel twice (2x slower): REGRESSION expected; and the same commit against
-   itself (A/A): no REGRESSION expected.
+4. GPU memory peaks (torch allocated and reserved, NVML device used);
+5. the noise guard on the real device: a quiet window, then one beside a second process
+   running matrix products on the same GPU, which must be named.
 
 Exit 0 when every check passed, 1 when one failed, 2 on a machine without a CUDA device
 (nothing is checked there).
@@ -95,7 +96,7 @@ def check(ok: bool, what: str) -> None:
 def fingerprint(torch: Any) -> None:
     from pytest_perfgate.gpu.fingerprint import describe, fingerprint_fields, gpu_metadata
 
-    print("\n== 1. the GPU in the fingerprint")
+    print("\n== 2. the GPU in the fingerprint")
     gpu = gpu_metadata()
     for line in describe(gpu):
         print(f"  {line}")
@@ -118,7 +119,7 @@ def phases(torch: Any) -> Any:
     from pytest_perfgate.core.memory import gpu_memory_line
     from pytest_perfgate.gpu.cuda import SYNC_ENV
 
-    print("\n== 2. phases without and with CUDA-correct edges")
+    print("\n== 3. phases without and with CUDA-correct edges")
     namespace: dict[str, Any] = {}
     exec(STEP.format(repeats=2), namespace)
     step = namespace["make_step"]()
@@ -146,7 +147,7 @@ def phases(torch: Any) -> Any:
     update = edges.phases["update"]
     check((update.gpu_ms_per_call or 0.0) > 2 * update.ms_per_call,
           "the update's CPU wall is the launch: its GPU time is larger, and both are shown")
-    print("\n== 3. GPU memory")
+    print("\n== 4. GPU memory")
     print(f"  {gpu_memory_line(edges.memory)}")
     check(edges.memory.get("gpu_peak_allocated", 0) > 0, "a GPU memory peak was recorded")
     return step
@@ -155,12 +156,14 @@ def phases(torch: Any) -> Any:
 def guard(torch: Any, step: Any) -> None:
     from pytest_perfgate.gpu.guard import GpuGuard
 
-    print("\n== 4. the noise guard on the real device")
-    g = GpuGuard.for_cuda(torch.cuda)
-    if g is None:
+    print("\n== 5. the noise guard on the real device")
+    found = GpuGuard.for_cuda(torch.cuda)
+    if found is None:
         print("  NVML is not installed (pip install 'pytest-perfgate[gpu]'): guard not checked")
         failures.append("guard: NVML missing")
         return
+    # the workload is this process alone: the neighbour it starts is not part of it
+    g = GpuGuard(found.nvml, found.devices, own_pids=lambda: {os.getpid()})
 
     def window(seconds: float) -> str | None:
         a = g.sample()
@@ -195,7 +198,7 @@ def guard(torch: Any, step: Any) -> None:
 
 
 def ab() -> None:
-    print("\n== 5. --perfgate-ab: a 2x slower kernel, then A/A")
+    print("\n== 1. --perfgate-ab: a 2x slower kernel, then A/A")
     with tempfile.TemporaryDirectory(prefix="perfgate-gpu-check-") as tmp:
         repo = Path(tmp)
         git = ["git", "-c", "user.name=gpu-check", "-c", "user.email=gpu-check@localhost"]
@@ -244,12 +247,13 @@ def main() -> int:
               "machine with an NVIDIA GPU")
         return 2
     t0 = time.monotonic()
-    print(f"gpu_check on {torch.cuda.get_device_name()} (torch {torch.__version__}, CUDA "
-          f"{torch.version.cuda})")
+    print(f"gpu_check: torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{torch.cuda.device_count()} device(s)")
+    ab()  # before this process initialises CUDA
+    print(f"\ndevice: {torch.cuda.get_device_name()}")
     fingerprint(torch)
     step = phases(torch)
     guard(torch, step)
-    ab()
     print(f"\n{'all checks passed' if not failures else 'FAILED: ' + '; '.join(failures)} "
           f"({time.monotonic() - t0:.0f} s)")
     return 1 if failures else 0
