@@ -27,6 +27,10 @@ class Summary:
         self.where = where  # option -> where it was set, for messages
         self.written: list[Any] = []
         self.errors: list[str] = []
+        # Imported now, not at the session's end: an import then compiles under whatever
+        # the tests left (killed vector-env workers ended one in CPython's "AST constructor
+        # recursion depth mismatch"), and the verdicts would be lost with it.
+        from pytest_perfgate.report import render, write  # noqa: F401
 
     def finish(self, session: pytest.Session) -> None:
         """Record the run, then write the reports; runs before the terminal summary."""
@@ -59,11 +63,11 @@ class Summary:
         gs = self.session
         if not gs.judged:
             return
-        from pytest_perfgate.report import render as report
-
         tr.section("perfgate" + (" (smoke mode: not measured, not recorded)" if gs.smoke
                                  else ""))
         try:
+            from pytest_perfgate.report import render as report
+
             for line in report.table(gs.judged):
                 tr.write_line(line)
             for line in report.notes(gs.judged):
