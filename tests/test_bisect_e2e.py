@@ -4,6 +4,7 @@ were measured up to 1.36x apart at load average 7 on the 2 shared cores."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from pytest_perfgate.modes.ab import worktree as ab_worktree
 
 pytestmark = pytest.mark.slow  # real probes: pytest, side processes, git worktrees
 
@@ -116,4 +119,33 @@ def test_a_stopped_run_removes_its_worktrees(tmp_path: Path) -> None:
     assert proc.returncode == 130, seen + out
     assert "perfgate bisect: stopped (0 probes finished in " in out
     assert "the running probe was stopped and the worktrees removed" in out
+    no_leftovers(tmp_path)
+
+
+def test_a_killed_run_leaves_nothing_running_and_its_folders_are_swept(tmp_path: Path) -> None:
+    """SIGKILL runs no clean-up in bisect: its probe's pytest and that probe's A/B sides
+    end with it (the kernel's parent-death signal), and the next start sweeps its worktree
+    and its perfgate-bisect-* folder."""
+    c = scratch(tmp_path, [1, 1, 4])
+    proc = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 180
+    sides: list[psutil.Process] = []
+    while len(sides) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None
+        with contextlib.suppress(psutil.Error):
+            sides = [k for k in me.children(recursive=True)
+                     if "pytest_perfgate.plugin.hooks" in " ".join(k.cmdline())]
+        time.sleep(0.2)
+    started = me.children(recursive=True)
+    folders = [Path(line.split()[0]).parents[1] for line in
+               git(tmp_path, "worktree", "list").splitlines()[1:]]
+    proc.kill()
+    proc.communicate(timeout=30)
+    _gone, alive = psutil.wait_procs(started, timeout=90)
+    assert alive == [], [p.pid for p in alive]
+    bisect_folder = next(f for f in folders if f.name.startswith("perfgate-bisect-"))
+    assert bisect_folder.exists()  # nothing ran to remove it
+    with ab_worktree(tmp_path, "HEAD"):  # the next A/B start (or bisect) sweeps
+        assert not bisect_folder.exists()
     no_leftovers(tmp_path)
