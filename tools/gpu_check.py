@@ -10,7 +10,7 @@ Prints, for the GPU that torch calls current:
    context (the A/B controller's GPU guard would count it as another process);
 2. the GPU part of the machine's fingerprint, read through NVML (torch as the fallback),
    and that no UUID reached it;
-3. a learner-like step (a pinned host batch copied without blocking, an MLP update) measured
+3. a learner-like step (a host batch copied to the GPU, an MLP update) measured
    three ways side by side: host timers only, CUDA-correct window edges with CUDA-event
    phase times (the default), and the per-phase synchronising mode;
 4. GPU memory peaks (torch allocated and reserved, NVML device used);
@@ -41,23 +41,24 @@ import torch
 
 from pytest_perfgate import phase
 
-KERNEL_REPEATS = {repeats}  # the head commit doubles it: a 2x slower kernel
+KERNEL_REPEATS = {repeats}  # the head commit doubles it: the kernel's work done twice
 
 
-def make_step(batch=4096, width=1024):
+def make_step(batch=4096, obs=64, width=1024):
     torch.manual_seed(0)
     dev = torch.device("cuda")
     net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
                               torch.nn.Linear(width, width)).to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=1e-4)
-    host = torch.randn(batch, width).pin_memory()
-    w = torch.randn(width, width, device=dev)
+    host = torch.randn(batch, obs)  # pageable: the copy waits for the GPU, as a plain .to() does
+    proj = torch.randn(obs, width, device=dev) / 8
+    w = torch.randn(width, width, device=dev) / 32
 
     def step():
         with phase("copy_h2d"):
-            x = host.to(dev, non_blocking=True)
+            x = host.to(dev)
         with phase("update"):
-            h = x
+            h = x @ proj
             for _ in range(KERNEL_REPEATS):
                 h = torch.tanh(h @ w)
             loss = net(h).pow(2).mean()
@@ -121,7 +122,7 @@ def phases(torch: Any) -> Any:
 
     print("\n== 3. phases without and with CUDA-correct edges")
     namespace: dict[str, Any] = {}
-    exec(STEP.format(repeats=2), namespace)
+    exec(STEP.format(repeats=4), namespace)
     step = namespace["make_step"]()
     host = measure(step, False, "host timers only")
     edges = measure(step, True, "CUDA-correct edges (default)")
@@ -144,11 +145,13 @@ def phases(torch: Any) -> Any:
           "every phase has a GPU time")
     check(0.5 <= gpu_ms / per_step_ms <= 1.1,
           "the phases' GPU time accounts for the step's wall time (GPU-bound step)")
-    update = edges.phases["update"]
+    update, copy = edges.phases["update"], edges.phases["copy_h2d"]
     check((update.gpu_ms_per_call or 0.0) > 2 * update.ms_per_call,
-          "the update's CPU wall is the launch: its GPU time is larger, and both are shown")
+          "the update's CPU wall is its launches: its GPU time is larger, and both are shown")
+    check(host.phases["copy_h2d"].ms_per_call > 2 * (copy.gpu_ms_per_call or 0.0),
+          "host timers charge the update's GPU time to the next copy (visibly wrong)")
     print("\n== 4. GPU memory")
-    print(f"  {gpu_memory_line(edges.memory)}")
+    print(f"  {gpu_memory_line(edges.memory) or 'no GPU memory was read'}")
     check(edges.memory.get("gpu_peak_allocated", 0) > 0, "a GPU memory peak was recorded")
     return step
 
@@ -208,7 +211,7 @@ def ab() -> None:
 
         run("git", "init", "-q")
         (repo / "test_perf.py").write_text(PERF_TEST)
-        for repeats, msg in ((2, "base"), (4, "head: the kernel runs twice as often")):
+        for repeats, msg in ((4, "base"), (8, "head: the kernel's work done twice")):
             (repo / "workstep.py").write_text(STEP.format(repeats=repeats))
             run("git", "add", "-A")
             run(*git, "commit", "-q", "-m", msg)
