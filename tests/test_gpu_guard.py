@@ -281,7 +281,10 @@ def test_the_controller_watches_the_device_its_sides_report(monkeypatch) -> None
 
     fake = FakeNvml([FakeDevice(pids=[ME]), FakeDevice(pids=[ME, 4242])])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.delitem(sys.modules, "torch", raising=False)  # the controller has no CUDA
+    from pytest_perfgate.gpu.fakes import FakeCuda, fake_torch
+
+    # the controller imported the test's module, torch with it, but never initialised CUDA
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(FakeCuda(FakeClock(), False)))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nvml_mod.forget()
     try:

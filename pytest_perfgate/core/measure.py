@@ -471,26 +471,28 @@ class Meter:
 
     def _gpu_probe(self, source: WindowSource, raw: RawWindow | None = None
                    ) -> GpuProbe | None:
-        """The GPU guard, looked for once this process has initialised CUDA, or on the
-        device another process of the workload uses: ``source.cuda_device`` (a ring pair's
-        learner), or the device a window reports it was timed on (an A/B side)."""
-        index = getattr(source, "cuda_device", None)
-        if not isinstance(index, int) and raw is not None and "torch" not in sys.modules:
-            index = raw.gpu.get("device")
-        if self._gpu is None and self._gpu_auto and isinstance(index, int):
-            from pytest_perfgate.gpu.guard import GpuGuard
-
-            self._gpu_auto = False
-            self._gpu = GpuGuard.for_index(index)
-        if self._gpu is None and self._gpu_auto and "torch" in sys.modules:
+        """The GPU guard, on the device this process initialised CUDA on, else on the one
+        another process of the workload uses: ``source.cuda_device`` (a ring pair's
+        learner), or the device a window says it was timed on (an A/B side)."""
+        if self._gpu is not None or not self._gpu_auto:
+            return self._gpu
+        cuda = None
+        if "torch" in sys.modules:
             from pytest_perfgate.gpu.cuda import active_cuda
 
             cuda = active_cuda()
-            if cuda is not None:
-                from pytest_perfgate.gpu.guard import GpuGuard
+        index = getattr(source, "cuda_device", None)
+        if not isinstance(index, int) and raw is not None:
+            index = raw.gpu.get("device")
+        if cuda is None and not isinstance(index, int):
+            return None
+        from pytest_perfgate.gpu.guard import GpuGuard
 
-                self._gpu_auto = False
-                self._gpu = GpuGuard.for_cuda(cuda)
+        self._gpu_auto = False
+        if cuda is not None:
+            self._gpu = GpuGuard.for_cuda(cuda)
+        elif isinstance(index, int):
+            self._gpu = GpuGuard.for_index(index)
         return self._gpu
 
     def _window(self, source: WindowSource, duration_s: float) -> Window:
