@@ -212,3 +212,14 @@ def test_an_unreadable_local_cpulist_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as e:
         numa.gpu_local_cpus(0, sysfs_root=sysfs, nvml=nv)
     assert str(e.value).startswith("GPU 0 (0000:41:00.0): unreadable local_cpulist '8-x' (")
+
+
+def test_the_gpu_local_node_plugs_into_numa_workers(tmp_path: Path, monkeypatch) -> None:
+    from pytest_perfgate.placement import cpus as cpus_mod
+    from pytest_perfgate.placement.launchers import NumaWorkers
+
+    monkeypatch.setattr(cpus_mod, "usable_cpus", lambda: tuple(range(16)))
+    sysfs, proc, nv = machine(tmp_path, "1")
+    nodes = numa.gpu_local_nodes(0, sysfs_root=sysfs, proc_root=proc, nvml=nv)
+    plan = NumaWorkers(sysfs_root=str(sysfs), proc_root=str(proc)).plan(4096, nodes)
+    assert plan == [(1, tuple(range(8, 16)), 4096)]  # one worker, on the GPU's node
