@@ -191,3 +191,86 @@ def test_bad_settling_arguments_name_the_value(tiny: Any, kwargs: dict[str, Any]
     with pytest.raises(ValueError) as e:
         settled_state(tiny, **args)
     assert str(e.value) == text
+
+
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No file written or checked yet in this process: as the counting worker starts."""
+    monkeypatch.setattr(settled, "_TRUSTED", {})
+
+
+def test_rows_settled_alone_are_the_rows_settled_together(tiny: Any) -> None:
+    """What makes a sample check cheap and exact: each env is independent of the others."""
+    full = settled.settle(tiny, 9, 30, seed=2)
+    part = settled.settle(tiny, 9, 30, seed=2, which=[0, 4, 8])
+    assert part.tobytes() == full[[0, 4, 8]].tobytes()
+    assert settled.sample_rows(9)[0] == 0 and settled.sample_rows(9)[-1] == 8
+
+
+def test_a_planted_state_is_refused_with_a_warning_naming_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny: Any, fresh_process: None) -> None:
+    """A file of the right shape and finite values, but not the settled state (every body
+    a metre higher): what code sharing the cache's user could leave."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    good = settled.settle(tiny, 4, 20)
+    key = settled.settle_key(tiny, 4, 20, 0, -1)
+    planted = good.copy()
+    planted[:, 2] += 1.0
+    key.path(tmp_path).parent.mkdir(parents=True)
+    np.save(key.path(tmp_path), planted)
+    with pytest.warns(SettledCacheWarning) as rec:
+        out = settled.settled_rows(tiny, 4, 20)
+    assert out.tobytes() == good.tobytes()
+    (warning,) = rec
+    assert str(warning.message).startswith(
+        f"settled-state cache file {key.path(tmp_path)} was ignored: row(s) 0, ")
+    assert "differ from the same rows settled now" in str(warning.message)
+    assert np.load(key.path(tmp_path)).tobytes() == good.tobytes()  # replaced
+
+
+def test_a_state_another_process_wrote_is_checked_and_used(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny: Any, fresh_process: None) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    good = settled.settle(tiny, 4, 20)
+    key = settled.settle_key(tiny, 4, 20, 0, -1)
+    key.path(tmp_path).parent.mkdir(parents=True)
+    np.save(key.path(tmp_path), good)
+    calls: list[list[int]] = []
+    real = settled.settle
+
+    def counting(*args: Any) -> Any:
+        calls.append(list(args[5]) if len(args) > 5 else list(range(args[1])))
+        return real(*args)
+
+    monkeypatch.setattr(settled, "settle", counting)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert settled.settled_rows(tiny, 4, 20).tobytes() == good.tobytes()
+        assert settled.settled_rows(tiny, 4, 20).tobytes() == good.tobytes()
+    assert len(calls) == 1 and len(calls[0]) <= 3  # one sample, then known by its digest
+
+
+def test_one_wrong_row_is_named_when_the_sample_holds_it(tiny: Any) -> None:
+    good = settled.settle(tiny, 6, 20)
+    bad = good.copy()
+    bad[3, 0] += 1e-12
+    rows = [0, 3, 5]
+    fresh = settled.settle(tiny, 6, 20, which=rows)
+    assert settled.differs(good, rows, fresh) is None
+    assert settled.differs(bad, rows, fresh) == (
+        "row(s) 3 differ from the same rows settled now (a file written by other code: this "
+        "state is not what the key says)")
+
+
+def test_without_its_check_a_planted_state_would_be_used(tmp_path: Path, tiny: Any,
+                                                          key: SettleKey) -> None:
+    """What the check in settled_rows stops: the file alone passes every other test."""
+    good = settled.settle(tiny, 4, 20)
+    planted = good.copy()
+    planted[:, 2] += 1.0
+    key.path(tmp_path).parent.mkdir(parents=True)
+    np.save(key.path(tmp_path), planted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = settled.cached(key, once(good), tmp_path)
+    assert out.tobytes() == planted.tobytes()

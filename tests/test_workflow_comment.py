@@ -79,7 +79,7 @@ def test_the_comment_is_posted_once_then_updated_in_place(
     assert (method, path) == ("POST", "/repos/acme/proj/issues/12/comments")
     text = body["body"]
     assert text.startswith(pc.MARKER + "\n## perfgate\n")
-    assert "### perf-epyc: REGRESSION at aaaaaaaaaa" in text
+    assert "### `perf-epyc`: REGRESSION at aaaaaaaaaa" in text
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows == ["| `test_walk` | **REGRESSION** | 0.800 [0.790-0.810] |",
                     "| `test_run` | OK | 1.000 [0.990-1.010] |"]  # failing first
@@ -176,8 +176,8 @@ def test_two_machines_one_comment_and_a_job_that_stopped_early(
     api = FakeApi()
     assert _run(tmp_path, api, capsys)[0] == 0
     text = api.calls[-1][2]["body"]
-    assert "### perf-epyc: passed at aaaaaaaaaa" in text
-    assert "### perf-xeon: infrastructure error at aaaaaaaaaa\n\nNo benchmark was judged" in text
+    assert "### `perf-epyc`: passed at aaaaaaaaaa" in text
+    assert "### `perf-xeon`: infrastructure error at aaaaaaaaaa\n\nNo benchmark was judged" in text
     _edit(xeon, "comment", pull_request=13)
     code, out = _run(tmp_path, FakeApi(), capsys)
     assert code == 3 and "name different pull requests: #12, #13" in out[0]
@@ -284,3 +284,32 @@ def test_an_api_failure_is_an_infrastructure_error(
     assert code == 3
     assert out == ["::error title=perfgate comment::the GitHub API failed: HTTP Error 403: "
                    "Resource not accessible by integration"]
+
+
+def test_a_machine_name_is_a_code_span_never_a_link(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A machine name passes the artifact's pattern yet reads as a domain, which GitHub
+    would link outside a code span."""
+    _artifact(tmp_path, machine="www.example.com", gate=0)
+    api = FakeApi()
+    code, _ = _run(tmp_path, api, capsys)
+    assert code == 0
+    text = api.calls[-1][2]["body"]
+    assert "### `www.example.com`: passed at aaaaaaaaaa" in text
+    assert "www.example.com" not in text.replace("`www.example.com`", "")
+
+
+def test_more_machines_than_a_comment_shows_post_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(pc.MAX_MACHINES + 1):
+        _artifact(tmp_path, machine=f"m{i:02d}", gate=0, judged=[])
+    api = FakeApi()
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 3 and api.calls == []
+    assert out == [f"::error title=perfgate comment::nothing posted: the artifact is malformed: "
+                   f"the run has {pc.MAX_MACHINES + 1} perfgate-pr-* artifacts, more than the "
+                   f"{pc.MAX_MACHINES} machines a comment shows"]
+    for extra in tmp_path.glob("perfgate-pr-m16"):
+        shutil.rmtree(extra)
+    code, _ = _run(tmp_path, FakeApi(), capsys)
+    assert code == 0  # the cap itself is allowed

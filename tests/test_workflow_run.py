@@ -84,7 +84,12 @@ def commit(repo: Path, message: str, work: int = 1, crash: bool = False) -> str:
 @pytest.fixture
 def scratch(tmp_path: Path) -> tuple[Path, Path]:
     """(origin bare repo, a developer clone) holding the tiny suite at v0.1 and one commit."""
-    origin, dev = tmp_path / "server" / "acme" / "scratch.git", tmp_path / "dev"
+    return make_scratch(tmp_path)
+
+
+def make_scratch(where: Path) -> tuple[Path, Path]:
+    """The scratch project's origin and developer clone, made under `where`."""
+    origin, dev = where / "server" / "acme" / "scratch.git", where / "dev"
     origin.parent.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
     subprocess.run(["git", "clone", "-q", str(origin), str(dev)], check=True,
@@ -558,14 +563,15 @@ def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path
 
 # --- one runner, a pull request then a push ---------------------------------------------------
 
-PTH = ("import os; open(os.path.expanduser('~/pwned.log'), 'a').write("
-       "'{what} ' + os.environ.get('GITHUB_EVENT_NAME', '?') + '\\n')\n")
+PTH = ("import os; open(os.path.dirname(os.environ['RUNNER_TOOL_CACHE']) + '/pwned.log', 'a')"
+       ".write('{what} ' + os.environ.get('GITHUB_EVENT_NAME', '?') + '\\n')\n")
 # The pull request's conftest: a .pth file in every site folder it can name, git hooks in the
 # reused workspace, a /dev/shm segment, and a background process the runner does not track.
 PLANT = r'''import os, subprocess, sys, sysconfig
 from pathlib import Path
 
-home, ws = Path(os.environ["HOME"]), Path(os.environ["GITHUB_WORKSPACE"])
+home = Path(os.environ["RUNNER_TOOL_CACHE"]).parent  # the runner's home, not the job's HOME
+ws = Path(os.environ["GITHUB_WORKSPACE"])
 if not (home / "planted").exists():
     (home / "planted").write_text("")
     pth = PTH.format(what="pth")
@@ -576,7 +582,8 @@ if not (home / "planted").exists():
         Path(site, "zz_planted.pth").write_text(pth)
     for name in ("pre-commit", "post-commit", "post-checkout", "reference-transaction"):
         hook = ws / ".git" / "hooks" / name
-        hook.write_text('#!/bin/sh\necho "hook $(basename $0) $GITHUB_EVENT_NAME" >> ~/pwned.log\n')
+        hook.write_text('#!/bin/sh\necho "hook $(basename $0) $GITHUB_EVENT_NAME" '
+                        '>> "$RUNNER_TOOL_CACHE/../pwned.log"\n')
         hook.chmod(0o755)
     subprocess.Popen([sys.executable, str(Path(__file__).with_name("watcher.py"))],
                      env={**os.environ, "RUNNER_TRACKING_ID": ""}, start_new_session=True,
@@ -587,7 +594,7 @@ if not (home / "planted").exists():
 # It plants a .pth into any venv a later job builds, and beats while it lives.
 WATCHER = r'''import glob, os, time
 
-home = os.environ["HOME"]
+home = os.path.dirname(os.environ["RUNNER_TOOL_CACHE"])
 while True:
     with open(home + "/beat", "w") as f:
         f.write(str(time.time()))
@@ -636,7 +643,8 @@ def test_what_a_pull_request_leaves_on_the_runner_never_reaches_the_push_job(
     time.sleep(0.3)
     assert (home / "beat").read_text() != beat  # ... the background process is running ...
     subprocess.run([*GIT, "commit", "-q", "--allow-empty", "-m", "x"], cwd=runner.workspace,
-                   env={**os.environ, "GITHUB_EVENT_NAME": "liveness", "HOME": str(home)},
+                   env={**os.environ, "GITHUB_EVENT_NAME": "liveness", "HOME": str(home),
+                        "RUNNER_TOOL_CACHE": str(home / "_tool")},
                    check=True)
     assert "hook pre-commit liveness" in log.read_text()  # ... and the hook fires
     assert "pth pull_request" in log.read_text()  # the .pth ran in the PR job's own steps

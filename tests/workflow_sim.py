@@ -179,6 +179,17 @@ def condition(text: Any, ctx: dict[str, Any]) -> bool:
 
 # --- the runner ------------------------------------------------------------------------------
 
+# The namespace's pid 1: like a machine's init, it reaps every orphan that ends (a process
+# whose parent is gone is its child), so ended processes do not linger as zombies.
+INIT = """import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.05)
+"""
+INIT_NAME = "perfgate-runner-init"
+
 @dataclass
 class Job:
     steps: list[dict[str, Any]] = field(default_factory=list)  # name, id, outcome, code, out
@@ -206,6 +217,7 @@ class Machine:
     def __init__(self, home: Path, namespace: bool = False, pid2: str = "",
                  user: int | None = None) -> None:
         self.home, self.jobs, self.ns_pid, self.user = home, 0, 0, user
+        self.python = sys.executable if user is None else user_python()  # the runner's .env
         self.workspace = home / "_work" / "scratch" / "scratch"  # the runner's layout
         self.workspace.mkdir(parents=True, exist_ok=True)
         (home / "_tool").mkdir(exist_ok=True)
@@ -218,12 +230,13 @@ class Machine:
             self.holder = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
                  (f"{pid2} & " if pid2 else "")  # the namespace's pid 2, if given
-                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec sleep 100000"],
+                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec \"$0\" -I -c \"$1\" "
+                 + INIT_NAME, sys.executable, INIT],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             for _ in range(200):
                 kids = subprocess.run(["pgrep", "-P", str(self.holder.pid)],
                                       capture_output=True, text=True).stdout.split()
-                if kids and Path(f"/proc/{kids[0]}/cmdline").read_bytes().startswith(b"sleep"):
+                if kids and INIT_NAME.encode() in Path(f"/proc/{kids[0]}/cmdline").read_bytes():
                     self.ns_pid = int(kids[0])
                     break
                 assert self.holder.poll() is None, self.holder.communicate()
@@ -254,6 +267,17 @@ class Machine:
             os.kill(self.ns_pid, signal.SIGKILL)  # the namespace's init: all in it end
             self.holder.communicate(timeout=30)
             self.ns_pid = 0
+
+
+def user_python() -> str:
+    """An interpreter of this Python's version that another user can run (this one may lie
+    in a folder only root can enter), or "" when the machine has none."""
+    name = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for folder in ("/usr/bin", "/usr/local/bin"):
+        path = Path(folder, name)
+        if path.is_file() and os.stat(path).st_mode & 0o001:
+            return str(path)
+    return ""
 
 
 def _read_pairs(path: Path) -> dict[str, str]:
@@ -330,7 +354,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
                 "GITHUB_JOB": job_id, "RUNNER_TEMP": str(temp),
                 "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
     if not hosted:  # the runner's .env: the packages come from this interpreter's venv
-        base_env.update({"PERFGATE_BASE_PYTHON": sys.executable,
+        base_env.update({"PERFGATE_BASE_PYTHON": machine.python,
                          "PYTHONPATH": f"{ROOT}:{SITE_PACKAGES}",
                          "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"})
     env: dict[str, str] = {}
@@ -396,9 +420,16 @@ def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, s
         assert with_.get("fetch-depth") == "0", "the steps need full history (merge base, tags)"
         assert str(with_.get("persist-credentials")).lower() == "false"
 
+        served = dict(env)
+        if machine.user is not None:  # the server's repository is not the runner user's
+            system = run / "gitconfig-server"
+            system.write_text(f"[safe]\n\tdirectory = {origin}\n")
+            served.update({"GIT_CONFIG_NOSYSTEM": "0", "GIT_CONFIG_SYSTEM": str(system)})
+
         def git(*args: str, cwd: Path = workspace) -> None:
-            subprocess.run(machine.command([*GIT, *args], cwd), cwd=cwd, env=env, check=True,
-                           capture_output=True)
+            done = subprocess.run(machine.command([*GIT, *args], cwd), cwd=cwd, env=served,
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, f"checkout: git {args[0]}: {done.stderr}"
 
         if (workspace / ".git").is_dir():  # actions/checkout reuses a repository it finds
             git("fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*")

@@ -5,9 +5,10 @@ perfgate workflow of a pull request completed (``workflow_run``): it holds a tok
 comment, so it never checks out or runs the pull request's code, and it treats the artifact
 as hostile input, since a fork's copy of the workflow can upload anything (docs/ci.md).
 Hence: every field is checked and a malformed artifact posts nothing; the pull request
-named in the artifact must have the head commit that the event names; benchmark names go
-into code spans, where GitHub makes no link, mention or reference of them; one comment,
-found by its marker and author, is updated in place.
+named in the artifact must have the head commit that the event names; benchmark and machine
+names go into code spans, where GitHub makes no link, mention or reference of them, and at
+most MAX_MACHINES artifacts are read; one comment, found by its marker and author, is
+updated in place.
 
 Standard library only, run as a script (``python3 -s -E -P _pr_comment.py ...``): the hosted
 runner has no project environment; -P keeps its folder off sys.path, where cli/bisect.py
@@ -36,6 +37,7 @@ MAX_FILE_BYTES = 4_000_000
 MAX_BENCHMARKS = 2000
 MAX_ROWS = 60          # per machine; the rest are counted (the job summary lists them all)
 MAX_NAME = 100
+MAX_MACHINES = 16      # artifacts read per run; a matrix this size is many perf machines
 VERDICTS = frozenset({"OK", "REGRESSION", "IMPROVEMENT", "NO BASELINE", "UNSTABLE",
                       "INCONCLUSIVE"})
 GATES = {0: "passed", 1: "REGRESSION", 2: "usage error", 3: "infrastructure error"}
@@ -144,6 +146,9 @@ def read_artifacts(root: Path, head_sha: str) -> list[Leg]:
     pull request and the head commit of the workflow run; raises Malformed."""
     folders = sorted(p for p in root.glob(ARTIFACT_PREFIX + "*") if p.is_dir()) \
         if root.is_dir() else []
+    if len(folders) > MAX_MACHINES:
+        raise Malformed(f"the run has {len(folders)} {ARTIFACT_PREFIX}* artifacts, more than "
+                        f"the {MAX_MACHINES} machines a comment shows")
     legs = [read_leg(f) for f in folders]
     for leg in legs:
         if leg.head_sha != head_sha:
@@ -179,7 +184,7 @@ def build_comment(legs: Sequence[Leg], run_url: str) -> str:
              f"Interleaved A/B runs, pull request head against its merge base "
              f"([the run]({run_url})). Ratio: head speed over base speed.", ""]
     for leg in legs:
-        lines += [f"### {leg.machine}: {GATES[leg.gate]} at {leg.head_sha[:10]}", ""]
+        lines += [f"### {code(leg.machine)}: {GATES[leg.gate]} at {leg.head_sha[:10]}", ""]
         rows = sorted(leg.rows, key=lambda r: (not r.fails, r.verdict == "OK"))
         if not rows:
             lines += ["No benchmark was judged (see the run).", ""]

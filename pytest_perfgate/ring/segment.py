@@ -19,6 +19,7 @@ from typing import Any
 PREFIX = "perfgate_ring_"
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>; Python 3.11's mmap has no name for it
 SHM_DIR = Path("/dev/shm")
+PID_MAX_LIMIT = 4 * 1024 * 1024  # <linux/threads.h>: no pid is larger on any kernel
 
 
 def _shm() -> Any:
@@ -87,7 +88,13 @@ class Segment:
 
 
 def sweep_stale(shm_dir: Path = SHM_DIR) -> list[str]:
-    """Unlink ring segments whose creator process no longer exists; return their names."""
+    """Unlink ring segments whose creator process no longer exists; return their names.
+
+    Only this user's regular files named as :func:`new_name` names them: /dev/shm is shared
+    by every user, so a name another user chose (a pid no process can have, digits that are
+    not ASCII) or a file this user does not own is left alone, never an error."""
+    import stat
+
     from psutil import pid_exists as _pid_exists
 
     removed: list[str] = []
@@ -95,16 +102,21 @@ def sweep_stale(shm_dir: Path = SHM_DIR) -> list[str]:
         entries = list(shm_dir.iterdir())
     except OSError:
         return removed
+    me = os.geteuid()
     for path in entries:
         name = path.name
         if not name.startswith(PREFIX):
             continue
-        pid_text = name[len(PREFIX):].split("_", 1)[0]
-        if not pid_text.isdigit() or _pid_exists(int(pid_text)):
+        pid_text, sep, token = name[len(PREFIX):].partition("_")
+        if not (sep and pid_text.isascii() and pid_text.isdigit() and len(pid_text) <= 7
+                and 0 < int(pid_text) <= PID_MAX_LIMIT and token):
             continue
         try:
+            st = path.lstat()
+            if st.st_uid != me or not stat.S_ISREG(st.st_mode) or _pid_exists(int(pid_text)):
+                continue
             path.unlink()
             removed.append(name)
-        except OSError:
+        except (OSError, OverflowError, ValueError):
             pass
     return removed

@@ -10,6 +10,15 @@ computed. The key is everything the result depends on: the compiled model's byte
 and numpy versions (the physics; the random controls' stream), the CPU architecture, and
 rows, substeps, seed, keyframe, state size and dtype. A file that is not a valid state is
 skipped with a warning naming it and recomputed; a cache that cannot be written only warns.
+
+The cache folder is writable by any code its user runs (a pull request's perf test on a
+shared runner), so a file read there is checked before it is used: a few of its rows (the
+first, the last and one drawn at random) are settled again on their own, which costs that
+fraction of settling them all, and must equal the file's rows bit for bit (settling is
+deterministic, and each env is independent of the others). A file that differs is refused
+with a warning naming it. A file this process wrote or checked is known by its digest, kept
+in memory (outside the cache), and is not settled again. In CI each job points
+``PERFGATE_CACHE_DIR`` at a folder of its own (docs/ci.md).
 """
 
 from __future__ import annotations
@@ -19,8 +28,9 @@ import io
 import json
 import os
 import platform
+import secrets
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,9 @@ DTYPE = "float64"  # mujoco.batch's state rows
 
 class SettledCacheWarning(UserWarning):
     """The settled-state cache could not be read or written; the state was computed."""
+
+
+_TRUSTED: dict[Path, str] = {}  # file -> sha256 of the bytes this process wrote or checked
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path | None:
@@ -91,22 +104,44 @@ def settle_key(model: Any, rows: int, substeps: int, seed: int, keyframe: int) -
                      platform.machine(), rows, substeps, seed, keyframe, int(nstate))
 
 
-def settle(model: Any, rows: int, substeps: int, seed: int = 0, keyframe: int = -1) -> Any:
+def settle(model: Any, rows: int, substeps: int, seed: int = 0, keyframe: int = -1,
+           which: Sequence[int] | None = None) -> Any:
     """``rows`` envs from ``keyframe`` under fixed random controls for ``substeps``: their
-    state rows (humanoids are on the ground, in contact, by 300 substeps of 3 ms)."""
+    state rows (humanoids are on the ground, in contact, by 300 substeps of 3 ms). With
+    ``which``, only those rows, settled alone: bit for bit the same rows."""
     import numpy as np
     from mujoco.batch import Batch
 
     from pytest_perfgate.sim.threads import plan_threads
 
-    b = Batch(model, rows, plan_threads(rows).nthread)
+    picked = list(range(rows)) if which is None else list(which)
+    b = Batch(model, len(picked), plan_threads(len(picked)).nthread)
     b.reset(keyframe=keyframe)
     if model.nu:
         lo, hi = model.actuator_ctrlrange.T
-        b.bind("ctrl")[...] = np.random.default_rng(seed).uniform(lo, hi, (rows, model.nu))
+        ctrl = np.random.default_rng(seed).uniform(lo, hi, (rows, model.nu))
+        b.bind("ctrl")[...] = ctrl if which is None else ctrl[picked]
     if substeps > 0:
         b.step(nstep=substeps)
     return b.state.copy()
+
+
+def sample_rows(rows: int) -> list[int]:
+    """The rows a cached state is checked on: the first, the last and one at random (a
+    planter cannot know which)."""
+    return sorted({0, rows - 1, secrets.randbelow(rows)})
+
+
+def differs(arr: Any, rows: Sequence[int], fresh: Any) -> str | None:
+    """Why ``arr`` is not the state whose ``rows`` were just settled as ``fresh`` (None:
+    they are the same bits)."""
+    import numpy as np
+
+    bad = [r for r, row in zip(rows, fresh, strict=True) if not np.array_equal(arr[r], row)]
+    if not bad:
+        return None
+    return (f"row(s) {', '.join(map(str, bad))} differ from the same rows settled now (a "
+            "file written by other code: this state is not what the key says)")
 
 
 def load(path: Path, shape: tuple[int, ...], dtype: str = DTYPE) -> Any:
@@ -152,9 +187,11 @@ def store(path: Path, arr: Any) -> None:
                       f"{CACHE_ENV} to a writable folder", SettledCacheWarning, stacklevel=3)
 
 
-def cached(key: SettleKey, compute: Callable[[], Any], root: Path | None = None) -> Any:
+def cached(key: SettleKey, compute: Callable[[], Any], root: Path | None = None,
+           check: Callable[[Any], str | None] | None = None) -> Any:
     """The state under ``key`` from the cache in ``root`` (default :func:`cache_dir`), or
-    ``compute()`` stored there."""
+    ``compute()`` stored there. ``check(arr)`` says why a file read is not the state (None:
+    it is); a file this process wrote or checked is not checked again."""
     root = cache_dir() if root is None else root
     if root is None:
         warnings.warn("no folder for the settled-state cache (no home directory): settling "
@@ -163,12 +200,22 @@ def cached(key: SettleKey, compute: Callable[[], Any], root: Path | None = None)
         return compute()
     path = key.path(root)
     arr = load(path, key.shape, key.dtype)
+    if arr is not None and check is not None:
+        digest = hashlib.sha256(arr.tobytes()).hexdigest()
+        if _TRUSTED.get(path) != digest:
+            why = check(arr)
+            if why is not None:
+                _skip(path, why)
+                arr = None
+            else:
+                _TRUSTED[path] = digest
     if arr is None:
         arr = compute()
         if arr.shape != key.shape or str(arr.dtype) != key.dtype:  # the key's sizes are wrong
             raise RuntimeError(f"settled state of {arr.dtype} {arr.shape} does not match its "
                                f"cache key ({key.dtype} {key.shape}): a bug in settle_key")
         store(path, arr)
+        _TRUSTED[path] = hashlib.sha256(arr.tobytes()).hexdigest()
     return arr
 
 
@@ -178,7 +225,12 @@ def settled_rows(model: Any, rows: int, substeps: int, seed: int = 0, keyframe: 
     if not cache:
         return settle(model, rows, substeps, seed, keyframe)
     key = settle_key(model, rows, substeps, seed, keyframe)
-    return cached(key, lambda: settle(model, rows, substeps, seed, keyframe))
+
+    def check(arr: Any) -> str | None:
+        sample = sample_rows(rows)
+        return differs(arr, sample, settle(model, rows, substeps, seed, keyframe, sample))
+
+    return cached(key, lambda: settle(model, rows, substeps, seed, keyframe), check=check)
 
 
 __all__ = [
@@ -188,7 +240,9 @@ __all__ = [
     "SettledCacheWarning",
     "cache_dir",
     "cached",
+    "differs",
     "load",
+    "sample_rows",
     "settle",
     "settle_key",
     "settled_rows",
