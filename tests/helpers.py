@@ -125,10 +125,11 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
            names: Sequence[str] = ("walk",), mode: str = "history",
            counts: Sequence[float] | None = None, sigma: float = 0.0,
            first_commit: int = 1, dirty: bool = False,
-           fingerprints: Sequence[str] = (), test_file: str | None = None
-           ) -> list[RunRecord]:
-    """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping);
-    ``counts``: instructions per env-step of each run (a ``<name>.counts`` result)."""
+           fingerprints: Sequence[str] = (), test_file: str | None = None,
+           commits: Sequence[str] = ()) -> list[RunRecord]:
+    """One run per level (s/Msteps), each at its own commit (1111..., 2222..., wrapping;
+    ``commits``: these instead); ``counts``: instructions per env-step of each run (a
+    ``<name>.counts`` result)."""
     rng = random.Random(7)
     runs = []
     for i, level in enumerate(levels):
@@ -147,7 +148,8 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
                                                         source=COUNTS_SOURCE, extra=extra,
                                                         unit=INSTRUCTIONS.unit)
         digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
-        run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, digit * 40, 0,
+        commit = commits[i] if commits else digit * 40
+        run = RunRecord(f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, commit, 0,
                         "main", dirty, machine, fingerprints[i] if fingerprints else "fp",
                         {"mode": mode}, benches)
         History(results, machine).record(run)

@@ -1,4 +1,4 @@
-"""`asv continuous` on a fresh scratch repository: a committed 4x slowdown is PERFORMANCE
+"""`asv continuous` on a fresh scratch repository: a committed 16x slowdown is PERFORMANCE
 DECREASED (exit 1), an unchanged pair is not (exit 0); and the history it leaves is read by
 perfgate, while a run perfgate records shows up in `asv compare` (docs/design.md §6).
 
@@ -33,11 +33,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
 SERIES = asv.gated_series("scratch_step")
-FACTOR = "2"  # above this machine's drift (up to 1.5x, docs/design.md §1); 4x / 1.5 is above it
+# asv runs base and head one after the other, not interleaved: on this machine that alone
+# drifts up to 1.5x (docs/design.md §1), and under a two-core hog 4x the work was measured
+# at 1.88x. So the slowdown is 16x the work against a factor of 3: margins of 5x and 2x.
+FACTOR = "3"
+SLOWER = 16
 STEP = """
 import numpy as np
 
-WORK = {work}  # passes of np.sin per step: the injected slowdown is 4 passes
+WORK = {work}  # passes of np.sin per step: the injected slowdown is SLOWER passes
 
 
 def make_step(n=65536):
@@ -125,7 +129,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     (repo / ".gitignore").write_text("env/\nresults/\nhtml/\n")
     assert _run(["git", "init", "-q", "-b", "main", str(repo)], base, env).returncode == 0
     commits = []
-    for work, note in ((1, "base"), (1, "unchanged step"), (4, "4x the work per step")):
+    for work, note in ((1, "base"), (1, "unchanged step"), (SLOWER, f"{SLOWER}x the work")):
         (repo / "scratchsim" / "__init__.py").write_text(STEP.format(work=work))
         (repo / "NOTES").write_text(note)
         commits.append(_commit(repo, env, note))
@@ -168,7 +172,7 @@ def test_perfgate_reads_what_asv_recorded_and_asv_shows_what_perfgate_recorded(
     assert {c0, c2} <= set(asv_runs)
     ratio = asv_runs[c2].benchmarks["scratch_step"].value / asv_runs[c0].benchmarks[
         "scratch_step"].value
-    assert ratio > 2.0, ratio  # asv's numbers, read back in perfgate's unit, 4x the work
+    assert ratio > float(FACTOR), ratio  # asv's numbers in perfgate's unit, 16x the work
     check = _run([sys.executable, "-m", "pytest_perfgate.cli", "check", asv_runs[c2].run_id,
                   "--results-dir", str(results), "--machine", "ci-box", "--repo", str(repo)],
                  repo, {**env, "PYTHONPATH": str(ROOT)})

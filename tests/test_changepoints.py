@@ -85,3 +85,12 @@ def test_missing_library_names_the_install_command(monkeypatch) -> None:
     assert str(exc.value) == ("change points need the ruptures library, which is not "
                               "installed: pip install 'pytest-perfgate[report]'  (or: pip "
                               "install ruptures)")
+
+
+def test_a_step_at_the_newest_run_waits_for_its_second_run() -> None:
+    """A change point needs MIN_SEGMENT runs on each side, also after the refinement that
+    moves PELT's split: one slower newest run is not a change point yet; two are."""
+    flat = [100.0, 100.5, 99.5, 100.2, 99.8, 100.1, 99.9, 100.3]
+    assert detect([*flat, 92.0]) == []
+    (cp,) = detect([*flat, 92.0, 92.3])
+    assert cp.index == len(flat) and cp.after == pytest.approx(92.15)

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import STEP, record
 
+from pytest_perfgate.cli import history as cli_history
 from pytest_perfgate.cli import main
+
+REAL_ANCESTRY = cli_history.git_ancestry
+
+
+@pytest.fixture(autouse=True)
+def linear_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded fake commits ('1' * 40 ... '9' * 40) on one line of history, in that
+    order, as git would say (the tests of real repositories put git_ancestry back)."""
+    monkeypatch.setattr(cli_history, "git_ancestry", lambda cwd: lambda a, b: a < b)
 
 
 def history(*argv: str) -> int:
@@ -37,7 +49,9 @@ def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -
     assert out[mark] == (">> change point: -16.7% env-steps/s (4000 -> 3333), began at "
                          "commit 9999999999 (run 20240101T000008-aa0008)")
     assert out[mark + 1].startswith("   9999999999  2024-01-01 08:00  20240101T000008-aa0008")
-    assert out[-3].startswith("noise: 0.") and out[-3].endswith("1 change point(s)")
+    assert out[-3].startswith("spread: ") and out[-3].endswith("1 change point(s)")
+    assert "the gate's: the standard deviation of the log run medians of the newest 16 " \
+        "runs" in out[-3]
     assert out[-2] == "  " + out[mark][3:]
     assert out[-1] == "    find the commit: perfgate bisect 888888888888 999999999999 -k walk"
 
@@ -254,3 +268,64 @@ def test_a_missing_library_is_an_infrastructure_error(tmp_path: Path, capsys,
         "perfgate history: infrastructure error: change points need the ruptures library, "
         "which is not installed: pip install 'pytest-perfgate[report]'  (or: pip install "
         "ruptures)\n")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_the_bisect_command_starts_from_an_ancestor_of_the_step(
+        tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of two branches lie side by side in time: the run just before the step may be
+    another branch's, which `perfgate bisect` refuses as GOOD; the command starts from the
+    newest run of the old level on the step's own line of history, and is printed relative
+    to the folder the command runs in."""
+    monkeypatch.setattr(cli_history, "git_ancestry", REAL_ANCESTRY)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    main_line, side = [], []
+    for i in range(6):
+        (repo / "n.txt").write_text(f"main {i}")
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", f"m{i}")
+        main_line.append(_git(repo, "rev-parse", "HEAD"))
+    _git(repo, "checkout", "-q", "-b", "side", main_line[1])
+    (repo / "n.txt").write_text("side")
+    _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "s")
+    side.append(_git(repo, "rev-parse", "HEAD"))
+    # in time order: main 0-2 fast, a run of the side branch (fast), main 3-5 slow
+    commits = [*main_line[:3], side[0], *main_line[3:]]
+    (repo / "perf").mkdir()
+    record(tmp_path / "results", [250.0] * 4 + [500.0] * 3, commits=commits,
+           test_file="perf/test_walk.py", names=("perf.test_walk.test_walk",))
+    monkeypatch.chdir(repo / "perf")
+    assert history("test_walk", "--results-dir", str(tmp_path / "results")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == (f"    find the commit: perfgate bisect {main_line[2][:12]} "
+                         f"{main_line[3][:12]} test_walk.py -k test_walk")
+    done = subprocess.run([sys.executable, "-m", "pytest_perfgate.cli", "bisect", "--help"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0
+    from pytest_perfgate.modes.bisect.probe import commit_range
+
+    commit_range(repo, main_line[2][:12], main_line[3][:12])  # accepted: no RangeError
+
+
+def test_no_bisect_command_where_git_does_not_know_the_commits(
+        tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_history, "git_ancestry", REAL_ANCESTRY)
+    record(tmp_path, STEP)
+    monkeypatch.chdir(tmp_path)
+    assert history("walk", "--results-dir", str(tmp_path)) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "    (no bisect command: git here does not know commit 8888888888 or 9999999999: run "
+        "perfgate history inside the repository the runs measured for the bisect command)")
+
+
+def test_without_bench_the_names_recorded_are_listed(tmp_path: Path, capsys) -> None:
+    record(tmp_path, [250.0] * 3, names=("perf.test_walk", "perf.test_run"))
+    assert usage_error(capsys, "--results-dir", str(tmp_path)) == (
+        "perfgate history: error: name the benchmark to show (BENCH, or a part of its name): "
+        f"machine 'box' in {tmp_path} has perf.test_run, perf.test_walk")

@@ -11,18 +11,25 @@ error, 3 infrastructure error (no or unreadable history, change-point library mi
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import re
 import shlex
+import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._out import add_json_argument
 from pytest_perfgate.cli.common_args import add_history_arguments, history_location
 from pytest_perfgate.report.series import GATED, MachineHistory, Series
+
+if TYPE_CHECKING:
+    from pytest_perfgate.core.results import RunRecord
 
 INFRA = 3
 T = TypeVar("T")
@@ -107,6 +114,9 @@ def table(s: Series, marks: dict[int, str]) -> Iterator[str]:
         yield "   " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
 
 
+MAX_LISTED = 20  # benchmark names listed when BENCH is missing
+
+
 class HistoryCommand(Command):
     name = "history"
     help = "one benchmark's recorded series run by run, with its change points"
@@ -121,8 +131,9 @@ class HistoryCommand(Command):
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:
         ap = super().setup_arguments(subparsers)
-        ap.add_argument("benchmark", metavar="BENCH",
-                        help="benchmark name, or a part of it that names one benchmark")
+        ap.add_argument("benchmark", metavar="BENCH", nargs="?",
+                        help="benchmark name, or a part of it that names one benchmark "
+                        "(without it: the names recorded)")
         add_history_arguments(ap)
         ap.add_argument("--series", default=GATED, metavar="SERIES",
                         help="gated (run medians of the gated wall-time samples, default), "
@@ -163,6 +174,11 @@ class HistoryCommand(Command):
         names = benchmark_names(found.runs)
         if not names:
             return infra(args, no_history_run(where, found.skipped))
+        if args.benchmark is None:
+            shown = ", ".join(names[:MAX_LISTED]) + (
+                f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+            args.parser.error(f"name the benchmark to show (BENCH, or a part of its name): "
+                              f"{where} has {shown}")
         try:
             bench = resolve_benchmark(args.benchmark, names)
             s = with_history_warnings(prog, lambda: series(found.runs, bench, kind))
@@ -180,7 +196,7 @@ class HistoryCommand(Command):
 
 def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> dict[str, Any]:
     """The --json document of ``perfgate history`` (schema: docs/cli.md)."""
-    from pytest_perfgate.report.changepoints import MIN_POINTS, noise
+    from pytest_perfgate.report.changepoints import MIN_POINTS
 
     def num(x: float) -> float | None:
         return float(x) if x == x and abs(x) != float("inf") else None
@@ -198,8 +214,10 @@ def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> di
                            "before": num(cp.before), "after": num(cp.after),
                            "display_change": num(s.display(cp.after) / s.display(cp.before)
                                                  - 1),
-                           "bisect": bisect_command(s, cp.index)} for cp in cps],
-        "noise": num(noise(s.values)) if enough else None,
+                           "bisect": bisect_command(s, cp.index,
+                                                    cps[k - 1].index if k else 0)}
+                          for k, cp in enumerate(cps)],
+        "noise": num(gate_spread(s.values)[0]) if enough else None,
     }
 
 
@@ -220,28 +238,77 @@ _COMMIT = re.compile(r"[0-9a-f]{7,64}")
 _NOT_A_TEST_NAME = re.compile(r"(_|-[0-9a-f]{6})$")
 
 
-def bisect_command(s: Series, index: int) -> str | None:
-    """The ``perfgate bisect`` command for the change point at ``index``: from the last run
-    of the old level to the first at the new one (docs/bisect.md). None when there is no
-    commit range to search: the same commit on both sides (the machine moved), or a commit
-    unknown (outside git) or measured on a dirty checkout."""
-    from pytest_perfgate.report.series import COUNTS_SUFFIX
+Ancestry = Callable[[str, str], "bool | None"]  # is a an ancestor of b? None: cannot tell
 
+
+def git_ancestry(cwd: Path) -> Ancestry:
+    """Ancestry as the git checkout at ``cwd`` knows it (None for a commit it does not
+    know: the history was recorded elsewhere)."""
+    from pytest_perfgate.history.vcs import ancestors_filter, resolve_commit
+
+    def known(c: str) -> bool:
+        return resolve_commit(cwd, c) is not None
+
+    def ancestor(a: str, b: str) -> bool | None:
+        if not (known(a) and known(b)):
+            return None
+        return a in ancestors_filter(cwd, b, [a])
+
+    return ancestor
+
+
+def _usable(r: RunRecord) -> bool:
+    return not r.dirty and bool(_COMMIT.fullmatch(r.commit)) and set(r.commit) != {"0"}
+
+
+def bisect_range(s: Series, index: int, start: int, ancestor: Ancestry
+                 ) -> tuple[RunRecord, RunRecord] | str | None:
+    """GOOD and BAD for the change point at ``index``: its first run, and the newest run of
+    the old level (from ``start``) whose commit is an ancestor of it, so that ``perfgate
+    bisect`` accepts the range (runs of several branches lie side by side in time).
+    A reason instead when git here cannot tell or no such run exists; None when there is
+    no commit range at all (the same commit: the machine moved; dirty; outside git)."""
     if index < 1:
         return None
-    before, after = s.points[index - 1].run, s.points[index].run
-    for r in (before, after):
-        if r.dirty or not _COMMIT.fullmatch(r.commit) or set(r.commit) == {"0"}:
-            return None
-    if before.commit == after.commit:
+    after = s.points[index].run
+    before = s.points[index - 1].run
+    if not (_usable(after) and _usable(before)) or before.commit == after.commit:
         return None
+    for p in reversed(s.points[start:index]):
+        r = p.run
+        if not _usable(r) or r.commit == after.commit:
+            continue
+        is_anc = ancestor(r.commit, after.commit)
+        if is_anc is None:
+            return (f"git here does not know commit {r.commit[:10]} or {after.commit[:10]}: "
+                    "run perfgate history inside the repository the runs measured for the "
+                    "bisect command")
+        if is_anc:
+            return r, after
+    return (f"no run of the old level measured an ancestor of {after.commit[:10]} (the runs "
+            "are of other branches): bisect from a commit of its own history")
+
+
+def bisect_command(s: Series, index: int, start: int = 0, ancestor: Ancestry | None = None,
+                   here: Path | None = None) -> str | None:
+    """The ``perfgate bisect`` command for the change point at ``index`` (docs/bisect.md),
+    to run in ``here`` (the test's file relative to it), or None (:func:`bisect_range`)."""
+    from pytest_perfgate.history.vcs import toplevel
+    from pytest_perfgate.report.series import COUNTS_SUFFIX
+
+    here = here or Path.cwd()
+    got = bisect_range(s, index, start, ancestor or git_ancestry(here))
+    if not isinstance(got, tuple):
+        return None
+    before, after = got
     args = [before.commit[:12], after.commit[:12]]
     test_file = next((b.test_file for r in (after, before)
                       for b in (r.benchmarks.get(s.benchmark),
                                 r.benchmarks.get(s.benchmark + COUNTS_SUFFIX))
                       if b is not None and b.test_file), None)
     if test_file:
-        args.append(test_file)
+        top = toplevel(here)  # the file is recorded relative to its checkout's top
+        args.append(os.path.relpath(top / test_file, here) if top else test_file)
     if (last := _test_name(s.benchmark, test_file)) is not None:
         args += ["-k", last]
     return "perfgate bisect " + shlex.join(args)
@@ -261,9 +328,18 @@ def _test_name(benchmark: str, test_file: str | None) -> str | None:
     return last
 
 
+def gate_spread(values: Sequence[float]) -> tuple[float, int]:
+    """The run-to-run spread the history gate uses (modes/history.py): the standard
+    deviation of the log run medians of the newest SPREAD_RUNS runs; and how many."""
+    from pytest_perfgate.modes.history import SPREAD_RUNS
+
+    logs = [math.log(v) for v in values[-SPREAD_RUNS:] if v > 0 and math.isfinite(v)]
+    return (statistics.stdev(logs) if len(logs) >= 2 else 0.0), len(logs)
+
+
 def render(s: Series, cps: list[Any], where: str) -> list[str]:
     """The whole output: a header, the table, the change points and what can be seen."""
-    from pytest_perfgate.report.changepoints import MIN_POINTS, noise
+    from pytest_perfgate.report.changepoints import MIN_POINTS
 
     n = len(s.points)
     out = [f"perfgate history: {s.benchmark}, {s.kind} series, {n} run(s) of {where}"]
@@ -275,14 +351,18 @@ def render(s: Series, cps: list[Any], where: str) -> list[str]:
         out.append(f"{n} run(s): change points need at least {MIN_POINTS} (two on each side "
                    "of a step)")
         return out
-    sigma = noise(s.values)
-    out.append(f"noise: {sigma:.2%} run to run (robust sigma of the log run medians); "
-               f"{len(cps)} change point(s)")
-    for cp in cps:
+    spread, k = gate_spread(s.values)
+    out.append(f"spread: {spread:.2%} run to run (the gate's: the standard deviation of the "
+               f"log run medians of the newest {k} runs); {len(cps)} change point(s)")
+    ancestor = git_ancestry(Path.cwd())
+    for k, cp in enumerate(cps):
         out.append(f"  {describe_change(s, cp)}")
-        command = bisect_command(s, cp.index)
-        if command is not None:
-            out.append(f"    find the commit: {command}")
+        start = cps[k - 1].index if k else 0
+        got = bisect_range(s, cp.index, start, ancestor)
+        if isinstance(got, tuple):
+            out.append(f"    find the commit: {bisect_command(s, cp.index, start, ancestor)}")
+        elif got is not None:
+            out.append(f"    (no bisect command: {got})")
     return out
 
 

@@ -87,9 +87,19 @@ def detect(values: Sequence[float], beta: float = PENALTY_BETA) -> list[ChangePo
     ends = [int(e) for e in algo.predict(pen=pen)][:-1]  # the last "end" is len(values)
     bounds = [0, *ends, len(values)]
     # PELT keeps MIN_SEGMENT runs after a step, so a step at the newest run comes out one
-    # run early: each change point moves to the best split between its neighbours.
+    # run early: each change point moves to the best split between its neighbours, and is
+    # dropped when that leaves it too few runs on a side.
     for i in range(1, len(bounds) - 1):
         bounds[i] = _refine(logs, bounds[i - 1], bounds[i + 1])
+    # A refined split that leaves fewer than MIN_SEGMENT runs on a side (a step at the
+    # newest run, one run old) is not a change point yet: it needs its runs on each side.
+    kept = [0]
+    for b in bounds[1:-1]:
+        if b - kept[-1] >= MIN_SEGMENT:
+            kept.append(b)
+    while len(kept) > 1 and len(values) - kept[-1] < MIN_SEGMENT:
+        kept.pop()
+    bounds = [*kept, len(values)]
     ends = bounds[1:-1]
     out = []
     for i, idx in enumerate(ends):
