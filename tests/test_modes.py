@@ -228,3 +228,24 @@ def test_a_stray_side_variable_is_a_warning_in_a_pytest_run(pytester: pytest.Pyt
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ("PERFGATE_SIDE_FD='abc' names no A/B connection of this process (perfgate sets "
             "it only for the sides it starts): ignored; unset it") in proc.stdout
+
+
+def test_the_baseline_shown_is_the_one_the_ratio_divides_by(tmp_path: Path) -> None:
+    """A baseline run whose windows outside load mostly spoiled is left out of the level:
+    the baseline figure, its commits and its run count are of the runs that set it, so
+    steps/s / baseline is the ratio shown (the JSON, the text and the PNG's band use them)."""
+    import dataclasses
+
+    levels = [(10.0, 0), (10.2, 0), (13.0, 3), (9.9, 0)]  # one run spoiled: 3 of 4 windows
+    for i, (level, spoiled) in enumerate(levels):
+        s = session(tmp_path)
+        r = dataclasses.replace(result(level=level), polluted_kept=spoiled)
+        s.history().record(f"20240101T00000{i}-aa000{i}", float(i), {"walk": r}, "history")
+    j = session(tmp_path).judge(result(level=20.0), "t::walk")
+    v = j.verdict
+    assert v is not None and v.evidence is not None and v.ratio is not None
+    assert v.evidence.n_base == 3 == len(j.baseline_commits)
+    assert j.baseline_steps_per_s is not None
+    now = 1e6 / j.result.value  # steps/s as a measurement gives it: of the median window
+    assert now / j.baseline_steps_per_s == pytest.approx(v.ratio)
+    assert "against 3 baseline run(s)" in v.message

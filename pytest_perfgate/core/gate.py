@@ -90,6 +90,9 @@ class Evidence:
     max_turns: int = 0  # planned turns per side at the last look
     excluded: int = 0  # turn pairs left out: the outside load changed between their turns
     cut_short: bool = False  # re-measuring load-changed pairs ran out before the last look
+    # history: indices into the baseline of the runs that set the level (spoiled runs are
+    # left out): every figure shown as "the baseline" is of these runs
+    level_runs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,13 +191,14 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
         raise ValueError("the current run has no samples")
     counts = [*baseline_polluted][:len(baseline)]
     counts += [0] * (len(baseline) - len(counts))
-    runs = [(r, int(p)) for r, p in zip(baseline, counts, strict=True) if r]
+    runs = [(i, r, int(p)) for i, (r, p) in enumerate(zip(baseline, counts, strict=True))
+            if r]
     if not runs:
         raise ValueError("history_evidence needs at least one baseline run")
     # A run whose kept windows were mostly spoiled has a spoiled median: no slack bounds it
     # (the load shifts every window alike, so their spread does not show it).
-    kept = [(r, p) for r, p in runs if not spoiled(r, p)] or runs
-    base, bp = [r for r, _ in kept], [p for _, p in kept]
+    kept = [(i, r, p) for i, r, p in runs if not spoiled(r, p)] or runs
+    base, bp = [r for _, r, _ in kept], [p for _, _, p in kept]
     y = [math.log(statistics.median(r)) for r in base]
     x = math.log(statistics.median(current))
     n = len(y)
@@ -219,7 +223,7 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
         thin = (f"outside load spoiled {polluted} of this run's {len(current)} windows and "
                 "re-measuring them ran out, so its median measures the other work on this "
                 "machine, not the code: run again when the machine is quiet")
-    elif all(spoiled(r, p) for r, p in runs):
+    elif all(spoiled(r, p) for _, r, p in runs):
         thin = ("outside load spoiled most windows of every baseline run, so the baseline "
                 "level is unknown: record runs when the machine is quiet")
     elif k < MIN_SPREAD_RUNS:
@@ -227,7 +231,8 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
                 f"cannot show {metric.drift}: record "
                 f"at least {MIN_SPREAD_RUNS} runs of an earlier commit before gating")
     return Evidence(d, s * math.sqrt(1 + 1 / n), float(max(df, 1)), n, "history", between,
-                    within, slack, int(polluted) + sum(bp), thin)
+                    within, slack, int(polluted) + sum(bp), thin,
+                    level_runs=tuple(i for i, _, _ in kept))
 
 
 def paired_evidence(base: Sequence[float], head: Sequence[float],

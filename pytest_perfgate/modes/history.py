@@ -121,6 +121,10 @@ class HistoryMode:
         else:
             verdict = no_baseline(self._why_no_baseline(ctx, result.name), metric)
         base_sps, base_phases = None, {}
+        ev = verdict.evidence
+        if ev is not None and ev.level_runs:  # the runs that set the level: no other figure
+            base = [base[i] for i in ev.level_runs]
+            commits = [run.commit for run, _ in base]
         if base:
             # the figure the ratio divides by: the geometric mean of the run medians
             base_sps = 1e6 / math.exp(statistics.fmean(math.log(b.value) for _, b in base))
