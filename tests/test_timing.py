@@ -118,6 +118,33 @@ def test_never_steady_is_reported() -> None:
     assert not m.steady and m.warmup_s >= 1.0
 
 
+@pytest.mark.parametrize(("other", "cause"), [
+    (1.5, "while other work on this machine kept 1.5 core(s) busy (outside load, seen by the "
+          "load guard): the cause is that load, not the code; run again when the machine is "
+          "quiet, or compare with --perfgate-ab BASE_REV"),
+    (0.2, "with no outside load seen: the workload's own speed kept changing; raise "
+          "--perfgate-warmup-max, and if the step is yours, make it reach a steady state"),
+])
+def test_an_unsteady_warm_up_names_outside_load_when_the_guard_saw_it(other: float,
+                                                                      cause: str) -> None:
+    """UNSTABLE's advice fits its cause: a user of a shipped suite cannot change its step,
+    and raising the warm-up does not help while a neighbour comes and goes."""
+    from pytest_perfgate.core.gate import Rule, evaluate
+    from pytest_perfgate.core.judged import summarize
+
+    clock = FakeClock()
+    src = make_source(clock, [0.001 * (1.3 ** i) for i in range(60)])
+    cfg = MeasureConfig(windows=2, window_s=0.1, warmup_window_s=0.05, warmup_max_s=1.0,
+                        load_limit=0.5)
+    m = Meter(cfg, clock=clock, load_probe=ScriptedProbe([other])).measure(src)
+    assert not m.steady
+    assert m.warmup_load == (pytest.approx(other) if other > 0.5 else None)
+    r = summarize("walk", m, 1)
+    assert r.warmup_load == m.warmup_load
+    v = evaluate(r.samples, [r.samples], Rule(), steady=r.steady, warmup_load=r.warmup_load)
+    assert v.outcome.value == "UNSTABLE" and cause in v.message
+
+
 def test_is_steady_rule() -> None:
     assert not is_steady([1, 1, 1], span=2, tol=0.1)
     assert is_steady([5, 1, 1.05, 1.0, 1.04], span=2, tol=0.1)
@@ -153,8 +180,10 @@ class ConstSource:
 def test_polluted_windows_are_remeasured_then_kept() -> None:
     cfg = MeasureConfig(windows=3, window_s=1.0, warmup_window_s=0.1, warmup_span=1,
                         load_limit=0.5, max_remeasure=2)
-    # warm-up windows are not probed; measured windows: 1.0 (polluted) x3, then clean
-    m = Meter(cfg, clock=FakeClock(), load_probe=ScriptedProbe([1.0, 1.0, 1.0, 0.0, 0.0]))
+    # the warm-up is probed once, across all its windows (0.0: quiet); measured windows:
+    # 1.0 (polluted) x3, then clean
+    m = Meter(cfg, clock=FakeClock(),
+              load_probe=ScriptedProbe([0.0, 1.0, 1.0, 1.0, 0.0, 0.0]))
     # FakeClock does not move for ConstSource, so warm-up ends on its first check
     res = m.measure(ConstSource())
     assert res.remeasured == 2

@@ -467,15 +467,30 @@ def unstable(message: str, metric: Metric = ENV_STEPS) -> Verdict:
     return Verdict(Outcome.UNSTABLE, metric.say(message))
 
 
+def never_steady(warmup_load: float | None, who: str = "") -> str:
+    """Why warm-up never settled, and what to do: outside load when the guard saw it (the
+    user can only wait for a quiet machine, or alternate base and head), else the
+    workload's own speed."""
+    what = f"the {who} side never reached steady state" if who else \
+        "steady state was never reached"
+    if warmup_load is not None:
+        return (f"{what} during warm-up while other work on this machine kept "
+                f"{warmup_load:.1f} core(s) busy (outside load, seen by the load guard): "
+                "the cause is that load, not the code; run again when the machine is quiet, "
+                "or compare with --perfgate-ab BASE_REV, which measures both in the same "
+                "seconds")
+    return (f"{what} during warm-up, with no outside load seen: the workload's own speed "
+            "kept changing; raise --perfgate-warmup-max, and if the step is yours, make it "
+            "reach a steady state (docs/measurement.md)")
+
+
 def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule: Rule,
              *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None,
              polluted: int = 0, baseline_polluted: Sequence[int] = (),
-             metric: Metric = ENV_STEPS) -> Verdict:
+             metric: Metric = ENV_STEPS, warmup_load: float | None = None) -> Verdict:
     """The history gate: current run's window samples vs baseline runs' window samples."""
     if not steady:
-        return unstable("steady state was never reached during warm-up: the workload's "
-                        "speed kept changing (raise --perfgate-warmup-max or make the step "
-                        "hold its state steady)", metric)
+        return unstable(never_steady(warmup_load), metric)
     if not any(baseline):
         return no_baseline("no earlier run on this machine to compare with", metric)
     return decide(history_evidence(current, baseline, spread, polluted=polluted,

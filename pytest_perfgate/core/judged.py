@@ -42,7 +42,7 @@ def summarize(name: str, m: Measurement, transitions: int,
                        warmup_windows=m.warmup_windows, remeasured=m.remeasured,
                        polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,
                        extra=dict(extra or {}), memory=m.memory, gpu=m.gpu,
-                       unit=unit)
+                       unit=unit, warmup_load=m.warmup_load)
 
 
 def failing(judged: Sequence[Judged]) -> list[Judged]:

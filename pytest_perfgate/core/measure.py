@@ -289,6 +289,7 @@ class Measurement:
     remeasured: int = 0  # polluted windows measured again
     polluted_kept: int = 0  # polluted windows kept because re-measurement ran out
     gpu_spoiled: tuple[str, ...] = ()  # the GPU guard's reason for each spoiled window
+    warmup_load: float | None = None  # outside load during warm-up, when above the limit
 
     @property
     def samples(self) -> list[float]:
@@ -405,6 +406,7 @@ class Meter:
         self._gpu_auto = gpu_probe is None and not isinstance(self._probe, NullProbe)
         self.progress = progress if progress is not None else NULL_PROGRESS
         self._min_s: dict[int, float] = {}  # per source: the window length its steps need
+        self.warmup_load: float | None = None  # the last warm-up's outside load (_outside)
 
     def _length(self, source: WindowSource, base_s: float) -> float:
         return min(max(base_s, self._min_s.get(id(source), 0.0)), base_s * MAX_STRETCH)
@@ -419,6 +421,7 @@ class Meter:
     def measure(self, source: WindowSource) -> Measurement:
         cfg = self.config
         steady, warmup_s, warmup_windows = self.warm_up(source)
+        warmup_load = self.warmup_load
         windows: list[Window] = []
         remeasured = polluted_kept = 0
         gpu_spoiled: list[str] = []
@@ -439,7 +442,7 @@ class Meter:
             windows.append(w)
             self.progress.window_done(len(windows), cfg.windows, w.steps_per_s)
         return Measurement(tuple(windows), steady, warmup_s, warmup_windows, remeasured,
-                           polluted_kept, tuple(gpu_spoiled))
+                           polluted_kept, tuple(gpu_spoiled), warmup_load)
 
     def warm_up(self, source: WindowSource, side: str = "") -> tuple[bool, float, int]:
         """Run warm-up windows until the stability rule holds: (steady, seconds, windows).
@@ -449,9 +452,12 @@ class Meter:
         t0 = self._clock.wall_ns()
         self._min_s.pop(id(source), None)
         rates: list[float] = []
+        before = self._probe.sample()
+        own_cpu = own_wall = 0.0
         while True:
             length = self._length(source, cfg.warmup_window_s)
             raw = completed_window(source, length)
+            own_cpu, own_wall = own_cpu + raw.cpu_s, own_wall + raw.wall_s
             self._learn(source, raw)
             if self._length(source, cfg.warmup_window_s) > 1.5 * length:
                 rates.clear()  # too coarse to judge: start over with the longer windows
@@ -462,7 +468,21 @@ class Meter:
             # a step slower than a warm-up window still gets 2*span windows to show stability
             if steady or (elapsed >= cfg.warmup_max_s and len(rates) >= 2 * cfg.warmup_span):
                 self.progress.warmup_ended(steady, elapsed, side)
+                self.warmup_load = self._outside(before, self._probe.sample(), own_cpu,
+                                                 own_wall)
                 return steady, elapsed, len(rates)
+
+    def _outside(self, before: Any, after: Any, own_cpu: float, own_wall: float
+                 ) -> float | None:
+        """Busy cores of other work between two load samples, when above the load limit
+        (what an UNSTABLE verdict then names as its cause); None when below or unseen."""
+        if before is None or after is None or own_wall <= 0:
+            return None
+        busy = LoadSample.busy_cores(before, after)
+        if busy is None:
+            return None
+        other = max(0.0, busy - own_cpu / own_wall)
+        return other if other > self.config.load_limit else None
 
     def window(self, source: WindowSource, duration_s: float) -> Window:
         """One window with the outside load the guard saw meanwhile, never re-measured: the

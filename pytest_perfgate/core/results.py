@@ -80,6 +80,9 @@ class BenchResult:
     # How the GPU was timed and watched: {"sync": "edges" | "phases", "spoiled": {reason:
     # windows}} (core/measure.py Measurement.gpu); empty, and not written, without CUDA.
     gpu: Mapping[str, Any] = field(default_factory=dict)
+    # Busy cores of other work during warm-up, kept when above the load limit: an UNSTABLE
+    # verdict names it as the cause (None: below it, unseen, or older records).
+    warmup_load: float | None = None
 
     @property
     def value(self) -> float:
@@ -91,6 +94,8 @@ class BenchResult:
         d["samples"] = list(self.samples)
         if not self.gpu:  # a CPU-only run records no GPU field at all
             del d["gpu"]
+        if self.warmup_load is None:
+            del d["warmup_load"]
         for ph in d["phases"].values():
             if ph.get("gpu_ms") is None:
                 del ph["gpu_ms"]
@@ -151,7 +156,7 @@ _BENCH_KINDS: dict[str, Any] = {
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
     "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
     "test_line": (int, None), "threshold": (float, None), "memory": dict, "unit": str,
-    "gpu": dict}
+    "gpu": dict, "warmup_load": (float, None)}
 MEMORY_LIMIT = 1e18  # bytes: a larger figure in a sidecar is garbage
 LEGACY_COUNTS_SOURCE = "perfgate-counts"  # its results carry their unit since it was kept
 

@@ -20,6 +20,7 @@ from pytest_perfgate.core.gate import (
     Outcome,
     Rule,
     Verdict,
+    never_steady,
     no_baseline,
     paired_evidence,
     sequential_decide,
@@ -158,8 +159,8 @@ class ABController:
         verdict = run.verdict
         if not (mb.steady and mh.steady):
             side = "base" if not mb.steady else "head"
-            verdict = unstable(f"the {side} side never reached steady state during warm-up",
-                               metric)
+            load = mb.warmup_load if not mb.steady else mh.warmup_load
+            verdict = unstable(never_steady(load, side), metric)
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
                    {n: p.ms_per_call for n, p in base.phases.items()})
@@ -327,12 +328,16 @@ def measure_sequential(base: WindowSource, head: WindowSource, meter: Meter, des
     """Warm both sides up, then :func:`run_looks` over live ABBA turns; the load-change
     limit is half the meter's --perfgate-load-limit (LOAD_CHANGE_SHARE)."""
     warm_b = meter.warm_up(base, "base")
+    load_b = meter.warmup_load
     warm_h = meter.warm_up(head, "head")
+    load_h = meter.warmup_load
     looks = run_looks(lambda i: turn_pair(base, head, i, turn_s, meter), design, rule,
                       meter.config.load_limit * LOAD_CHANGE_SHARE, metric, meter.progress)
     use = looks.kept if len(looks.kept) >= 2 else range(len(looks.pairs))  # too few: all
-    return Paired(Measurement(tuple(looks.pairs[i][0] for i in use), *warm_b),
-                  Measurement(tuple(looks.pairs[i][1] for i in use), *warm_h), looks)
+    return Paired(Measurement(tuple(looks.pairs[i][0] for i in use), *warm_b,
+                              warmup_load=load_b),
+                  Measurement(tuple(looks.pairs[i][1] for i in use), *warm_h,
+                              warmup_load=load_h), looks)
 
 
 def _too_few(n: int, excluded: int, metric: Metric) -> Verdict:
