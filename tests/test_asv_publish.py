@@ -258,3 +258,42 @@ def test_regressions_page_lists_slowdowns_not_throughput_gains(site: dict[str, A
     assert set(listed) == {site["gated"], physics}, rows
     assert listed[site["gated"]][2] == site["commits"][4][:8]  # where it got slower
     assert float(listed[site["gated"]][3].rstrip("x")) == pytest.approx(1.25, rel=0.03)
+
+
+def test_opened_from_disk_the_page_says_how_to_serve_it(site: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    """asv's page from file:// ended on "Can not determine continental origin of swallow"
+    (the browser refuses its scripts and data there): it now says how to open it."""
+    base = site["html"].as_uri() + "/"
+    with browser_page(base) as (page, _log):
+        page.goto(f"{base}index.html", wait_until="load")
+        page.wait_for_url("**/perfgate-serve.html")
+        text = page.inner_text("body")
+        _keep_screenshot(page, tmp_path, "opened-from-disk.png")
+    assert "This site must be served over http" in text and "swallow" in text
+    assert f"python -m http.server --directory {site['html']}" in text
+
+
+def test_publish_serve_serves_the_site_until_stopped(site: dict[str, Any]) -> None:
+    import signal
+    import urllib.request
+
+    repo = site["html"].parent
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_perfgate.cli", "publish",
+                             "--no-pull", "--serve", "0"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stdout.readline()
+            assert line, "publish ended before serving"
+        url = line.split(" on ", 1)[1].split()[0]
+        with urllib.request.urlopen(url + "index.html", timeout=30) as got:
+            page = got.read().decode()
+        assert 'id="perfgate-notes"' in page
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "perfgate publish: stopped serving" in out

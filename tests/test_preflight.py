@@ -188,6 +188,9 @@ def test_flags_without_perfgate_are_named_as_ignored(sandbox: pytest.Pytester) -
                               "--perfgate-json ignored: without --perfgate perf tests run in "
                               "smoke mode (nothing measured, recorded or written); add "
                               "--perfgate"])
+    # located where the user set it, not in the plugin's code
+    res.stdout.fnmatch_lines(["  the command line:0: PytestConfigWarning: perfgate: *"])
+    assert "pytest_perfgate" not in res.stdout.str().split("warnings summary")[1]
     assert not (sandbox.path / "r.json").exists()
 
 

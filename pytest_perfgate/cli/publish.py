@@ -81,6 +81,10 @@ class Publish(Command):
                         "serve these from the site instead of CDNs")
         ap.add_argument("--no-pull", action="store_true",
                         help="passed to asv publish: do not pull the repository")
+        ap.add_argument("--serve", nargs="?", const=8000, default=None, metavar="PORT",
+                        type=argparse_type(parse_port),
+                        help="then serve the site on http://localhost:PORT (default 8000; 0: "
+                        "any free port) until Ctrl-C")
         ap.add_argument("range", nargs="?", default=None, type=argparse_type(parse_range),
                         help="passed to asv publish: the commit range to show")
         return ap
@@ -118,17 +122,22 @@ class Publish(Command):
             return 130
         if isinstance(done_v, int):
             return done_v
+        from pytest_perfgate.cli._site_notes import serve_hint
+
         if done_v is None:
             print(f"perfgate publish: site in {html_dir}; its page loads scripts from "
                   "public CDNs (pass --scripts DIR to view it offline)")
-            return 0
-        print(f"perfgate publish: site in {html_dir}, {done_v.files} files (scripts, "
-              f"styles, fonts, licenses) copied into {html_dir / 'vendor'}; the page's "
-              f"integrity hashes hold for {len(done_v.verified)} of them (the CDN's exact bytes)"
-              + (f", and were dropped for {', '.join(done_v.unverified)} (same version, "
-                 "unminified sources)" if done_v.unverified else ""))
-        print("perfgate publish: view it over http (Chromium refuses asv's data files from "
-              f"file://): python -m http.server --directory {html_dir}")
+        else:
+            print(f"perfgate publish: site in {html_dir}, {done_v.files} files (scripts, "
+                  f"styles, fonts, licenses) copied into {html_dir / 'vendor'}; the page's "
+                  f"integrity hashes hold for {len(done_v.verified)} of them (the CDN's "
+                  "exact bytes)" + (f", and were dropped for {', '.join(done_v.unverified)} "
+                                    "(same version, unminified sources)"
+                                    if done_v.unverified else ""))
+        if args.serve is not None:
+            return serve(html_dir, args.serve)
+        print("perfgate publish: open it over http (a browser refuses its data files from "
+              f"file://): {serve_hint(html_dir)}")
         return 0
 
     @classmethod
@@ -148,6 +157,13 @@ class Publish(Command):
                 print("perfgate publish: this asv's graphdisplay.js is not the one perfgate "
                       "knows: its time axis may read nanoseconds with ticks like 1.00e+3 "
                       "while the tooltip says μs (docs/history-asv-site.md)")
+            from pytest_perfgate.cli._site_notes import add_notes, history_notes
+
+            results = conf.get("results_dir", "results")
+            notes = history_notes((config.parent / str(results)).resolve())
+            for note in notes:
+                print(f"perfgate publish: note on the site: {note}")
+            add_notes(work / "html", notes)
             done_v = None
             if args.scripts is not None:
                 try:
@@ -158,6 +174,42 @@ class Publish(Command):
                     return 3
             swap(work, html_dir)
         return done_v
+
+
+def parse_port(text: str) -> int:
+    """--serve PORT: 0 (any free port) or 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise OptionError(f"{text!r} is not a port number: use e.g. 8000, or 0 for any free "
+                          "port") from None
+    if not 0 <= port <= 65535:
+        raise OptionError(f"{text!r} is not a port number (0-65535): use e.g. 8000")
+    return port
+
+
+def serve(html_dir: Path, port: int) -> int:
+    """Serve ``html_dir`` on localhost until Ctrl-C or SIGTERM (exit 0: that is how it
+    ends); a port in use is an infrastructure error naming it."""
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(html_dir))
+    try:
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        print(f"perfgate publish: infrastructure error: cannot serve on port {port}: {exc}; "
+              "pass another, e.g. --serve 0 for any free port", file=sys.stderr)
+        return 3
+    with httpd:
+        print(f"perfgate publish: serving {html_dir} on http://localhost:"
+              f"{httpd.server_address[1]}/ (Ctrl-C ends it)", flush=True)
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            print("perfgate publish: stopped serving", flush=True)
+    return 0
 
 
 def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:

@@ -28,9 +28,9 @@ def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
 
     stray = stray_side_variable()
     if stray is not None:
-        config.issue_config_time_warning(pytest.PytestConfigWarning(
-            f"perfgate: PERFGATE_SIDE_FD={stray!r} names no A/B connection of this process "
-            "(perfgate sets it only for the sides it starts): ignored; unset it"), 3)
+        config_warning(config, f"perfgate: PERFGATE_SIDE_FD={stray!r} names no A/B "
+                       "connection of this process (perfgate sets it only for the sides it "
+                       "starts): ignored; unset it", "the environment")
 
     enabled = config.getoption("perfgate") or _ini_switch(config)
     flags = {s.name: config.getoption(f"perfgate_{s.name}") for s in SPECS}
@@ -49,8 +49,42 @@ def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
     except OptionError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
     for text in warnings:
-        config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfgate: {text}"), 3)
+        config_warning(config, f"perfgate: {text}", _located(config, text, where))
     return options, where
+
+
+def _located(config: pytest.Config, text: str, where: dict[str, str]) -> str:
+    """Where the setting a warning is about was made, as pytest's warning summary shows a
+    location: the command line, the ini file or the environment (never perfgate's code)."""
+    said = [w for w in where.values() if w in text] or list(where.values())
+    first = said[0] if said else ""
+    if first.startswith("ini option"):
+        return str(config.inipath or "the ini file")
+    if first.startswith("environment variable"):
+        return "the environment"
+    return "the command line"
+
+
+def config_warning(config: pytest.Config, text: str, location: str) -> None:
+    """``config.issue_config_time_warning`` with the warning located at ``location`` (the
+    user's command line or ini file) instead of the plugin's frame; the project's
+    filterwarnings apply as they do there."""
+    import warnings
+
+    from _pytest.config import apply_warning_filters
+
+    if config.pluginmanager.is_blocked("warnings"):
+        return
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always", pytest.PytestConfigWarning)
+        apply_warning_filters(config.getini("filterwarnings"),
+                              config.known_args_namespace.pythonwarnings or [])
+        warnings.warn_explicit(pytest.PytestConfigWarning(text), pytest.PytestConfigWarning,
+                               location, 0)
+    if records:
+        config.hook.pytest_warning_recorded.call_historic(kwargs={
+            "warning_message": records[0], "when": "config", "nodeid": "",
+            "location": (location, 0, "")})
 
 
 def _ini_switch(config: pytest.Config) -> bool:

@@ -192,7 +192,9 @@ def explain(j: Judged, run_id: str | None = None) -> str:
             lines.append(f"    {name:<16} {ph.ms_per_call:9.3g} vs {was:>8}  "
                          f"{ph.share:5.0%}  {ph.cores:.2f}"
                          + (f"  {ph.gpu_ms:9.3g}" if ph.gpu_ms is not None else ""))
-        lines.append(f"  grew most: {top_phase(j)}")
+        grown = j.baseline_phases and top_phase(j)
+        if grown and "->" in grown:  # a phase that grew against the baseline: no other
+            lines.append(f"  grew most: {grown}")
         lines.extend(f"  {line}" for line in gpu_lines(r))
     by_phase = counts_phases(r.extra)
     lines.append("  " + metric.method.format(warmup_s=r.warmup_s, windows=len(r.samples),
