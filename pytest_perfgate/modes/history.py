@@ -64,22 +64,41 @@ class HistoryMode:
             self.judge_memory(j.result, call.test_id, Rule(threshold=call.memory_threshold))
         return j
 
-    def judge_memory(self, result: BenchResult, test_id: str, rule: Rule) -> Judged:
-        """The memory gate (core/memory.py) on ``result``'s peak against the same baseline
-        runs the wall-time verdict uses; delivered as ``<name>.rss``."""
-        from pytest_perfgate.core.memory import decide_memory, memory_result, not_sampled
+    def judge_memory(self, result: BenchResult, test_id: str, rule: Rule
+                     ) -> tuple[Judged, ...]:
+        """The memory gate (core/memory.py) on ``result``'s peaks against the same baseline
+        runs the wall-time verdict uses: host RSS as ``<name>.rss`` and, where the run read
+        GPU memory, the GPU peak as ``<name>.gpu_mem`` (a learner's device memory growth is
+        what makes a run fall over)."""
+        from pytest_perfgate.core.memory import (
+            decide_memory,
+            gpu_memory_result,
+            gpu_peak,
+            memory_result,
+            not_sampled,
+        )
 
         mem = memory_result(result)
-        if mem is None:
-            mem, verdict, commits = not_sampled(result)
-        else:
+        gpu = gpu_memory_result(result)
+        base: list[tuple[RunRecord, BenchResult]] = []
+        if mem is not None or gpu is not None:
             base = self._baseline(self.context(), result.name)[:self.baseline_runs]
-            commits = [run.commit for run, _ in base]
+        commits = [run.commit for run, _ in base]
+        if mem is None:
+            mem, verdict, host_commits = not_sampled(result)
+        else:
+            host_commits = commits
             verdict = decide_memory(mem.samples[0],
                                     [float(b.memory.get("peak_rss", 0)) for _, b in base], rule)
-        j = Judged(mem, verdict, rule, test_id, commits)
-        self.sink(j)
-        return j
+        out = [Judged(mem, verdict, rule, test_id, host_commits)]
+        if gpu is not None:
+            verdict = decide_memory(gpu.samples[0],
+                                    [float(gpu_peak(b.memory) or 0) for _, b in base], rule,
+                                    what="GPU peak memory")
+            out.append(Judged(gpu, verdict, rule, test_id, commits))
+        for j in out:
+            self.sink(j)
+        return tuple(out)
 
     def _baseline(self, ctx: HistoryContext, name: str
                   ) -> list[tuple[RunRecord, BenchResult]]:
