@@ -74,9 +74,10 @@ def history_notes(results_dir: Path) -> list[str]:
     return notes
 
 
-def add_notes(html_dir: Path, notes: list[str]) -> None:
+def add_notes(html_dir: Path, notes: list[str], final_dir: Path | None = None) -> None:
     """Edit asv's index.html in ``html_dir``: file:// goes to :data:`SERVE_PAGE` (written
-    beside it), and ``notes`` stand above the page's content. Idempotent."""
+    beside it), and ``notes`` stand above the page's content. Idempotent. ``final_dir``:
+    where the site will be served from (``html_dir`` is a build folder)."""
     index = html_dir / "index.html"
     page = index.read_text(encoding="utf-8")
     if NOTES_ID not in page:
@@ -90,7 +91,7 @@ def add_notes(html_dir: Path, notes: list[str]) -> None:
         page = page.replace("<body>", "<body>\n    " + box, 1)
         atomic_write(index, page.encode("utf-8"))
         index.chmod(0o644)
-    hint = html.escape(serve_hint(html_dir))
+    hint = html.escape(serve_hint(final_dir or html_dir))
     serve = ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>perfgate: serve "
              "this site</title></head><body>\n<h1>This site must be served over http</h1>\n"
              "<p>It was opened from disk (file://), where the browser refuses the scripts "

@@ -163,7 +163,7 @@ class Publish(Command):
             notes = history_notes((config.parent / str(results)).resolve())
             for note in notes:
                 print(f"perfgate publish: note on the site: {note}")
-            add_notes(work / "html", notes)
+            add_notes(work / "html", notes, html_dir)
             done_v = None
             if args.scripts is not None:
                 try:
