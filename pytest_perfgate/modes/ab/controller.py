@@ -229,17 +229,27 @@ class Looks:
     taken: tuple[int, ...]  # kept turns at each look taken
     pairs: tuple[tuple[Window, Window], ...]  # every pair measured, in order, kept or not
     kept: tuple[int, ...]  # indices into ``pairs`` of those the paired test used
+    left_out: tuple[str, ...] = ()  # why each pair not kept was left out (load_changed)
 
     @property
     def excluded(self) -> int:
         return len(self.pairs) - len(self.kept)
 
     def summary(self) -> dict[str, object]:
-        """What the run's JSON report keeps of the design (result extra "ab_sequential")."""
+        """What the run's JSON report keeps of the design (result extra "ab_sequential"),
+        with the pairs left out counted by their reason."""
         return {"turns": len(self.kept), "measured": len(self.pairs),
                 "excluded_pairs": self.excluded, "looks_taken": len(self.taken),
                 "looks": list(self.design.looks), "max_turns": self.design.max_turns,
-                "resolvable_drop": self.verdict.resolvable}
+                "resolvable_drop": self.verdict.resolvable,
+                "left_out": _counted(self.left_out)}
+
+
+def _counted(reasons: tuple[str, ...] | list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for reason in reasons:
+        out[reason] = out.get(reason, 0) + 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -255,14 +265,25 @@ class Paired:
         return self.looks.verdict
 
 
-def load_changed(b: Window, h: Window, limit: float) -> bool:
-    """The stated rule: a turn pair is left out of the paired test when the outside load the
-    /proc/stat guard saw differs between its two turns by more than ``limit`` busy cores. A
-    load present in both turns slows both alike and the ratio cancels it; a load switching
-    on during one turn only would read as a change of the code."""
+LOAD_CHANGED = "the outside load changed between its two turns"
+GPU_ONE_SIDE = "the GPU guard spoiled one of its turns only"
+
+
+def load_changed(b: Window, h: Window, limit: float) -> str | None:
+    """Why a turn pair is left out of the paired test, or None when it is kept.
+
+    The stated rule: the outside load the /proc/stat guard saw differs between its two turns
+    by more than ``limit`` busy cores, or the GPU guard spoiled one of its turns and not the
+    other (another process's context on the GPU, throttling; gpu/guard.py). A load present in
+    both turns slows both alike and the ratio cancels it; one switching on during one turn
+    only would read as a change of the code."""
+    if (b.gpu_spoiled is None) != (h.gpu_spoiled is None):
+        side, why = ("base", b.gpu_spoiled) if b.gpu_spoiled is not None else \
+            ("head", h.gpu_spoiled)
+        return f"{GPU_ONE_SIDE} ({side}: {why})"
     if b.other_load is None or h.other_load is None:
-        return False
-    return abs(b.other_load - h.other_load) > limit
+        return None
+    return LOAD_CHANGED if abs(b.other_load - h.other_load) > limit else None
 
 
 def turn_pair(base: WindowSource, head: WindowSource, i: int, turn_s: float, meter: Meter
@@ -290,6 +311,7 @@ def run_looks(feed: PairFeed, design: Design, rule: Rule, limit: float,
     budget = max(2, int(design.max_turns * REMEASURE_SHARE))
     pairs: list[tuple[Window, Window]] = []
     kept: list[int] = []
+    left_out: list[str] = []
     taken: list[int] = []
     verdict: Verdict | None = None
     for k, at in enumerate(design.looks):
@@ -300,8 +322,11 @@ def run_looks(feed: PairFeed, design: Design, rule: Rule, limit: float,
             pairs.append(got)
             for side, w in zip(("base", "head"), got, strict=True):
                 progress.window_done(len(kept) + 1, design.max_turns, w.steps_per_s, side)
-            if not load_changed(*got, limit):
+            why = load_changed(*got, limit)
+            if why is None:
                 kept.append(len(pairs) - 1)
+            else:
+                left_out.append(why)
         n = len(kept)
         cut = n < at
         final = cut or k == len(design.looks) - 1
@@ -309,7 +334,7 @@ def run_looks(feed: PairFeed, design: Design, rule: Rule, limit: float,
             taken.pop()  # no new turns since the last look: that look becomes the last
         taken.append(n)
         if n < 2:
-            verdict = _too_few(n, len(pairs) - n, metric)
+            verdict = _too_few(n, left_out, metric)
             break
         ev = dataclasses.replace(paired_evidence([pairs[i][0].s_per_msteps for i in kept],
                                                  [pairs[i][1].s_per_msteps for i in kept]),
@@ -320,7 +345,7 @@ def run_looks(feed: PairFeed, design: Design, rule: Rule, limit: float,
         if verdict is not None:
             break
     assert verdict is not None  # the last look always decides
-    return Looks(verdict, design, tuple(taken), tuple(pairs), tuple(kept))
+    return Looks(verdict, design, tuple(taken), tuple(pairs), tuple(kept), tuple(left_out))
 
 
 def measure_sequential(base: WindowSource, head: WindowSource, meter: Meter, design: Design,
@@ -340,11 +365,22 @@ def measure_sequential(base: WindowSource, head: WindowSource, meter: Meter, des
                               warmup_load=load_h), looks)
 
 
-def _too_few(n: int, excluded: int, metric: Metric) -> Verdict:
+def _too_few(n: int, left_out: list[str], metric: Metric) -> Verdict:
+    """Too few pairs kept to judge: says why the others were left out."""
+    counts = _counted(left_out)
+    load = counts.pop(LOAD_CHANGED, 0)
+    if not counts:
+        why = (f"the outside load changed between the two turns of {load} pairs, so their "
+               "ratios measure the other work on this machine, not the code")
+    else:
+        parts = [f"{k} in {v} pair(s)" for k, v in counts.items()]
+        if load:
+            parts.insert(0, f"the outside load changed between the two turns of {load} "
+                         "pair(s)")
+        why = (f"{len(left_out)} pair(s) were left out ({'; '.join(parts)}), so their ratios "
+               "measure the other work on this machine or its GPU, not the code")
     return Verdict(Outcome.INCONCLUSIVE, metric.say(
-        f"only {n} turn pair(s) kept: the outside load changed between the two turns of "
-        f"{excluded} pairs, so their ratios measure the other work on this machine, not "
-        "the code; run again when the machine is quiet"))
+        f"only {n} turn pair(s) kept: {why}; run again when the machine is quiet"))
 
 
 def measure_pair(base: WindowSource, head: WindowSource, meter: Meter, turns: int,
