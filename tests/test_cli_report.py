@@ -61,9 +61,8 @@ def test_a_regressed_run_gets_its_verdict_and_plot(tmp_path: Path, capsys) -> No
     assert cells[3] == "3.33k" and float(cells[4].rstrip("k")) == pytest.approx(4.0, abs=0.03)
     assert "- `walk`: REGRESSION: throughput fell 16." in summary
     assert "![" not in summary
-    assert lines[-1].startswith("- `walk`: -1")  # the newest run is the step (1% window noise)
-    assert lines[-1].endswith("-> 3.33k) from commit `dddddddddd`, run `20240101T000012-aa0012`, "
-                              "2024-01-01 12:00 UTC (starts at this run)")
+    # one slower newest run is no change point yet: it needs two runs on each side
+    assert lines[-1] == "- none found"
     full = (out / "report.md").read_text()
     assert full.startswith(summary)
     assert "![walk: history](walk.png)" in full
@@ -194,3 +193,14 @@ def test_a_failed_write_is_an_infrastructure_error(tmp_path: Path, capsys,
     assert outside_git(capsys.readouterr().err) == (
         f"perfgate report: infrastructure error: cannot write the report in "
         f"{tmp_path / 'out'}: [Errno 28] No space left on device\n")
+
+
+def test_a_change_point_confirmed_by_later_runs_names_the_run_it_starts_at(
+        tmp_path: Path, capsys) -> None:
+    record(tmp_path / "r", [250.0] * 12 + [300.0] * 3, sigma=0.01)
+    out = tmp_path / "out"
+    assert report(tmp_path, "--out", str(out), "--run", "20240101T000012-aa0012") == 0
+    capsys.readouterr()
+    last = (out / "summary.md").read_text().splitlines()[-1]
+    assert last.startswith("- `walk`: -1") and last.endswith(
+        "run `20240101T000012-aa0012`, 2024-01-01 12:00 UTC (starts at this run)")

@@ -43,6 +43,8 @@ def drawn(monkeypatch) -> dict[str, Any]:
                          for c in ax.collections if c.get_label().startswith("baseline runs")
                          or (c.get_label().startswith("_") and hasattr(c, "get_paths")
                              and c.get_alpha() == 0.13)]
+        seen["marks"] = {ln.get_label(): ln for ln in ax.get_lines()}
+        seen["xticks"] = [t.get_text() for t in ax.get_xticklabels()]
     monkeypatch.setattr(Figure, "savefig", savefig)
     return seen
 
@@ -75,3 +77,21 @@ def test_a_flat_history_is_zoomed_and_the_title_says_so(tmp_path: Path,
     assert drawn["ylim"][0] > 0
     assert drawn["title"] == "walk: OK  [y axis does not start at 0]"
     assert "failed the gate (not a baseline)" not in drawn["legend"]
+
+
+def test_a_failed_current_run_shows_both_its_marks_and_runs_of_one_commit_differ(
+        tmp_path: Path, drawn: dict[str, Any]) -> None:
+    """The "this run" dot covered the "failed the gate" cross of every failed run; runs of
+    one commit all carried the same x label."""
+    from pytest_perfgate.report.plots import plot, tick_labels
+
+    h = runs([(1.6, "OK"), (1.6, "OK"), (3.3, "UNSTABLE")])
+    h = [RunRecord(r.run_id, r.started_at, "a" * 40, *(getattr(r, f) for f in (
+        "commit_date_ms", "branch", "dirty", "machine", "fingerprint", "metadata",
+        "benchmarks"))) for r in h]
+    plot(series(h, "walk"), tmp_path / "p.png", 2, None, [], "walk: UNSTABLE")
+    ring, cross = drawn["marks"]["this run"], drawn["marks"]["failed the gate (not a baseline)"]
+    assert ring.get_markerfacecolor() == "none" and ring.get_zorder() < cross.get_zorder()
+    assert drawn["xticks"] == ["aaaaaaa #1", "aaaaaaa #2", "aaaaaaa #3"]
+    assert tick_labels(["a" * 40, "b" * 40, "a" * 40]) == ["aaaaaaa #1", "bbbbbbb",
+                                                           "aaaaaaa #2"]

@@ -88,9 +88,9 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
         ax.plot(xs, ys, "-", color="0.6", lw=0.8)
         ax.plot(xs, ys, "o", color="0.25", ms=3.5, label="run median")
         _verdict_marks(ax, s, ys, accepted)
-        if current is not None:
-            ax.plot([current], [ys[current]], "o", color="tab:red", ms=8, zorder=5,
-                    label="this run")
+        if current is not None:  # a ring under the verdict marks: a failed run shows both
+            ax.plot([current], [ys[current]], "o", mfc="none", mec="tab:red", ms=11,
+                    mew=1.8, zorder=3, label="this run")
         _change_points(ax, s, cps)
         if len(ys) < 2:
             ax.text(0.02, 0.88, "one run: no history to compare with yet", ha="left",
@@ -136,10 +136,10 @@ def _verdict_marks(ax: Any, s: Series, ys: Sequence[float], accepted: frozenset[
             and p.run.run_id in accepted]
     if failed:
         ax.plot(failed, [ys[i] for i in failed], "x", color="tab:red", ms=7, mew=1.6,
-                zorder=4, label="failed the gate (not a baseline)")
+                zorder=6, label="failed the gate (not a baseline)")
     if took:
         ax.plot(took, [ys[i] for i in took], "s", mfc="none", mec="tab:green", ms=8,
-                mew=1.4, zorder=4, label="failed, accepted (perfgate accept)")
+                mew=1.4, zorder=6, label="failed, accepted (perfgate accept)")
 
 
 def _y_range(ax: Any, ys: Sequence[float], band: Band | None) -> bool:
@@ -173,14 +173,27 @@ def _change_points(ax: Any, s: Series, cps: Sequence[ChangePoint]) -> None:
                       label=None if k else "level between change points")
 
 
+def tick_labels(commits: Sequence[str]) -> list[str]:
+    """One label per run: its commit, with the run's number within that commit where the
+    commit has several runs (runs of one commit all read alike otherwise)."""
+    total = {c: commits.count(c) for c in set(commits)}
+    seen: dict[str, int] = {}
+    out = []
+    for c in commits:
+        seen[c] = seen.get(c, 0) + 1
+        out.append(c[:7] + (f" #{seen[c]}" if total[c] > 1 else ""))
+    return out
+
+
 def _commit_ticks(ax: Any, s: Series) -> None:
     n = len(s.points)
     step = max(1, -(-n // MAX_TICKS))
     ticks = list(range(0, n, step))
+    labels = tick_labels([p.run.commit for p in s.points])
     ax.set_xticks(ticks)
-    ax.set_xticklabels([s.points[i].run.commit[:7] for i in ticks], fontsize=8, rotation=30,
-                       ha="right")
-    ax.set_xlabel(f"run (commit), oldest to newest: {n} run(s)", fontsize=9)
+    ax.set_xticklabels([labels[i] for i in ticks], fontsize=8, rotation=30, ha="right")
+    ax.set_xlabel(f"run (commit, #: its run of that commit), oldest to newest: {n} run(s)",
+                  fontsize=9)
 
 
-__all__ = ["Band", "plot"]
+__all__ = ["Band", "plot", "tick_labels"]
