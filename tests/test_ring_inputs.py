@@ -66,3 +66,16 @@ def test_a_numpy_timeout_is_seconds() -> None:
             assert b is None
     finally:
         ring.close()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), "abc", -1])
+@pytest.mark.parametrize("call", ["pop", "borrow"])
+def test_rings_refuse_a_bad_timeout_too(call: str, timeout: Any) -> None:
+    from pytest_perfgate.ring.rings import Rings
+
+    rings = Rings([Ring(RingSpec(**SPEC)), Ring(RingSpec(**SPEC))])  # type: ignore[arg-type]
+    try:
+        with pytest.raises(RingInputError, match=f"{call}: timeout="):
+            rings.pop(timeout=timeout) if call == "pop" else rings.borrow(timeout=timeout)
+    finally:
+        rings.close()

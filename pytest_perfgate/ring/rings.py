@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.held import Buffers
-from pytest_perfgate.ring.layout import RingInputError
+from pytest_perfgate.ring.layout import RingInputError, check_timeout
 from pytest_perfgate.ring.ring import Ring
 
 WAIT_SLICE_S = 0.002  # sleep on one ring at a time for this long when none has data
@@ -58,6 +58,8 @@ class Rings:
         """A batch from the next ring (in rotation) that has ``min_steps`` consumable;
         None once every stream is finished and drained, or when ``timeout`` passed.
         ``out``: :meth:`buffers` (the batch is views into the serving ring's set)."""
+        if timeout is not None:
+            timeout = check_timeout("pop", timeout)
         outs = self._outs(out)
 
         def take(i: int, wait: float) -> Batch | None:
