@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+CUDA_SYNC_ENV = "PERFGATE_CUDA_SYNC"  # gpu/cuda.py SYNC_ENV: read where windows are timed
 HISTORY_THRESHOLD = 0.05
 AB_THRESHOLD = 0.02  # what docs/verdict-quality.md measured the A/B mode at
 
@@ -107,6 +108,18 @@ def parse_policy(*choices: str) -> Callable[[str], str]:
 
     parse.__name__ = f"parse_{'_or_'.join(choices)}"
     return parse
+
+
+def parse_cuda_sync(text: str) -> str:
+    """Where a process that uses CUDA synchronises the device (gpu/cuda.py, docs/gpu.md)."""
+    s = str(text).strip().lower()
+    if s not in ("edges", "phases"):
+        raise OptionError(f"{text!r} is not a CUDA synchronising mode: use edges (the device "
+                          "is synchronised at window edges only, phases timed by CUDA "
+                          "events) or phases (also at every phase exit, for diagnosis: it "
+                          "removes the CPU/GPU overlap, so the rate is lower than the "
+                          "workload's)")
+    return s
 
 
 def parse_bool(text: str) -> bool:
@@ -265,7 +278,18 @@ SPECS: tuple[Spec, ...] = (
          "(callgrind) and gate them as <benchmark>.counts beside steps/s; needs valgrind "
          "(off by default; @pytest.mark.perfgate(counts=...) decides per test)",
          switch=True),
+    Spec("cuda_sync", parse_cuda_sync, "where a measured process that uses CUDA synchronises "
+         "the device: edges (each window's edges; phases timed by CUDA events) or phases "
+         "(also at every phase exit, for diagnosis: it removes the CPU/GPU overlap)",
+         CUDA_SYNC_ENV),
 )
+
+
+def _export_cuda_sync(mode: str, env: MutableMapping[str, str]) -> None:
+    """The chosen mode goes into the environment (``os.environ`` in the plugin), which is
+    where every process that times windows reads it: this one, and the A/B sides and worker
+    groups that inherit it, so all of them synchronise alike."""
+    env[CUDA_SYNC_ENV] = mode
 
 
 @dataclass(frozen=True)
@@ -294,6 +318,7 @@ class Options:
     jsonl: str | None = None
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests
     counts: bool | None = None  # None: off (help shows no default for a bare flag)
+    cuda_sync: str = "edges"
 
     @classmethod
     def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],
@@ -311,6 +336,8 @@ class Options:
                 values[spec.name] = spec.parse(raw)
             except OptionError as e:
                 raise OptionError(f"{where}: {e}") from None
+        if "cuda_sync" in values and isinstance(env, MutableMapping):
+            _export_cuda_sync(values["cuda_sync"], env)
         return cls(**values)
 
     def default_threshold(self) -> float:
