@@ -274,13 +274,12 @@ def test_a_planted_settled_state_is_not_what_main_measures(
 # Each hop writes the beat: a beat that stops is a hopper that is gone (a scan of /proc,
 # this test's too, can miss a process that keeps changing its id).
 HOPPER = """import os, sys, time
-period, beat = float(sys.argv[1]), sys.argv[2]
+period, fd = float(sys.argv[1]), os.open(sys.argv[2], os.O_WRONLY)
 while True:
     time.sleep(period)
     if os.fork():
         os._exit(0)  # the parent goes; the child, with a new id, carries on
-    with open(beat, "w") as f:
-        f.write(str(time.monotonic_ns()))
+    os.pwrite(fd, b"%020d" % time.monotonic_ns(), 0)  # one fixed-size write: never half read
 """
 
 

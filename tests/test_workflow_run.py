@@ -537,6 +537,33 @@ def test_the_bisect_job_refuses_a_bad_input(scratch: tuple[Path, Path], runner: 
         "Check the inputs", "Upload the bisect log", "Clean the runner"]
 
 
+@pytest.mark.parametrize(("tests", "says"), [
+    ("perf --perfgate-ab-setup=touch", "bisect_tests holds '--perfgate-ab-setup=touch': only "
+     "-k EXPRESSION and -m MARKERS may be given beside test paths, e.g. "
+     "perf/test_perf_mujoco.py -k humanoid"),
+    ("-p evil perf", "bisect_tests holds '-p': only -k EXPRESSION and -m MARKERS may be "
+     "given beside test paths, e.g. perf/test_perf_mujoco.py -k humanoid"),
+    ("perf -k --co", "bisect_tests holds '--co' after -k: only -k EXPRESSION and -m MARKERS "
+     "may be given beside test paths, e.g. perf/test_perf_mujoco.py -k humanoid"),
+    ("perf -m", "bisect_tests ends with -m: give its expression after it, e.g. -k humanoid"),
+    ("perf -k walk -m slow perf/test_perf_walk.py::test_walk[a-1]", None),
+])
+def test_bisect_tests_takes_paths_and_k_and_m_only(scratch: tuple[Path, Path], runner: Machine,
+                                                   tests: str, says: str | None) -> None:
+    """Any other pytest option could run a command (--perfgate-ab-setup) or load code (-p)."""
+    origin, dev = scratch
+    head = _git(dev, "rev-parse", "HEAD")
+    job = run_job("bisect", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
+                  _bisect_inputs(bisect_good="v0.1", bisect_tests=tests),
+                  until="Check the inputs")
+    check = job.step("Check the inputs")
+    if says is None:
+        assert check["code"] == 0 and not job.annotations, check["out"]
+    else:
+        assert check["code"] == 2
+        assert job.annotations == [f"::error title=perfgate usage error::{says}"]
+
+
 @pytest.mark.slow  # a real bisection of four commits (A/B probes), ~1-2 min
 def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path, Path],
                                                              runner: Machine) -> None:
