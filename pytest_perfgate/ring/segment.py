@@ -10,6 +10,8 @@ would unlink a segment at the wrong process's exit and warn about "leaks" it cau
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import mmap
 import os
 import secrets
@@ -32,29 +34,63 @@ def new_name() -> str:
     return f"{PREFIX}{os.getpid()}_{secrets.token_hex(16)}"
 
 
+def check_space(size: int, shm_dir: Path = SHM_DIR) -> None:
+    """Refuse a segment larger than the free space of ``shm_dir`` before it is made: the
+    kernel allocates its pages on first write, and a write past the space dies of SIGBUS
+    with the segment left behind."""
+    from pytest_perfgate.ring.layout import RingInputError
+
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError:
+        return  # not there to ask (another OS): the kernel says at the first write
+    free = st.f_bavail * st.f_frsize
+    if size > free:
+        raise RingInputError(
+            f"the ring needs {size / 2**20:,.1f} MiB of shared memory and {shm_dir} has "
+            f"{free / 2**20:,.1f} MiB free: use fewer slots (capacity), fewer envs or smaller "
+            f"observations, or make {shm_dir} larger (docker: --shm-size)")
+
+
 class Segment:
-    """One mapped POSIX shared-memory segment."""
+    """One mapped POSIX shared-memory segment. Its creator keeps the segment's file open
+    with an exclusive flock until the name is unlinked: the lock dies with the process,
+    so :func:`sweep_stale` tells a live creator in another PID namespace (a container
+    sharing /dev/shm, where its pid means nothing here) from a dead one."""
 
     def __init__(self, name: str, size: int, create: bool) -> None:
         shm = _shm()
+        if create:
+            check_space(size)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = shm.shm_open("/" + name, flags, mode=0o600)
+        self._lock: int | None = None
         try:
             if create:
                 os.fchmod(fd, 0o600)  # whatever the umask did
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 os.ftruncate(fd, size)
             elif os.fstat(fd).st_size < size:
                 raise ValueError(f"shared-memory segment {name!r} is smaller than the ring "
                                  "declared: was it created with another spec?")
             self.map = mmap.mmap(fd, size)
         except BaseException:
+            os.close(fd)
             if create:
                 self._unlink(name)
             raise
-        finally:
+        if create:
+            self._lock = fd  # held until unlink(): the creator is alive
+        else:
             os.close(fd)
         self.name, self.size = name, size
         self.unlinked = False
+
+    def _release(self) -> None:
+        fd, self._lock = self._lock, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def populate(self, length: int) -> None:
         """Map the first ``length`` bytes in now (MADV_POPULATE_WRITE, Linux >= 5.14): the
@@ -79,8 +115,10 @@ class Segment:
         if not self.unlinked:
             self.unlinked = True
             self._unlink(self.name)
+        self._release()
 
     def close(self) -> None:
+        self._release()
         try:
             self.map.close()
         except BufferError:
@@ -115,8 +153,22 @@ def sweep_stale(shm_dir: Path = SHM_DIR) -> list[str]:
             st = path.lstat()
             if st.st_uid != me or not stat.S_ISREG(st.st_mode) or _pid_exists(int(pid_text)):
                 continue
+            if _locked(path):
+                continue  # its creator lives, in another PID namespace
             path.unlink()
             removed.append(name)
         except (OSError, OverflowError, ValueError):
             pass
     return removed
+
+
+def _locked(path: Path) -> bool:
+    """Whether a live process holds the segment's creator lock (see :class:`Segment`)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
