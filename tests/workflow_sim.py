@@ -304,11 +304,12 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
             ref: str | None = None, workflow: str | None = None,
             approved: frozenset[str] = frozenset(), artifacts_from: Path | None = None,
             protected: frozenset[str] = frozenset({"perfgate-fork-pr"}),
-            until: str | None = None) -> Job:
+            until: str | None = None, package: Path = ROOT) -> Job:
     """Run one matrix leg of a job. `origin` is <server>/acme/scratch.git; `workflow` is the
     YAML to use (a fork's copy, an older version), else the repository's; a job whose
     environment is in `protected` waits (runs nothing) unless it is in `approved`, as a
-    required reviewer; `until` names the last step to run (the rest are not run at all)."""
+    required reviewer; `until` names the last step to run (the rest are not run at all);
+    `package` is the folder the perf jobs import pytest_perfgate from (an older version's)."""
     wf = yaml.safe_load(workflow if workflow is not None else WORKFLOW.read_text())
     spec = wf["jobs"][job_id]
     # a job without a matrix (bisect) names its machine in an input: `leg` must be in its labels
@@ -355,7 +356,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
                 "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
     if not hosted:  # the runner's .env: the packages come from this interpreter's venv
         base_env.update({"PERFGATE_BASE_PYTHON": machine.python,
-                         "PYTHONPATH": f"{ROOT}:{SITE_PACKAGES}",
+                         "PYTHONPATH": f"{package}:{SITE_PACKAGES}",
                          "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"})
     env: dict[str, str] = {}
     for scope in (wf.get("env", {}), spec.get("env", {})):
