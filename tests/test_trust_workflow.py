@@ -92,7 +92,7 @@ def _as_runner(machine: Machine, path: Path, text: str | None, mode: int = 0o644
 
 
 def _with_constraints(dev: Path, version: str) -> str:
-    """The project at `version`'s constraints (hashed or not), committed and pushed."""
+    """The project at `version`'s constraints (hashed or not), committed; its sha."""
     text = _old("constraints/perf.txt") if version == "old" \
         else (ROOT / "constraints" / "perf.txt").read_text()
     (dev / "constraints" / "perf.txt").write_text(text)
