@@ -249,3 +249,22 @@ def test_the_baseline_shown_is_the_one_the_ratio_divides_by(tmp_path: Path) -> N
     now = 1e6 / j.result.value  # steps/s as a measurement gives it: of the median window
     assert now / j.baseline_steps_per_s == pytest.approx(v.ratio)
     assert "against 3 baseline run(s)" in v.message
+
+
+@pytest.mark.parametrize("value", ["/tmp", "/no/such/folder", "x"])
+def test_a_counts_variable_outside_a_counting_worker_is_no_worker(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str) -> None:
+    """PERFGATE_COUNTS_OUT inherited by a nested pytest, or set by hand: a process that
+    valgrind does not run is no counting worker (it measured nothing and exited early),
+    and a worker's children do not inherit the variable."""
+    from pytest_perfgate.modes.counts.side import (
+        ENV_OUT,
+        is_counts_side,
+        stray_counts_variable,
+    )
+
+    monkeypatch.setenv(ENV_OUT, value)
+    assert not is_counts_side() and stray_counts_variable() == value
+    assert ENV_OUT not in os.environ
+    s = GateSession(Options(enabled=False), tmp_path)
+    assert not s.counts_side and s.smoke

@@ -24,8 +24,14 @@ if TYPE_CHECKING:
 def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
     """The options, and where each set one came from (for messages)."""
     from pytest_perfgate.modes.ab.side import is_side_process, stray_side_variable
+    from pytest_perfgate.modes.counts.side import stray_counts_variable
     from pytest_perfgate.session import preflight
 
+    counts = stray_counts_variable()
+    if counts is not None:
+        config_warning(config, f"perfgate: PERFGATE_COUNTS_OUT={counts!r} is set but this is "
+                       "no counting worker (perfgate sets it only for the valgrind workers it "
+                       "starts): ignored; unset it", "the environment")
     stray = stray_side_variable()
     if stray is not None:
         config_warning(config, f"perfgate: PERFGATE_SIDE_FD={stray!r} names no A/B "

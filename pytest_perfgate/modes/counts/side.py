@@ -32,9 +32,37 @@ NOT_A_LOOP = ("instruction counts need perfgate.measure(step, ...): a measure_so
               "workload runs its steps in other processes, which callgrind does not follow")
 
 
+_taken: tuple[Path | None, str | None] | None = None  # (the folder, a stray value)
+
+
+def _take() -> tuple[Path | None, str | None]:
+    """Read ``PERFGATE_COUNTS_OUT`` once and remove it, so nothing the worker starts
+    inherits it: (its folder when this process really is a counting worker: the folder
+    exists and valgrind runs it; else the variable's value, for a warning)."""
+    global _taken
+    if _taken is None or ENV_OUT in os.environ:
+        raw = os.environ.pop(ENV_OUT, None)
+        folder = Path(raw) if raw else None
+        if folder is not None:
+            try:
+                real = folder.is_dir() and client.running_on_valgrind() == 1
+            except (OSError, RuntimeError):
+                real = False
+            if not real:
+                folder = None
+        _taken = (folder, raw if raw and folder is None else None)
+    return _taken
+
+
 def is_counts_side() -> bool:
     """True when this process is a counting worker (started by the counts runner)."""
-    return bool(os.environ.get(ENV_OUT))
+    return _take()[0] is not None
+
+
+def stray_counts_variable() -> str | None:
+    """The value of ``PERFGATE_COUNTS_OUT`` when this process inherited it but is no
+    counting worker (a nested pytest, or set by hand), for a warning; else None."""
+    return _take()[1]
 
 
 def label(name: str, i: int) -> str:
@@ -54,7 +82,9 @@ class CountsSide:
 
     @classmethod
     def from_env(cls) -> CountsSide:
-        return cls(Path(os.environ[ENV_OUT]))
+        folder = _take()[0]
+        assert folder is not None, "not a counting worker"
+        return cls(folder)
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
         entry: dict[str, object] = {"name": call.name, "transitions": call.transitions}
