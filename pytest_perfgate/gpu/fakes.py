@@ -61,9 +61,14 @@ class _Props:
 class FakeCuda:
     """The part of ``torch.cuda`` perfgate reads, on a fake clock."""
 
-    def __init__(self, clock: FakeClock, initialized: bool = True) -> None:
+    def __init__(self, clock: FakeClock, initialized: bool = True,
+                 max_queued: int | None = None) -> None:
         self.clock = clock
         self.initialized = initialized
+        # launches the stream holds before a launch blocks the host, as CUDA's launch queue
+        # does (None: never blocks)
+        self.max_queued = max_queued
+        self._queued: list[int] = []  # when each queued launch finishes (max_queued only)
         self._stream_free_ns = 0
         self.synchronizations = 0
         self.events_made = 0
@@ -79,9 +84,20 @@ class FakeCuda:
         return max(self._stream_free_ns, self.clock.wall_ns())
 
     def launch(self, gpu_s: float, launch_s: float = 5e-6) -> None:
-        """Queue ``gpu_s`` of work on the stream; the host pays only ``launch_s``."""
+        """Queue ``gpu_s`` of work on the stream; the host pays only ``launch_s`` (and, with
+        ``max_queued``, waits while the queue is full)."""
         self.clock.advance(launch_s)
+        if self.max_queued is not None:
+            now = self.clock.wall_ns()
+            self._queued = [t for t in self._queued if t > now]
+            if len(self._queued) >= self.max_queued:
+                wait = self._queued[-self.max_queued] - now
+                self.clock.advance(wait / 1e9, 0.0)  # the host blocks, its CPU idle
+                now = self.clock.wall_ns()
+                self._queued = [t for t in self._queued if t > now]
         self._stream_free_ns = self.stream_end_ns() + int(gpu_s * 1e9)
+        if self.max_queued is not None:
+            self._queued.append(self._stream_free_ns)
 
     def alloc(self, nbytes: int) -> None:
         self.allocated += nbytes

@@ -20,13 +20,16 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseRecorder, activate
 from pytest_perfgate.core.tree import PeakMemory, ProcessTree
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
+
+if TYPE_CHECKING:
+    from pytest_perfgate.gpu.cuda import CudaTimer
 
 PR_SET_PDEATHSIG = 1
 
@@ -92,17 +95,51 @@ class _Stopped(Exception):
     """The parent asked to stop in the middle of a window (it is shutting the group down)."""
 
 
+class _GpuSteps:
+    """When each step's GPU work completed, so a worker that uses CUDA counts the steps the
+    device finished in the window, not the launches its host made (a host runs ahead of
+    the device by as much as the launch queue holds).
+
+    The device is synchronised before the window's first step and an event recorded at
+    once: the device is idle, so that event completes when it is recorded, and each step's
+    end event, read after the closing synchronise, dates that step's completion on the
+    host's clock."""
+
+    def __init__(self, cuda: CudaTimer, now: Callable[[], int]) -> None:
+        self.cuda = cuda
+        cuda.synchronize()
+        self.anchor = cuda.record()
+        self.anchor_ns = now()
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        self.marks.append(self.cuda.record())
+
+    def completed(self, start_ns: int, end_ns: int) -> int:
+        """Steps whose GPU work completed in [start_ns, end_ns); synchronises first."""
+        self.cuda.synchronize()
+        done = [self.anchor_ns + self.cuda.elapsed_ns(self.anchor, ev) for ev in self.marks]
+        events = [self.anchor, *self.marks]
+        self.cuda.release(list(zip(events[::2], events[1::2], strict=False)))
+        return sum(start_ns <= t < end_ns for t in done)
+
+
 def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
             conn: Any, transitions: int, tree: ProcessTree | None = None,
-            peak: PeakMemory | None = None) -> dict[str, Any]:
+            peak: PeakMemory | None = None, cuda: CudaTimer | None = None,
+            now: Callable[[], int] = time.monotonic_ns) -> dict[str, Any]:
     """Count calls completed in [t0, t0 + d); CPU and phases cover exactly those calls.
 
     CPU time and memory are this worker's process tree's (the worker and what it started,
     core/tree.py): the parent adds up its workers, so nothing is counted twice. The pipe is
     polled every ~0.1 s (not every call): the parent sends nothing mid-window except
     "stop", which must not wait for a long window to end.
+
+    With ``cuda`` (this worker initialised CUDA) a call is completed when the device has
+    finished its work (:class:`_GpuSteps`), the window's phases carry their GPU time from
+    CUDA events read after the closing synchronise, and the window says how it was timed
+    and what the device's memory peaked at, as an in-process window does.
     """
-    now = time.monotonic_ns
     cpu = tree.cpu_ns if tree is not None else time.process_time_ns
     if tree is not None and peak is not None:
         tree.refresh()
@@ -118,23 +155,33 @@ def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
 
     start, end = int(t0 * 1e9), int((t0 + d) * 1e9)
     late = max(0, now() - start) / 1e9
+    gpu = _GpuSteps(cuda, now) if cuda is not None else None
+    # a CUDA worker's pre-roll phases go to a recorder of their own, dropped: reading their
+    # events at the start edge would wait for the device inside the window
+    pre = rec if gpu is None else PhaseRecorder()
     count = 0
     ca = cb = 0
-    with activate(rec):
+    with activate(pre):
         # Step right away (pre-roll): calls straddle both edges, so the count is unbiased.
         while True:
             step()
+            if gpu is not None:
+                gpu.mark()
             t = now()
             if t >= start:
                 break
             if stop_requested(t):
                 raise _Stopped
+    with activate(rec):
         ca = cpu()
-        rec.take()
+        if gpu is None:
+            rec.take()
         if t < end:
             count = 1
             while True:
                 step()
+                if gpu is not None:
+                    gpu.mark()
                 t = now()
                 if t >= end:
                     break
@@ -142,15 +189,38 @@ def _window(step: Callable[[], object], rec: PhaseRecorder, t0: float, d: float,
                 if stop_requested(t):
                     raise _Stopped
         cb = cpu()
+    if gpu is not None:
+        count = gpu.completed(start, end)
     if tree is not None and peak is not None:
         cb += tree.settle()  # reaped by a descendant meanwhile
         if tree.refresh():
             cb += tree.late_ns  # started meanwhile
             peak.add(tree.memory)
-    phases = rec.take() if count else {}
+    # a CUDA worker's phases are read here only (their events are complete now)
+    taken = rec.take() if count or gpu is not None else {}
+    phases = taken if count else {}
+    memory = peak.summary() if peak is not None else {}
+    if cuda is not None:
+        memory.update(cuda.memory())
     window = RawWindow(count * transitions, d, (cb - ca) / 1e9 if count else 0.0, phases,
-                       count, memory=peak.summary() if peak is not None else {})
+                       count, memory=memory, gpu=cuda.describe() if cuda is not None else {})
     return {"window": window.to_wire(), "late_s": late}
+
+
+def _cuda_timer(rec: PhaseRecorder, current: CudaTimer | None) -> CudaTimer | None:
+    """The CUDA timer once this worker initialised CUDA through torch (looked for before
+    each window, as an in-process measurement does: the factory or the first step often
+    initialises it); torch is never imported for it."""
+    if current is not None or "torch" not in sys.modules:
+        return current
+    from pytest_perfgate.gpu.cuda import timer_if_active
+
+    timer = timer_if_active()
+    if timer is not None:
+        timer.synchronize()
+        rec.use_device(timer)
+        timer.reset_peak()
+    return timer
 
 
 def _latency(step: Callable[[], object], rec: PhaseRecorder, n: int) -> dict[str, Any]:
@@ -239,6 +309,7 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
         tree, peak = ProcessTree(), PeakMemory()
         tree.start()
         rec.count_children(tree)
+        cuda: CudaTimer | None = None
         while True:
             if not conn.poll(1.0):
                 if os.getppid() != parent_pid:
@@ -249,7 +320,9 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
             if msg[0] == "stop":
                 return
             if msg[0] == "window":
-                body = _window(step, rec, msg[1], msg[2], conn, spec.transitions, tree, peak)
+                cuda = _cuda_timer(rec, cuda)
+                body = _window(step, rec, msg[1], msg[2], conn, spec.transitions, tree, peak,
+                               cuda)
             elif msg[0] == "steps":
                 body = _latency(step, rec, msg[1])
             elif msg[0] == "proof":
