@@ -172,15 +172,18 @@ def spoiled(samples: Sequence[float], polluted: int) -> bool:
 
 def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float]],
                      spread: Sequence[Sequence[float]] | None = None, *, polluted: int = 0,
-                     baseline_polluted: Sequence[int] = (), metric: Metric = ENV_STEPS
-                     ) -> Evidence:
+                     baseline_polluted: Sequence[int] = (), metric: Metric = ENV_STEPS,
+                     spread_polluted: Sequence[int] = ()) -> Evidence:
     """Compare one run's window samples with earlier runs' (all in time per env-step).
 
     ``baseline`` (the newest runs) sets the level; ``spread`` (a longer stretch of history,
     default the baseline itself) sets the run-to-run variance of run medians, which is
     floored by the run-noise estimate from inside every run of >= 4 windows (the halves):
     three runs can already catch a gross slowdown, and a drifting history widens the
-    interval into INCONCLUSIVE. Fewer than 2 spread runs leave the run-to-run spread unseen:
+    interval into INCONCLUSIVE. A spread run outside load mostly spoiled
+    (``spread_polluted``) is left out of the spread as a baseline run is left out of the
+    level: its median measures the other work. Fewer than 2 spread runs leave the run-to-run
+    spread unseen:
     the evidence is marked ``thin`` and the verdict is INCONCLUSIVE.
     ``polluted`` (current run) and ``baseline_polluted`` (per baseline run) count windows
     kept although outside load spoiled them: they widen the interval by ``slack``. A
@@ -203,7 +206,12 @@ def history_evidence(current: Sequence[float], baseline: Sequence[Sequence[float
     x = math.log(statistics.median(current))
     n = len(y)
     d = x - statistics.fmean(y)
-    wide = [r for r in spread if r] if spread else base
+    if spread:
+        sp = [*spread_polluted][:len(spread)]
+        sp += [0] * (len(spread) - len(sp))
+        wide = [r for r, p in zip(spread, sp, strict=True) if r and not spoiled(r, p)] or base
+    else:
+        wide = base
     ys = [math.log(statistics.median(r)) for r in wide]
     k = len(ys)
     between = statistics.stdev(ys) if k >= 2 else None
@@ -487,12 +495,14 @@ def never_steady(warmup_load: float | None, who: str = "") -> str:
 def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule: Rule,
              *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None,
              polluted: int = 0, baseline_polluted: Sequence[int] = (),
-             metric: Metric = ENV_STEPS, warmup_load: float | None = None) -> Verdict:
+             metric: Metric = ENV_STEPS, warmup_load: float | None = None,
+             spread_polluted: Sequence[int] = ()) -> Verdict:
     """The history gate: current run's window samples vs baseline runs' window samples."""
     if not steady:
         return unstable(never_steady(warmup_load), metric)
     if not any(baseline):
         return no_baseline("no earlier run on this machine to compare with", metric)
     return decide(history_evidence(current, baseline, spread, polluted=polluted,
-                                   baseline_polluted=baseline_polluted, metric=metric),
+                                   baseline_polluted=baseline_polluted, metric=metric,
+                                   spread_polluted=spread_polluted),
                   rule, metric)

@@ -136,7 +136,8 @@ class HistoryMode:
                                steady=result.steady, spread=[b.samples for _, b in wide],
                                polluted=result.polluted_kept,
                                baseline_polluted=[b.polluted_kept for _, b in base],
-                               metric=metric, warmup_load=result.warmup_load)
+                               metric=metric, warmup_load=result.warmup_load,
+                               spread_polluted=[b.polluted_kept for _, b in wide])
         else:
             verdict = no_baseline(self._why_no_baseline(ctx, result.name), metric)
         base_sps, base_phases = None, {}
