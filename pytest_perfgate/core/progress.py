@@ -41,6 +41,11 @@ class Progress:
     def window_redone(self, k: int, total: int, other_load: float) -> None:
         """Window ``k`` saw ``other_load`` busy cores outside the workload: measured again."""
 
+    def window_spoiled(self, k: int, total: int, reason: str) -> None:
+        """The GPU guard spoiled window ``k`` (``reason``: its words, e.g. "GPU 0 throttled:
+        thermal"): measured again. A window slowed by the GPU looks like a hang or a
+        regression on the status line unless it says why."""
+
     def finished(self, name: str, summary: str) -> None:
         """The benchmark is done; ``summary`` is its result in a few words (steps/s, verdict)."""
 
@@ -129,6 +134,9 @@ class LiveProgress(Progress):
 
     def window_redone(self, k: int, total: int, other_load: float) -> None:
         self._show(f"window {k}/{total} again: {other_load:.1f} cores of other load")
+
+    def window_spoiled(self, k: int, total: int, reason: str) -> None:
+        self._show(f"window {k}/{total} again: {reason}")
 
     def finished(self, name: str, summary: str) -> None:
         self.out.done(f"{self.prefix}: {name}: {summary} ({self._elapsed():.1f} s)")
