@@ -186,3 +186,27 @@ def test_compare_from_anywhere_finds_the_history_pytest_kept(tmp_path: Path, var
     assert res.returncode == 0, res.stdout + res.stderr
     body = json.loads(res.stdout)
     assert [b["outcome"] for b in body["benchmarks"]] == ["REGRESSION"], res.stdout
+
+
+@pytest.mark.parametrize(("base_test", "why"), [
+    ("def test_s():\n    assert True\n",
+     "the test does not measure it there: not a perf test in that revision"),
+    ("import pytest\ndef test_s(perfgate):\n    pytest.skip('not yet')\n",
+     "the test skips there"),
+])
+def test_a_test_that_becomes_a_perf_test_has_no_baseline(tmp_path: Path, base_test: str,
+                                                         why: str) -> None:
+    """A pull request that turns an existing test into a perf test (or one that skipped in
+    the base): NO BASELINE as the docs promise, not a SideError."""
+    top = tmp_path / "repo"
+    make_repo(top, {"pytest.ini": "[pytest]\n"}, (1.0,))
+    (top / "perf" / "test_s.py").write_text(base_test)
+    git(top, "commit", "-qam", "a plain test")
+    (top / "perf" / "test_s.py").write_text(STEP.format(slow=1.0))
+    git(top, "commit", "-qam", "a perf test now")
+    report = tmp_path / "r.json"
+    res = pytest_in(top / "perf", *AB, f"--perfgate-json={report}", "test_s.py")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert verdicts(report) == {"perf.test_s.test_s": "NO BASELINE"}, out
+    assert f"has no test perf/test_s.py::test_s ({why})" in " ".join(out.split())

@@ -187,6 +187,10 @@ class ABController:
                 f"output ends with:\n{base.output_tail()}")
         if base.lacks_test():
             return "its file has no such test there"
+        if base.proc.poll() == 0:  # the test ran to its end without reaching measure()
+            if base.skipped():
+                return "the test skips there"
+            return "the test does not measure it there: not a perf test in that revision"
         return None
 
     def _new_in_head(self, pair: Pair, call: BenchCall, why: str) -> Judged:

@@ -161,6 +161,11 @@ class Side:
         code = self.proc.poll()
         return code == 5 or (code == 4 and "(no match in any of" in self.output_tail())
 
+    def skipped(self) -> bool:
+        """True when this side's pytest ended with its test skipped (pytest's summary)."""
+        tail = self.output_tail().splitlines()
+        return bool(tail) and " skipped" in tail[-1] and " passed" not in tail[-1]
+
     def not_found(self) -> bool:
         """True when this side's pytest could not find the path it was given (exit 4)."""
         return self.proc.poll() == 4 and "file or directory not found" in self.output_tail()
