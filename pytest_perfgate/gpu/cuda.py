@@ -125,18 +125,16 @@ class CudaTimer:
 
 
 class Sink(Protocol):
-    """Where :class:`PendingPhases` reports: ring/sides.py's SideRecorder ``add``."""
+    """Where :class:`PendingPhases` reports: ring/sides.py's SideRecorder ``add_gpu``."""
 
-    def add(self, name: str, wall_ns: int) -> None: ...
+    def add_gpu(self, name: str, gpu_ns: int) -> None: ...
 
 
 class PendingPhases:
     """GPU time of phases in a process whose windows nobody synchronises (a ring pair's
     learner runs free between snapshots): each phase's event pair waits until the device
     has passed it (``Event.query``, never blocking), then its GPU time is reported to
-    ``sink`` as the phase ``<name>@gpu``, one call per phase entry."""
-
-    SUFFIX = "@gpu"
+    ``sink`` as the GPU time of the phase ``name``, beside its CPU wall."""
 
     def __init__(self, timer: CudaTimer, sink: Sink) -> None:
         self.timer = timer
@@ -155,7 +153,7 @@ class PendingPhases:
         for name, a, b in self._pending:
             if not b.query():
                 break  # one stream: later pairs are not done either
-            self.sink.add(name + self.SUFFIX, self.timer.elapsed_ns(a, b))
+            self.sink.add_gpu(name, self.timer.elapsed_ns(a, b))
             self.timer.release([(a, b)])
             done += 1
         del self._pending[:done]
@@ -178,8 +176,15 @@ def phase_note(name: str, wall_ms: float, gpu_ms: float | None) -> str | None:
     return f"phase {name}: CPU wall {wall_ms:.3g} ms, GPU {gpu_ms:.3g} ms per call ({why})"
 
 
+EVENTS_ONLY = "events"  # the mode of a ring learner's windows: events, no synchronise
+
+
 def sync_note(mode: object) -> str:
     """How the GPU work was timed, in words."""
+    if mode == EVENTS_ONLY:
+        return ("CUDA timed by events only: the learner runs free between the windows' "
+                "snapshots, nothing synchronises it, and a phase's GPU time counts in the "
+                "window in which the device finished it")
     if mode == "phases":
         return ("CUDA synchronised at every phase exit (PERFGATE_CUDA_SYNC=phases, for "
                 "diagnosis): each phase's CPU wall holds its GPU work, but the overlap of CPU "
@@ -197,5 +202,6 @@ def timer_if_active(modules: Mapping[str, Any] | None = None,
     return CudaTimer(cuda, sync_phases=sync_mode(env) == "phases")
 
 
-__all__ = ["DISAGREE", "SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer", "PendingPhases",
-           "active_cuda", "phase_note", "sync_mode", "sync_note", "timer_if_active"]
+__all__ = ["DISAGREE", "EVENTS_ONLY", "SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer",
+           "PendingPhases", "active_cuda", "phase_note", "sync_mode", "sync_note",
+           "timer_if_active"]

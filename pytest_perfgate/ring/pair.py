@@ -345,7 +345,15 @@ class RingPair:
         wall = statistics.median(c.wall_s for c in cols)
         return RawWindow(sum(c.transitions for c in cols), wall,
                          sum(c.cpu_s for c in cols) + lrn.cpu_s, {**phases, **lrn.phases},
-                         sum(c.calls for c in cols) + lrn.calls, streams=len(diffs))
+                         sum(c.calls for c in cols) + lrn.calls, streams=len(diffs),
+                         gpu=self.gpu_timing())
+
+    def gpu_timing(self) -> dict[str, Any]:
+        """How a window's GPU work was timed: a CUDA learner's phases by events only, on
+        its device (CUDA's numbering); empty for a CPU learner."""
+        if self.cuda_device is None:
+            return {}
+        return {"sync": "events", "device": self.cuda_device}  # gpu/cuda.py EVENTS_ONLY
 
     def quantization(self, raw: RawWindow) -> float:
         """Each collector's count moves by one push (num_envs env-steps) per window (the
@@ -355,11 +363,14 @@ class RingPair:
 
     @staticmethod
     def _diff(a: dict[str, Any], b: dict[str, Any]) -> RawWindow:
+        """A side's window: the difference of two of its cumulative snapshots (a phase's
+        GPU time, where it has one, included)."""
         phases = {}
-        for n, (c, w, u) in b["phases"].items():
-            c0, w0, u0 = a["phases"].get(n, (0, 0, 0))
+        for n, (c, w, u, *g) in b["phases"].items():
+            c0, w0, u0, *g0 = a["phases"].get(n, (0, 0, 0))
             if c - c0 > 0:
-                phases[n] = PhaseStats(c - c0, w - w0, u - u0)
+                gpu = g[0] - (g0[0] if g0 else 0) if g else None
+                phases[n] = PhaseStats(c - c0, w - w0, u - u0, gpu)
         return RawWindow(b["units"] - a["units"], b["t"] - a["t"], b["cpu_s"] - a["cpu_s"],
                          phases, b["iters"] - a["iters"])
 

@@ -18,38 +18,55 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from pytest_perfgate.core.timing import PhaseRecorder, PhaseStats
+from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats
 from pytest_perfgate.placement.child import _die_with_parent, _place, _resolve
 
 POLL_S = 0.02  # how often a side looks at its pipe between iterations
 
 
 class SideRecorder(PhaseRecorder):
-    """A PhaseRecorder that also takes time measured elsewhere (the ring's own wait
-    counters) as a phase: ``add("wait_free", ns)``. Waits are wall time, no CPU."""
+    """A PhaseRecorder that also takes time measured elsewhere: the ring's own wait
+    counters as a phase (``add("wait_free", ns)``: wall time, no CPU), and a phase's GPU
+    time from CUDA events (``add_gpu("update", ns)``, gpu/cuda.py PendingPhases), which
+    joins that phase's figures as the GPU time of an in-process phase does."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(clock)
         self._added: dict[str, PhaseStats] = {}
+        self._gpu: dict[str, int] = {}
 
     def add(self, name: str, wall_ns: int) -> None:
         st = PhaseStats(1, int(wall_ns), 0)
         self._added[name] = self._added[name] + st if name in self._added else st
 
+    def add_gpu(self, name: str, gpu_ns: int) -> None:
+        """GPU time the device spent in an entry of phase ``name``; it is reported when the
+        device has finished it, so it joins the phase at the next :meth:`take` in which the
+        phase has calls."""
+        self._gpu[name] = self._gpu.get(name, 0) + int(gpu_ns)
+
     def take(self) -> dict[str, PhaseStats]:
         out = super().take()
         out.update(self._added)
         self._added = {}
+        for name in [n for n in self._gpu if n in out]:
+            st = out[name]
+            out[name] = PhaseStats(st.calls, st.wall_ns, st.cpu_ns,
+                                   (st.gpu_ns or 0) + self._gpu.pop(name))
         return out
 
 
 def _snapshot(rec: PhaseRecorder, totals: dict[str, PhaseStats], units: int,
               iters: int) -> dict[str, Any]:
+    """Cumulative counters; a phase is [calls, wall_ns, cpu_ns] and, once it has GPU time,
+    gpu_ns too (a window's wire encoding, core/measure.py RawWindow.to_wire)."""
     for name, st in rec.take().items():
         totals[name] = totals[name] + st if name in totals else st
     return {"t": time.monotonic(), "cpu_s": time.process_time(), "units": units,
             "iters": iters,
-            "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] for n, p in totals.items()}}
+            "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] + ([] if p.gpu_ns is None
+                                                           else [p.gpu_ns])
+                       for n, p in totals.items()}}
 
 
 def side_main(conn: Any, role: str, placement: tuple[Any, ...], payload: bytes,

@@ -147,8 +147,8 @@ def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden:
 
     ``device="cuda"``: the networks live on the GPU; each update's sampled batch is
     gathered into page-locked host buffers and copied with non-blocking copies (phase
-    ``copy_h2d``), and the phases ``copy_h2d`` and ``update`` also report their GPU time
-    from CUDA events as ``copy_h2d@gpu`` and ``update@gpu`` (gpu/cuda.py PendingPhases)."""
+    ``copy_h2d``), and the phases ``copy_h2d`` and ``update`` also carry their GPU time
+    from CUDA events (gpu/cuda.py PendingPhases, ring/sides.py SideRecorder.add_gpu)."""
     import numpy as np
     import torch
 
