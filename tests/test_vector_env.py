@@ -126,17 +126,20 @@ def test_bad_inputs_are_named_before_anything_is_measured() -> None:
     sample = lambda obs: envs.action_space.sample()  # noqa: E731
     try:
         assert errors(42, sample) == (
-            "envs=42 is a int, not a gymnasium.vector.VectorEnv (make one with "
+            "envs=42 is a int, neither a gymnasium.vector.VectorEnv nor a stable-baselines3 "
+            "VecEnv (reset, step_async, step_wait, num_envs) (make one with "
             "gymnasium.make_vec(env_id, num_envs=4, vectorization_mode='async'))")
         single = gym.make("CartPole-v1")
-        assert "is a TimeLimit, not a gymnasium.vector.VectorEnv (a single env: wrap it, " \
+        assert "is a TimeLimit, neither a gymnasium.vector.VectorEnv nor a " \
+               "stable-baselines3 VecEnv (reset, step_async, step_wait, num_envs) (a single " \
+               "env: wrap it, " \
                "e.g. gymnasium.vector.SyncVectorEnv([lambda: env]), or make it with " \
                "gymnasium.make_vec(env_id, num_envs=4))" in errors(single, sample)
         assert errors(envs, "policy") == (
             "policy='policy' is not callable: pass a function obs -> actions, e.g. "
             "lambda obs: envs.action_space.sample()")
-        fix = ("return an array of shape (4,) and dtype int64 (num_envs=4 actions of "
-               "single_action_space Discrete(2)), e.g. envs.action_space.sample()")
+        fix = ("return an array of shape (4,) and dtype int64 (num_envs=4 actions of the "
+               "one-env action space Discrete(2)), e.g. envs.action_space.sample()")
         assert errors(envs, lambda obs: np.zeros(3, dtype=np.int64)) == (
             f"policy(obs) returned a ndarray of shape (3,) and dtype int64: {fix}")
         assert errors(envs, lambda obs: np.zeros(4, dtype=np.float32)) == (
@@ -243,3 +246,57 @@ def test_without_gymnasium_the_error_names_the_extra(monkeypatch: pytest.MonkeyP
     assert errors(object(), lambda obs: obs) == (
         "measuring a vector env needs gymnasium (import of gymnasium halted; None in "
         "sys.modules): pip install 'pytest-perfgate[mujoco]' (or gymnasium)")
+
+
+class ApiOnly:
+    """Not stable-baselines3's class, only its VecEnv API: driven the same way."""
+
+    def __init__(self, n: int = 3) -> None:
+        self.num_envs = n
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.pending = None
+        self.steps = 0
+
+    def reset(self):
+        return np.zeros((self.num_envs, 4), np.float32)
+
+    def step_async(self, actions):
+        self.pending = actions
+
+    def step_wait(self):
+        assert self.pending is not None and self.pending.shape == (self.num_envs, 2)
+        self.steps += 1
+        return (np.zeros((self.num_envs, 4), np.float32), np.zeros(self.num_envs),
+                np.zeros(self.num_envs, bool), [{}] * self.num_envs)
+
+
+def test_an_object_with_stable_baselines3s_vecenv_api_is_measured() -> None:
+    envs = ApiOnly()
+    step = VectorEnvStep(envs, lambda obs: np.zeros((3, 2), np.float32))
+    w = LoopSource(step, step.transitions).run_window(0.05)
+    assert step.transitions == 3 and envs.steps > 1 and {"policy", "env_step"} <= set(w.phases)
+    assert errors(envs, lambda obs: np.zeros(2, np.float32)) == (
+        "policy(obs) returned a ndarray of shape (2,) and dtype float32: return an array of "
+        "shape (3, 2) and dtype float32 (num_envs=3 actions of the one-env action space "
+        "Box(-1.0, 1.0, (2,), float32)), e.g. np.stack([envs.action_space.sample() for _ in "
+        "range(envs.num_envs)])")
+
+
+@pytest.mark.parametrize("kind", ["DummyVecEnv", "SubprocVecEnv"])
+def test_stable_baselines3_vec_envs_are_measured(kind: str) -> None:
+    vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
+    from stable_baselines3.common.env_util import make_vec_env
+
+    envs = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=getattr(vec_env, kind))
+    try:
+        step = VectorEnvStep(envs, lambda obs: np.array(
+            [envs.action_space.sample() for _ in range(envs.num_envs)]), seed=1)
+        src = LoopSource(step, step.transitions)
+        src.run_window(0.05)
+        w = src.run_window(0.2)  # CartPole ends episodes often: SB3 resets them itself
+        assert w.transitions >= 2 and {"policy", "env_step"} <= set(w.phases)
+        assert step.metadata()["vector_env"]["class"] == kind
+        if kind == "SubprocVecEnv":
+            assert w.memory["processes"] >= 3  # this process and two env workers
+    finally:
+        envs.close()

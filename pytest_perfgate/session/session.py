@@ -276,7 +276,8 @@ class PerfGate:
                            *, seed: int | None = None, windows: int | None = None,
                            window_time: float | None = None, threshold: float | None = None,
                            extra: Mapping[str, Any] | None = None) -> Judged:
-        """Measure a gymnasium VectorEnv stepped by ``policy(obs) -> actions``: num_envs
+        """Measure a gymnasium VectorEnv (or a stable-baselines3 VecEnv) stepped by
+        ``policy(obs) -> actions``: num_envs
         env-steps per call, phases ``policy`` and ``env_step`` (sim/vector_env.py). The env
         and the policy are checked first, before anything is measured."""
         from pytest_perfgate.sim.vector_env import VectorEnvError, VectorEnvStep

@@ -1,4 +1,9 @@
-"""One step of a gymnasium vector env driven by a policy: the most common RL workload.
+"""One step of a vector env driven by a policy: the most common RL workload.
+
+Two APIs: gymnasium's ``VectorEnv`` and stable-baselines3's ``VecEnv`` (``SubprocVecEnv``,
+``DummyVecEnv``, or any object with its ``reset``/``step_async``/``step_wait``/``num_envs``:
+``reset()`` returns the observations, the action space is one env's, ended envs reset
+themselves).
 
 :class:`VectorEnvStep` is a plain callable (no pytest): ``perfgate.measure_vector_env`` and
 the asv suite measure it the same way. Each call is ``actions = policy(obs)`` (phase
@@ -57,14 +62,16 @@ class VectorEnvStep:
             if clash:
                 raise VectorEnvError(clash)
         vector_env = gym.vector.VectorEnv
-        if not isinstance(envs, vector_env):
+        self._sb3 = not isinstance(envs, vector_env) and is_sb3_vec_env(envs)
+        if not isinstance(envs, vector_env) and not self._sb3:
             hint = (" (a single env: wrap it, e.g. gymnasium.vector.SyncVectorEnv([lambda: "
                     "env]), or make it with gymnasium.make_vec(env_id, num_envs=4))"
                     if isinstance(envs, gym.Env) else
                     " (make one with gymnasium.make_vec(env_id, num_envs=4, "
                     "vectorization_mode='async'))")
-            raise VectorEnvError(f"envs={envs!r} is a {type(envs).__name__}, not a "
-                                 f"gymnasium.vector.VectorEnv{hint}")
+            raise VectorEnvError(f"envs={envs!r} is a {type(envs).__name__}, neither a "
+                                 "gymnasium.vector.VectorEnv nor a stable-baselines3 VecEnv "
+                                 f"(reset, step_async, step_wait, num_envs){hint}")
         if getattr(envs, "closed", False):
             raise VectorEnvError(f"envs={envs!r} is closed: measure it before envs.close() "
                                  "(or make a new one)")
@@ -82,7 +89,7 @@ class VectorEnvStep:
         modes = getattr(gym.vector, "AutoresetMode", None)  # gymnasium >= 1.1
         self._manual_reset = modes is not None and mode == modes.DISABLED
         try:
-            self.obs, _ = envs.reset(seed=seed)
+            self.obs = self._reset(seed)
         except Exception as exc:
             raise VectorEnvError(f"envs.reset(seed={seed!r}) raised {_short(exc)}: the env "
                                  "must reset before it can be measured") from exc
@@ -96,28 +103,46 @@ class VectorEnvStep:
                                  "step: fix the env (or the actions the policy "
                                  "returns) before measuring it") from exc
 
+    def _reset(self, seed: int | None) -> Any:
+        if not self._sb3:
+            obs, _ = self.envs.reset(seed=seed)
+            return obs
+        if seed is not None and callable(getattr(self.envs, "seed", None)):
+            self.envs.seed(seed)  # stable-baselines3 seeds before reset(), which takes none
+        return self.envs.reset()
+
+    def _batched_space(self) -> tuple[Any, Any, Any, str]:
+        """(space, shape, dtype, how to sample) of one step's actions for every env."""
+        space = self.envs.action_space
+        shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+        if not self._sb3:
+            return space, shape, dtype, "envs.action_space.sample()"
+        # stable-baselines3: the action space is one env's
+        batched = None if shape is None else (self.num_envs, *tuple(shape))
+        return space, batched, dtype, ("np.stack([envs.action_space.sample() for _ in "
+                                       "range(envs.num_envs)])")
+
     def _check_actions(self, obs: Any) -> Any:
         """The policy's first actions, checked against the batched action space."""
         import numpy as np
 
-        space = self.envs.action_space
+        space, want_shape, want_dtype, sample = self._batched_space()
         try:
             actions = self.policy(obs)
         except Exception as exc:
             raise VectorEnvError(f"policy(obs) raised {_short(exc)} on the env's first "
                                  "observations") from exc
-        want_shape, want_dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
         if want_shape is None or want_dtype is None:  # Dict/Tuple spaces: ask the space
-            if not space.contains(actions):
+            if not self._sb3 and not space.contains(actions):
                 raise VectorEnvError(f"policy(obs) returned {_describe(actions)}, which is not "
                                      f"in envs.action_space {space}: return one action per "
                                      f"env ({self.num_envs})")
             return actions
         arr = np.asarray(actions)
+        single = space if self._sb3 else self.envs.single_action_space
         fix = (f"return an array of shape {tuple(want_shape)} and dtype {want_dtype} "
-               f"(num_envs={self.num_envs} actions of single_action_space "
-               f"{self.envs.single_action_space}), e.g. "
-               "envs.action_space.sample()")
+               f"(num_envs={self.num_envs} actions of the one-env action space {single}), "
+               f"e.g. {sample}")
         if arr.shape != tuple(want_shape):
             raise VectorEnvError(f"policy(obs) returned {_describe(actions)}: {fix}")
         kind_ok = (np.issubdtype(arr.dtype, np.integer) if np.issubdtype(want_dtype, np.integer)
@@ -128,6 +153,10 @@ class VectorEnvStep:
         return actions
 
     def _step(self, actions: Any) -> tuple[Any, ...]:
+        if self._sb3:  # ended envs reset themselves, their final obs in the infos
+            self.envs.step_async(actions)
+            obs, reward, done, _infos = self.envs.step_wait()
+            return obs, reward, done
         obs, reward, terminated, truncated, _info = self.envs.step(actions)
         done = terminated | truncated
         if self._manual_reset and done.any():  # AutoresetMode.DISABLED: reset the ended
@@ -149,6 +178,17 @@ class VectorEnvStep:
                                "autoreset_mode": self.autoreset_mode}}
 
 
+SB3_API = ("reset", "step_async", "step_wait")
+
+
+def is_sb3_vec_env(envs: Any) -> bool:
+    """An object with stable-baselines3's VecEnv API (its class need not be SB3's: any
+    object with that API is driven the same way)."""
+    return (all(callable(getattr(envs, m, None)) for m in SB3_API)
+            and isinstance(getattr(envs, "num_envs", None), int)
+            and getattr(envs, "action_space", None) is not None)
+
+
 def _describe(value: Any) -> str:
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
@@ -158,4 +198,4 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-__all__ = ["VectorEnvError", "VectorEnvStep"]
+__all__ = ["VectorEnvError", "VectorEnvStep", "is_sb3_vec_env"]
