@@ -146,6 +146,7 @@ class BisectResult:
     unknown: dict[str, Probe] = field(default_factory=dict)  # commit -> its last probe
     stop: Stop = Stop.DONE
     endpoint: Probe | None = None  # BAD against GOOD
+    contradicted: Probe | None = None  # a first BAD-vs-GOOD probe that said "not slower"
     rest: Probe | None = None  # BAD against the last step, when it stopped the search
 
 
@@ -196,8 +197,15 @@ class Bisector:
     def _run(self) -> None:
         r = self.result
         first = self._judge(self.bad, self.good, tracked=None)
-        r.endpoint = first
         status = first.status()
+        if status is Status.GOOD:
+            # The user says BAD is slower and the probe says it is not: a neighbour's load
+            # can do that (one probe read a 15% drop as IMPROVEMENT). Measure once more,
+            # with twice the turns, before saying there is nothing to bisect.
+            r.contradicted = first
+            first = self._judge(self.bad, self.good, tracked=None, again=2 * self.turns)
+            status = first.status()
+        r.endpoint = first
         if status is not Status.BAD:
             r.stop = {Status.GOOD: Stop.NO_DIFFERENCE, Status.INCONCLUSIVE:
                       Stop.ENDPOINT_INCONCLUSIVE}.get(status, Stop.ENDPOINT_UNMEASURED)
@@ -256,13 +264,14 @@ class Bisector:
                     self.result.tracked)
 
     def _judge(self, commit: str, base: str, tracked: Sequence[str] | None = (),
-               levels: Mapping[str, float] | None = None) -> Probe:
-        """Probe ``commit`` against ``base`` (once: repeated pairs reuse the answer); an
-        inconclusive answer is measured again with twice the turns, ``retries`` times."""
-        if (commit, base) in self._done:
+               levels: Mapping[str, float] | None = None, again: int = 0) -> Probe:
+        """Probe ``commit`` against ``base`` (once: repeated pairs reuse the answer, unless
+        ``again`` asks for a new measurement over that many turns); an inconclusive
+        answer is measured again with twice the turns, ``retries`` times."""
+        if (commit, base) in self._done and not again:
             return self._done[(commit, base)]
         names = self.result.tracked if tracked == () else tracked
-        turns = self.turns
+        turns = again or self.turns
         for attempt in range(self.retries + 1):
             if len(self.result.probes) >= self.max_probes:
                 raise _ProbeLimit

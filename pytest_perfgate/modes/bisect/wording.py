@@ -57,6 +57,11 @@ def reading_text(r: Reading) -> str:
     return f"throughput ratio {r.ratio:.3f}{ci}, {r.outcome}"
 
 
+def _readings(p: Probe) -> str:
+    worst = p.worst()
+    return f"{worst[0]} {reading_text(worst[1])}" if worst else "no verdict"
+
+
 def probe_line(n: int, total: int, commit: str, base: str, turns: int, p: Probe | None,
                labels: Mapping[str, str], tracked: tuple[str, ...], elapsed_s: float,
                status: Status | None = None) -> str:
@@ -123,6 +128,12 @@ def summary(r: BisectResult, labels: Mapping[str, str], subjects: Mapping[str, s
                        f": {worst[0]} {reading_text(worst[1])}" if worst else "")
                    + "; nothing to bisect. A smaller step needs a lower --threshold or "
                    "more --turns.")
+        if r.contradicted is not None:
+            out.append(f"  measured twice, the second time with {e.turns} turns per side "
+                       f"(first: {_readings(r.contradicted)}): if BAD is known to be slower, "
+                       "another load on this machine may be hiding it (a probe's turn "
+                       "pairs whose outside load changed are left out, not the load both "
+                       "turns shared); run bisect when the machine is quiet.")
     elif r.stop is Stop.ENDPOINT_INCONCLUSIVE and e is not None:
         worst = e.worst()
         out.append(f"perfgate bisect: whether BAD {b} is slower than GOOD {g} stayed "
