@@ -57,11 +57,6 @@ def reading_text(r: Reading) -> str:
     return f"throughput ratio {r.ratio:.3f}{ci}, {r.outcome}"
 
 
-def _readings(p: Probe) -> str:
-    worst = p.worst()
-    return f"{worst[0]} {reading_text(worst[1])}" if worst else "no verdict"
-
-
 def probe_line(n: int, total: int, commit: str, base: str, turns: int, p: Probe | None,
                labels: Mapping[str, str], tracked: tuple[str, ...], elapsed_s: float,
                status: Status | None = None) -> str:
