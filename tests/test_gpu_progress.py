@@ -3,7 +3,6 @@ status line, the scripted fake NVML of test_gpu_guard)."""
 
 from __future__ import annotations
 
-import pytest
 from test_gpu_guard import CLEAN, POWER, ScriptedNvml, Source, guard
 from test_progress import FakeStatus
 
@@ -32,10 +31,6 @@ def test_a_log_gets_no_status_for_it() -> None:
     assert out.shown == [] and out.done_lines == []
 
 
-@pytest.mark.xfail(strict=True, reason="core/measure.py Meter.measure does not call "
-                   "Progress.window_spoiled for a GPU-spoiled window yet (it calls "
-                   "window_redone only when w.gpu_spoiled is None); remove this mark once it "
-                   "does")
 def test_the_meter_reports_a_gpu_spoiled_window_on_the_status_line() -> None:
     clock, out = FakeClock(), FakeStatus(live=True)
     fake = ScriptedNvml([CLEAN, POWER, CLEAN, CLEAN, CLEAN, CLEAN])

@@ -88,7 +88,8 @@ class Evidence:
     look: int = 0  # 1-based; 0: not a sequential look
     looks: int = 0  # planned looks
     max_turns: int = 0  # planned turns per side at the last look
-    excluded: int = 0  # turn pairs left out: the outside load changed between their turns
+    excluded: int = 0  # turn pairs left out: the outside load (or the GPU guard) changed
+    # between their turns
     cut_short: bool = False  # re-measuring load-changed pairs ran out before the last look
     # history: indices into the baseline of the runs that set the level (spoiled runs are
     # left out): every figure shown as "the baseline" is of these runs
@@ -428,7 +429,7 @@ def _basis(ev: Evidence) -> str:
             text += f" (stopped at look {ev.look} of {ev.looks}, of at most {ev.max_turns})"
         if ev.excluded:
             text += (f", {ev.excluded} more turn pair(s) left out because the outside load "
-                     "changed between their two turns"
+                     "(or the GPU guard's verdict) changed between their two turns"
                      + (" (re-measuring ran out)" if ev.cut_short else ""))
         return text
     spread = max(ev.between or 0.0, ev.within or 0.0)

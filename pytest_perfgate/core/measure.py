@@ -50,8 +50,8 @@ class RawWindow:
     # the workload tree's memory in bytes up to this window's end (core/tree.py PeakMemory:
     # peak_rss, rss, uss, pss, processes); empty where the source does not sample it
     memory: Mapping[str, int] = field(default_factory=dict, kw_only=True)
-    # how the window's CUDA work was timed ({"sync": "edges" | "phases"}); empty where the
-    # process did not use CUDA (gpu/cuda.py)
+    # how the window's CUDA work was timed ({"sync": "edges" | "phases" | "events"});
+    # empty where the process did not use CUDA (gpu/cuda.py)
     gpu: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
     def to_wire(self) -> dict[str, Any]:
@@ -434,9 +434,12 @@ class Meter:
             if w.polluted:
                 if remeasured < cfg.max_remeasure:
                     remeasured += 1
-                    if w.gpu_spoiled is None:  # the status line words CPU load only
+                    if w.gpu_spoiled is None:
                         self.progress.window_redone(len(windows) + 1, cfg.windows,
                                                     w.other_load or 0.0)
+                    else:
+                        self.progress.window_spoiled(len(windows) + 1, cfg.windows,
+                                                     w.gpu_spoiled)
                     continue
                 polluted_kept += 1
             windows.append(w)

@@ -77,7 +77,8 @@ class BenchResult:
     # The workload process tree's memory in bytes (peak_rss, rss, uss, pss, processes;
     # core/tree.py); empty where it was not sampled (older records, pytest-benchmark's).
     memory: Mapping[str, int] = field(default_factory=dict)
-    # How the GPU was timed and watched: {"sync": "edges" | "phases", "spoiled": {reason:
+    # How the GPU was timed and watched: {"sync": "edges" | "phases" | "events" (a ring
+    # learner: CUDA events only), "spoiled": {reason:
     # windows}} (core/measure.py Measurement.gpu); empty, and not written, without CUDA.
     gpu: Mapping[str, Any] = field(default_factory=dict)
     # Busy cores of other work during warm-up, kept when above the load limit: an UNSTABLE
