@@ -151,6 +151,8 @@ def test_git_configuration_in_home_changes_neither_the_code_nor_the_recorded_run
 
     job = _trusted(sha, origin, user_runner, version, "Commit the run for save-history")
     _steps_ok(job)
+    pool = "perf" if version == "old" else "perf-trusted"  # one runner: the hardened mode
+    assert job.labels == ("self-hosted", "linux", pool, "perf-xeon")
     measured = (user_runner.workspace / "mylib.py").read_text()
     bundle = user_runner.home / "_work" / "_temp" / "perfgate" / "history-run" / "run.bundle"
     repo = user_runner.home.parent / f"read-{version}"

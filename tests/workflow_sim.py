@@ -197,7 +197,7 @@ class Job:
     annotations: list[str] = field(default_factory=list)
     artifacts: Path | None = None
     waiting_for: str | None = None  # an environment whose reviewers did not approve
-    runner: tuple[str | None, tuple[str, ...]] = (None, ())  # runs-on: group, labels
+    labels: tuple[str, ...] = ()  # runs-on
 
     def step(self, id_or_name: str) -> dict[str, Any]:
         found = [s for s in self.steps if id_or_name in (s["id"], s["name"])]
@@ -339,10 +339,8 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
         env_name = substitute(spec["environment"], ctx)
         if env_name in protected and env_name not in approved:
             return Job(waiting_for=env_name)
-    runs_on = spec["runs-on"]
-    group = runs_on.get("group") if isinstance(runs_on, dict) else None
-    labels = runs_on["labels"] if isinstance(runs_on, dict) else runs_on
-    labels = [substitute(x, ctx) for x in labels] if isinstance(labels, list) else [labels]
+    labels = [substitute(x, ctx) for x in spec["runs-on"]] \
+        if isinstance(spec["runs-on"], list) else [spec["runs-on"]]
     hosted = labels == ["ubuntu-latest"]
     pools = (["self-hosted", "linux", "perf"], ["self-hosted", "linux", "perf-trusted"])
     assert hosted or (labels[:3] in pools and leg in labels), labels
@@ -362,7 +360,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
     for scope in (wf.get("env", {}), spec.get("env", {})):
         ctx["env"] = env
         env.update({k: substitute(v, ctx) for k, v in scope.items()})
-    job = Job(runner=(group, tuple(labels)))
+    job = Job(labels=tuple(labels))
     shell = wf["defaults"]["run"]["shell"]
     assert shell == "bash"
     for n, step in enumerate(spec["steps"]):
