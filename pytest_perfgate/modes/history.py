@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.gate import Rule, evaluate, no_baseline
 from pytest_perfgate.core.judged import Judged, summarize
@@ -21,6 +21,9 @@ from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history.context import HISTORY, HistoryContext, is_history_run
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
+
+if TYPE_CHECKING:
+    from pytest_perfgate.modes.remeasure import Remeasure
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
 
@@ -37,8 +40,11 @@ class HistoryMode:
 
     def __init__(self, smoke: bool, meter: MeterFactory, sink: Sink,
                  context: Callable[[], HistoryContext], baseline_runs: int = 5,
-                 baseline: str | None = None, records: bool | None = True) -> None:
+                 baseline: str | None = None, records: bool | None = True,
+                 remeasure: Remeasure | None = None) -> None:
         self.smoke = smoke
+        # an INCONCLUSIVE verdict's baseline commit measured again beside this tree
+        self.remeasure = remeasure
         self.meter = meter
         self.sink = sink
         self.context = context  # opened lazily: smoke mode never reads the history
@@ -58,8 +64,12 @@ class HistoryMode:
         meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
         if callable(meta):
             extra = {**meta(), **dict(extra)}
-        j = self.judge(summarize(call.name, m, call.transitions, extra=extra, unit=call.unit),
-                       call.test_id, call.rule)
+        result = summarize(call.name, m, call.transitions, extra=extra, unit=call.unit)
+        if self.remeasure is None or self.smoke:
+            j = self.judge(result, call.test_id, call.rule)
+        else:
+            j = self.remeasure.decide(self._judge(result, call.rule, call.test_id), call)
+            self.sink(j)
         if call.memory_threshold is not None and not self.smoke:
             self.judge_memory(j.result, call.test_id, Rule(threshold=call.memory_threshold))
         return j

@@ -35,7 +35,7 @@ class PerfgatePlugin:
     @classmethod
     def start(cls, config: pytest.Config) -> PerfgatePlugin:
         """Every setting parsed and checked, the A/B base checked out, the session built."""
-        from pytest_perfgate.plugin.setup import build_options, refuse_xdist, start_ab
+        from pytest_perfgate.plugin.setup import build_options, place, refuse_xdist, start_ab
 
         options, where = build_options(config)
         if options.enabled:
@@ -46,7 +46,10 @@ class PerfgatePlugin:
             options, config.rootpath, ab=ab,
             on_verdict=lambda j: hook.pytest_perfgate_verdict(config=config, judged=j),
             machine_info=lambda info: hook.pytest_perfgate_machine_info(config=config,
-                                                                         info=info))
+                                                                         info=info),
+            place=place(config) if options.enabled and options.remeasure else None)
+        if session.remeasure is not None:  # its worktrees go when the run ends
+            config.add_cleanup(session.remeasure.close)
         progress.install(config, session)
         return cls(config, session, where)
 

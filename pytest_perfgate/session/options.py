@@ -278,6 +278,12 @@ SPECS: tuple[Spec, ...] = (
          "(callgrind) and gate them as <benchmark>.counts beside steps/s; needs valgrind "
          "(off by default; @pytest.mark.perfgate(counts=...) decides per test)",
          switch=True),
+    Spec("remeasure", parse_bool, "history mode: when the record cannot resolve the "
+         "threshold, measure the newest baseline commit again, interleaved with this tree "
+         "in A/B turns, and give that verdict (default true)", "PERFGATE_REMEASURE"),
+    Spec("remeasure_budget", parse_seconds, "history mode: seconds a session may spend "
+         "re-measuring baselines, at most (default 900); past it verdicts stay as the "
+         "record gives them"),
     Spec("cuda_sync", parse_cuda_sync, "where a measured process that uses CUDA synchronises "
          "the device: edges (each window's edges; phases timed by CUDA events) or phases "
          "(also at every phase exit, for diagnosis: it removes the CPU/GPU overlap)",
@@ -319,6 +325,8 @@ class Options:
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests
     counts: bool | None = None  # None: off (help shows no default for a bare flag)
     cuda_sync: str = "edges"
+    remeasure: bool = True
+    remeasure_budget: float = 900.0
 
     @classmethod
     def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],

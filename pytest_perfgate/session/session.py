@@ -42,6 +42,8 @@ from pytest_perfgate.session.options import Options
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab.controller import ABSetup
+    from pytest_perfgate.modes.place import Place
+    from pytest_perfgate.modes.remeasure import Remeasure
 
 
 
@@ -59,7 +61,8 @@ class GateSession:
 
     def __init__(self, options: Options, rootdir: Path, clock: Clock = SYSTEM_CLOCK, *,
                  ab: ABSetup | None = None, on_verdict: Callable[[Judged], None] | None = None,
-                 machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 machine_info: Callable[[dict[str, Any]], None] | None = None,
+                 place: Place | None = None) -> None:
         from pytest_perfgate.modes.ab.side import is_side_process
         from pytest_perfgate.modes.counts.side import is_counts_side
 
@@ -81,8 +84,15 @@ class GateSession:
         self.history = HistoryOpener(self.rootdir, o.results_path, o.machine, machine_info)
         self.verdicts = Verdicts(on_verdict)
         # Judges in-process results in every mode (pytest-benchmark's too).
+        self.remeasure: Remeasure | None = None
+        if o.remeasure and not (self.smoke or side or self.counts_side or ab is not None):
+            from pytest_perfgate.modes.remeasure import Remeasure, RemeasurePlan
+
+            self.remeasure = Remeasure(place, self.meters, RemeasurePlan(
+                o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget))
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
-                                        o.baseline_runs, o.baseline, records=o.record)
+                                        o.baseline_runs, o.baseline, records=o.record,
+                                        remeasure=self.remeasure)
         self.mode: Mode = self._pick_mode(side, ab)
         self._counts_mode: Mode | None = None
 

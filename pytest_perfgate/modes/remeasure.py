@@ -1,0 +1,149 @@
+"""When the record cannot decide: measure the baseline commit again, beside this tree.
+
+The history gate compares one run with runs taken minutes or days ago on a machine whose
+speed drifts; on a shared runner its interval is often wider than the threshold
+(INCONCLUSIVE). The answer is the A/B mode's: the newest baseline commit the history names
+is checked out into a worktree (one per commit, kept for the session's other tests) and
+measured in alternating turns with this tree, so both see the same machine. The run is
+recorded as measured; the verdict is the paired one and says that it is. Where the commit
+cannot be measured again (outside git, a dirty tree, a commit this clone lacks, the budget
+spent) the verdict stays the record's and names why (docs/measurement.md, "When the record
+cannot decide").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pytest_perfgate.core.gate import Outcome, Verdict
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.modes.ab.controller import ABController, ABSetup, ABSetupError, start_ab
+from pytest_perfgate.modes.ab.remote import SideError
+from pytest_perfgate.modes.base import BenchCall, MeterFactory
+from pytest_perfgate.modes.place import Place
+
+
+@dataclasses.dataclass(frozen=True)
+class RemeasurePlan:
+    """What a re-measurement runs: the A/B mode's turns, the set-up command, the budget."""
+
+    turns: int = 96
+    turn_s: float = 0.1
+    looks: int = 4
+    setup: str | None = None
+    budget_s: float = 900.0
+
+
+class Remeasure:
+    """Judge an INCONCLUSIVE history verdict again by re-measuring its baseline commit.
+
+    ``place`` is where the session stands in its repository (None: outside git). The
+    worktrees live until :meth:`close` (the session's end).
+    """
+
+    def __init__(self, place: Place | None, meters: MeterFactory, plan: RemeasurePlan,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.place = place
+        self.meters = meters
+        self.plan = plan
+        self.spent_s = 0.0
+        self._stack = contextlib.ExitStack()
+        self._setups: dict[str, ABSetup | str] = {}  # commit -> its sides, or why not
+        self._monotonic = monotonic
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def decide(self, j: Judged, call: BenchCall) -> Judged:
+        """``j`` when it decided (or has no baseline); else the paired verdict of its newest
+        baseline commit against this tree, or ``j`` with why that could not be."""
+        v = j.verdict
+        if v is None or v.outcome is not Outcome.INCONCLUSIVE or not j.baseline_commits:
+            return j
+        commit = j.baseline_commits[0]
+        why = self._why_not(commit)
+        setup = self._setup(commit) if why is None else why
+        if isinstance(setup, str):
+            return _note(j, f"not re-measured: {setup}")
+        t0 = self._monotonic()
+        ctl = ABController(setup, self.meters, lambda _: None, self.plan.turns,
+                           self.plan.turn_s, self.plan.looks)
+        try:
+            ab = ctl.measure(_NO_SOURCE, call)
+        except SideError as e:  # an infrastructure error: never a verdict of its own
+            return _note(j, f"re-measuring failed, so the record's verdict stands: {e}")
+        finally:
+            ctl.end_test(call.test_id)
+            self.spent_s += self._monotonic() - t0
+        return _paired(j, ab, commit, v)
+
+    def _why_not(self, commit: str) -> str | None:
+        from pytest_perfgate.history.vcs import git_info, resolve_commit
+
+        if self.place is None:
+            return "this run is outside a git checkout, so its baseline commit cannot be " \
+                   "checked out"
+        if self.spent_s >= self.plan.budget_s:
+            return (f"the session's re-measure budget ({self.plan.budget_s:g} s, "
+                    "--perfgate-remeasure-budget) is spent")
+        info = git_info(self.place.top)
+        if not info.available:
+            return f"git cannot read {self.place.top} ({info.reason})"
+        if info.dirty:
+            return ("the working tree has uncommitted changes: this run is recorded at "
+                    f"{info.commit[:10]}, which is not the code measured; commit them")
+        if resolve_commit(self.place.top, commit) is None:
+            return (f"the baseline commit {commit[:10]} is not in this clone (a shallow "
+                    "clone? fetch it: git fetch --unshallow)")
+        return None
+
+    def _setup(self, commit: str) -> ABSetup | str:
+        """The sides for ``commit`` (its worktree made once per session), or why not."""
+        got = self._setups.get(commit)
+        if got is None:
+            assert self.place is not None
+            try:
+                got = start_ab(self.place, commit, self.plan.setup, self._stack,
+                               source="the baseline commit", setup_source="--perfgate-ab-setup")
+            except ABSetupError as e:
+                got = str(e)
+            self._setups[commit] = got
+        return got
+
+
+class _NoSource:
+    """The controller never runs the step here: its sides do."""
+
+    def run_window(self, duration_s: float) -> Any:  # pragma: no cover - never called
+        raise AssertionError("a re-measurement's controller runs no window itself")
+
+
+_NO_SOURCE: Any = _NoSource()
+
+
+def _note(j: Judged, text: str) -> Judged:
+    v = j.verdict
+    assert v is not None
+    return dataclasses.replace(j, verdict=dataclasses.replace(v, message=f"{v.message}; {text}"))
+
+
+def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
+    """The recorded run with the paired verdict. The baseline figure is the one the paired
+    ratio divides by, in this run's units: steps/s / ratio (so the three agree)."""
+    v = ab.verdict
+    if v is None:
+        return j
+    message = (f"re-measured: the record could not resolve the threshold ({record.message}); "
+               f"so the baseline commit {commit[:10]} was measured again in alternating "
+               f"turns with this tree: {v.message}")
+    base = j.result.steps_per_s / v.ratio if v.ratio else None
+    return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message),
+                               baseline_commits=[commit], baseline_steps_per_s=base,
+                               baseline_phases=ab.baseline_phases)
+
+
+__all__ = ["Remeasure", "RemeasurePlan"]

@@ -1,0 +1,112 @@
+"""History mode that decides: when the record cannot resolve the threshold, the newest
+baseline commit is measured again in A/B turns beside this tree (sleep-based steps, a 10%
+threshold, 2x margins). Real side processes and git worktrees."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+STEP = """
+import time
+SLOW = {slow}
+def test_s(perfgate):
+    perfgate.measure(lambda: time.sleep(0.002 * SLOW), transitions=8)
+"""
+RUN = ["--perfgate", "--perfgate-machine=box", "--perfgate-threshold=10%",
+       "--perfgate-windows=4", "--perfgate-window-time=0.1", "--perfgate-warmup-max=5",
+       "--perfgate-ab-turns=8", "--perfgate-ab-turn-time=0.05", "-p", "no:cacheprovider",
+       "-p", "no:randomly"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("PERFGATE_") and k not in ("PYTEST_ADDOPTS",)}
+
+
+def pytest_in(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], cwd=repo, env=env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def scratch(tmp_path: Path, head_slow: float) -> Path:
+    """A base commit with one recorded run (too few to resolve anything), then the head."""
+    repo = tmp_path / "repo"
+    (repo / "perf").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
+    (repo / ".gitignore").write_text("results/\n")
+    (repo / "perf" / "test_s.py").write_text(STEP.format(slow=1.0))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    done = pytest_in(repo, "perf")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (repo / "perf" / "test_s.py").write_text(STEP.format(slow=head_slow))
+    (repo / "n.txt").write_text("head")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "head")
+    return repo
+
+
+def verdict(repo: Path, report: Path, *args: str) -> tuple[dict[str, object], str]:
+    done = pytest_in(repo, f"--perfgate-json={report}", *args, "perf")
+    (entry,) = json.loads(report.read_text())["benchmarks"]
+    return entry, done.stdout + done.stderr
+
+
+def test_a_twice_as_slow_head_is_a_regression_though_the_record_cannot_tell(
+        tmp_path: Path) -> None:
+    repo = scratch(tmp_path, 2.0)
+    base = git(repo, "rev-parse", "HEAD~1")
+    entry, out = verdict(repo, tmp_path / "r.json")
+    assert entry["verdict"] == "REGRESSION", out
+    words = " ".join(out.split())
+    assert "re-measured: the record could not resolve the threshold (" in words
+    assert f"so the baseline commit {base[:10]} was measured again in alternating turns" in words
+    assert entry["baseline_commits"] == [base]
+    # one set of figures: steps/s over the baseline shown is the paired ratio
+    assert entry["steps_per_s"] / entry["baseline_steps_per_s"] == pytest.approx(  # type: ignore[operator]
+        entry["ratio"])
+    # the run is recorded as before: two history runs now
+    assert len(list((repo / "results" / "box" / "perfgate").glob("*.pgrun"))) == 2
+    assert len(git(repo, "worktree", "list").splitlines()) == 1  # the worktree is gone
+
+
+def test_an_unchanged_head_is_not_a_regression(tmp_path: Path) -> None:
+    repo = scratch(tmp_path, 1.0)
+    entry, out = verdict(repo, tmp_path / "r.json")
+    # not a regression; INCONCLUSIVE is allowed: 8 turns under whatever load this
+    # machine has may not resolve 10% (the study measures the rates)
+    assert entry["verdict"] in ("OK", "IMPROVEMENT", "INCONCLUSIVE"), out
+    assert str(entry["message"]).startswith("re-measured: the record could not resolve")
+
+
+@pytest.mark.parametrize("how", ["off", "dirty"])
+def test_where_it_cannot_re_measure_the_verdict_names_why(tmp_path: Path, how: str) -> None:
+    repo = scratch(tmp_path, 2.0)
+    args: tuple[str, ...] = ()
+    if how == "off":
+        args = ("--perfgate-remeasure=false",)
+    else:
+        (repo / "n.txt").write_text("uncommitted")
+    entry, out = verdict(repo, tmp_path / "r.json", *args)
+    assert entry["verdict"] == "INCONCLUSIVE", out
+    words = " ".join(out.split())
+    if how == "dirty":
+        assert "not re-measured: the working tree has uncommitted changes" in words
+    else:
+        assert "re-measured: the record" not in words and "not re-measured" not in words
