@@ -459,6 +459,7 @@ def _forge_symlink(origin: Path, base: str, where: Path) -> Path:
     ("HEAD~1", "its base is 'HEAD~1', not a 40-digit commit id or empty"),
     ("-x touch /tmp/pwned", "its base is '-x touch /tmp/pwned', not a 40-digit commit id"),
     ("A" * 40, f"its base is '{'A' * 40}', not a 40-digit commit id"),
+    ("1\n::error title=forged::pushed", "its base is '1%0A::error title=forged::pushed', not"),
 ])
 def test_save_history_refuses_a_base_that_is_not_a_commit_id(
         scratch: tuple[Path, Path], tmp_path: Path, base_file: str,  # noqa: F811
