@@ -429,7 +429,7 @@ def _basis(ev: Evidence) -> str:
             text += f" (stopped at look {ev.look} of {ev.looks}, of at most {ev.max_turns})"
         if ev.excluded:
             text += (f", {ev.excluded} more turn pair(s) left out because the outside load "
-                     "(or the GPU guard's verdict) changed between their two turns"
+                     "changed between their two turns"
                      + (" (re-measuring ran out)" if ev.cut_short else ""))
         return text
     spread = max(ev.between or 0.0, ev.within or 0.0)
