@@ -122,8 +122,7 @@ def test_json_documents_parse_round_trip_and_carry_the_verdicts(
     doc = roundtrip(capsys.readouterr().out)
     assert [p["commit"][0] for p in doc["points"]] == list("123456")
     assert doc["unit"] == "us/env-step" and doc["display_unit"] == "env-steps/s"
-    (cp,) = doc["change_points"]
-    assert cp["commit"] == "6" * 40 and -0.55 < cp["display_change"] < -0.45
+    assert doc["change_points"] == []  # one slower newest run: no change point before a second
 
     assert main(["report", "--out", str(tmp_path / "o"), *r, "--json"]) == 0
     doc = roundtrip(capsys.readouterr().out)

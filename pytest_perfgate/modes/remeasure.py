@@ -126,9 +126,12 @@ _NO_SOURCE: Any = _NoSource()
 
 
 def _note(j: Judged, text: str) -> Judged:
+    """``j`` with ``text`` as a sentence after its message."""
     v = j.verdict
     assert v is not None
-    return dataclasses.replace(j, verdict=dataclasses.replace(v, message=f"{v.message}; {text}"))
+    end = "" if v.message.endswith(".") else "."
+    said = f"{v.message}{end} {text[0].upper()}{text[1:]}."
+    return dataclasses.replace(j, verdict=dataclasses.replace(v, message=said))
 
 
 def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
