@@ -107,6 +107,6 @@ def test_where_it_cannot_re_measure_the_verdict_names_why(tmp_path: Path, how: s
     assert entry["verdict"] == "INCONCLUSIVE", out
     words = " ".join(out.split())
     if how == "dirty":
-        assert "not re-measured: the working tree has uncommitted changes" in words
+        assert "Not re-measured: the working tree has uncommitted changes" in words
     else:
         assert "re-measured: the record" not in words and "not re-measured" not in words

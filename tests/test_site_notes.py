@@ -63,3 +63,8 @@ def test_a_bad_serve_port_is_named(text: str, message: str) -> None:
         parse_port(text)
     assert str(e.value) == message
     assert parse_port("0") == 0
+
+
+def test_a_site_without_asvs_page_is_left_alone(tmp_path: Path) -> None:
+    add_notes(tmp_path, ["a note"])
+    assert not (tmp_path / "index.html").exists() and not (tmp_path / SERVE_PAGE).exists()

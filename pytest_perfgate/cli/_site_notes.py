@@ -79,7 +79,10 @@ def add_notes(html_dir: Path, notes: list[str], final_dir: Path | None = None) -
     beside it), and ``notes`` stand above the page's content. Idempotent. ``final_dir``:
     where the site will be served from (``html_dir`` is a build folder)."""
     index = html_dir / "index.html"
-    page = index.read_text(encoding="utf-8")
+    try:
+        page = index.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # not asv's page (another asv, a failed build): nothing here to edit
     if NOTES_ID not in page:
         redirect = ('<script>if (window.location.protocol === "file:") '
                     f'window.location.replace("{SERVE_PAGE}");</script>\n')
