@@ -58,8 +58,12 @@ def is_side_process() -> bool:
 
 def stray_side_variable() -> str | None:
     """The value of a side variable this process inherited that names no connection (a
-    nested pytest under a side, or a variable set by hand), for a warning; else None."""
-    return _take()[2]
+    nested pytest under a side, or a variable set by hand), for a warning; else None.
+    Said once: a later call (another session in this process) gets None."""
+    global _taken
+    fd, calibration, stray = _take()
+    _taken = (fd, calibration, None)
+    return stray
 
 
 def side_connection() -> Connection | None:

@@ -61,8 +61,12 @@ def is_counts_side() -> bool:
 
 def stray_counts_variable() -> str | None:
     """The value of ``PERFGATE_COUNTS_OUT`` when this process inherited it but is no
-    counting worker (a nested pytest, or set by hand), for a warning; else None."""
-    return _take()[1]
+    counting worker (a nested pytest, or set by hand), for a warning; else None. Said once:
+    a later call (another session in this process) gets None."""
+    global _taken
+    folder, stray = _take()
+    _taken = (folder, None)
+    return stray
 
 
 def label(name: str, i: int) -> str:
