@@ -32,16 +32,18 @@ NOT_A_LOOP = ("instruction counts need perfgate.measure(step, ...): a measure_so
               "workload runs its steps in other processes, which callgrind does not follow")
 
 
-_taken: tuple[Path | None, str | None] | None = None  # (the folder, a stray value)
+_taken: tuple[str | None, Path | None, str | None] | None = None  # (raw, folder, stray)
 
 
 def _take() -> tuple[Path | None, str | None]:
-    """Read ``PERFGATE_COUNTS_OUT`` once and remove it, so nothing the worker starts
-    inherits it: (its folder when this process really is a counting worker: the folder
-    exists and valgrind runs it; else the variable's value, for a warning)."""
+    """Read ``PERFGATE_COUNTS_OUT`` (again only when it changed): (its folder when this
+    process really is a counting worker: the folder exists and valgrind runs it, so a
+    pytest the worker's test starts, which valgrind does not follow, is none; else the
+    variable's value, for a warning). Left in the environment: a test may ask whether it
+    runs in the worker."""
     global _taken
-    if _taken is None or ENV_OUT in os.environ:
-        raw = os.environ.pop(ENV_OUT, None)
+    raw = os.environ.get(ENV_OUT) or None
+    if _taken is None or _taken[0] != raw:
         folder = Path(raw) if raw else None
         if folder is not None:
             try:
@@ -50,8 +52,8 @@ def _take() -> tuple[Path | None, str | None]:
                 real = False
             if not real:
                 folder = None
-        _taken = (folder, raw if raw and folder is None else None)
-    return _taken
+        _taken = (raw, folder, raw if raw and folder is None else None)
+    return _taken[1], _taken[2]
 
 
 def is_counts_side() -> bool:
@@ -65,7 +67,8 @@ def stray_counts_variable() -> str | None:
     a later call (another session in this process) gets None."""
     global _taken
     folder, stray = _take()
-    _taken = (folder, None)
+    if _taken is not None:
+        _taken = (_taken[0], folder, None)
     return stray
 
 
