@@ -287,7 +287,11 @@ def test_stable_baselines3_vec_envs_are_measured(kind: str) -> None:
     vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
     from stable_baselines3.common.env_util import make_vec_env
 
-    envs = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=getattr(vec_env, kind))
+    # spawn, not SB3's default forkserver: a forkserver process outlives the test as a child
+    # of this pytest (test_workers' leftover check saw it)
+    kw = {"start_method": "spawn"} if kind == "SubprocVecEnv" else None
+    envs = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=getattr(vec_env, kind),
+                        vec_env_kwargs=kw)
     try:
         step = VectorEnvStep(envs, lambda obs: np.array(
             [envs.action_space.sample() for _ in range(envs.num_envs)]), seed=1)
