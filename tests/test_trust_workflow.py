@@ -28,7 +28,7 @@ import pytest
 import yaml
 from conftest import need_tool
 from test_workflow_run import BRANCH, _git, _history, commit, make_scratch, scratch  # noqa: F401
-from workflow_sim import ROOT, WORKFLOW, Job, Machine, run_job, user_python
+from workflow_sim import ROOT, WORKFLOW, Job, Machine, pinned_here, run_job, user_python
 
 OLD_COMMIT = "8e61a5e284db54df10ab8df1799a51eaca41a792"  # the gate before this boundary
 RUNNER_UID = 65534  # nobody: a runner user that owns nothing else
@@ -95,7 +95,7 @@ def _with_constraints(dev: Path, version: str) -> str:
     """The project at `version`'s constraints (hashed or not), committed; its sha."""
     text = _old("constraints/perf.txt") if version == "old" \
         else (ROOT / "constraints" / "perf.txt").read_text()
-    (dev / "constraints" / "perf.txt").write_text(text)
+    (dev / "constraints" / "perf.txt").write_text(pinned_here(text))
     return commit(dev, f"constraints of the {version} workflow")
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import need_tool
-from workflow_sim import GIT, ROOT, WORKFLOW, Expr, Job, Machine, condition, run_job
+from workflow_sim import GIT, ROOT, WORKFLOW, Expr, Job, Machine, condition, pinned_here, run_job
 
 # --- the scratch project ---------------------------------------------------------------------
 
@@ -99,7 +99,8 @@ def make_scratch(where: Path) -> tuple[Path, Path]:
     (dev / "pytest.ini").write_text(INI)
     (dev / "pyproject.toml").write_text(PYPROJECT)
     (dev / "constraints").mkdir()
-    shutil.copy(ROOT / "constraints" / "perf.txt", dev / "constraints" / "perf.txt")
+    (dev / "constraints" / "perf.txt").write_text(
+        pinned_here((ROOT / "constraints" / "perf.txt").read_text()))
     (dev / ".gitignore").write_text("__pycache__/\n")
     commit(dev, "v0.1")
     _git(dev, "tag", "v0.1")

@@ -280,6 +280,32 @@ def user_python() -> str:
     return ""
 
 
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s\\;]+)", re.M)
+
+
+def pinned_here(text: str) -> str:
+    """A constraints file's pins moved to the versions this interpreter has installed.
+
+    The simulated runner installs from this venv (PIP_NO_INDEX, its site-packages on
+    PYTHONPATH), as a runner provisioned from the pins would; but this venv holds whatever
+    the index gave when it was made (a newer filelock, say), so a pin copied verbatim would
+    fail the job's install for a reason that is not the workflow's. A package not installed
+    here, or installed at the pin with a local label (torch's `+cpu`), keeps its pin. Hashes
+    stay: pip checks no hash of a requirement already installed; --require-hashes only asks
+    that each has one.
+    """
+    from importlib import metadata
+
+    def here(m: re.Match[str]) -> str:
+        try:
+            have = metadata.version(m.group(1))
+        except metadata.PackageNotFoundError:
+            return m.group(0)
+        return m.group(0) if have.split("+")[0] == m.group(2) else f"{m.group(1)}=={have}"
+
+    return _PIN.sub(here, text)
+
+
 def _read_pairs(path: Path) -> dict[str, str]:
     """GITHUB_OUTPUT / GITHUB_ENV: name=value lines and name<<DELIM heredocs."""
     out: dict[str, str] = {}
