@@ -313,3 +313,44 @@ def test_more_machines_than_a_comment_shows_post_nothing(
         shutil.rmtree(extra)
     code, _ = _run(tmp_path, FakeApi(), capsys)
     assert code == 0  # the cap itself is allowed
+
+
+def _profiled(function: str = "normalize_obs") -> Judged:
+    j = _judged("test_walk", Outcome.REGRESSION, 0.8)
+    j.result.extra["profile"] = {
+        "pairs": 6, "grew": [{"function": function, "where": "perf/policy.py:6",
+                              "base_ms_per_step": 0.02, "head_ms_per_step": 0.35,
+                              "share": 0.95, "changed": True}],
+        "base_ms_per_step": 1.0, "head_ms_per_step": 1.35}
+    return j
+
+
+def test_the_profile_s_top_functions_are_shown_under_the_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _artifact(tmp_path, judged=[_profiled("normalize_obs @admin [x](http://e) `y` | z")])
+    api = FakeApi()
+    code, _ = _run(tmp_path, api, capsys)
+    body = api.calls[-1][2]["body"]
+    assert code == 0
+    assert "Why `test_walk` got slower (py-spy" in body
+    assert ("- `normalize_obs @admin [x](http://e) 'y' \\| z (perf/policy.py:6)` 0.02 -> 0.35 "
+            "ms/step (+0.33, 95% of the growth, changed)") in body
+    assert "artifact `perfgate-pr-perf-epyc`, profiles/" in body
+
+
+@pytest.mark.parametrize(("profile", "says"), [
+    ([1], "'profile' is not an object"),
+    ({"grew": "x"}, "the profile's 'grew' is not a list"),
+    ({"grew": [{"function": 3}]}, "function 0 is not a named function"),
+    ({"grew": [{"function": "f", "base_ms_per_step": "1", "head_ms_per_step": 1,
+                "share": 1}]}, "'base_ms_per_step' is '1', not a finite number"),
+])
+def test_a_malformed_profile_posts_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: Any, says: str) -> None:
+    j = _profiled()
+    j.result.extra["profile"] = profile
+    _artifact(tmp_path, judged=[j])
+    api = FakeApi()
+    code, out = _run(tmp_path, api, capsys)
+    assert code == 3 and api.calls == []
+    assert says in out[0]

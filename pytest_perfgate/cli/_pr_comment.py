@@ -38,6 +38,7 @@ MAX_BENCHMARKS = 2000
 MAX_ROWS = 60          # per machine; the rest are counted (the job summary lists them all)
 MAX_NAME = 100
 MAX_MACHINES = 16      # artifacts read per run; a matrix this size is many perf machines
+TOP_FUNCTIONS = 5      # of a profile, shown under the table
 VERDICTS = frozenset({"OK", "REGRESSION", "IMPROVEMENT", "NO BASELINE", "UNSTABLE",
                       "INCONCLUSIVE"})
 GATES = {0: "passed", 1: "REGRESSION", 2: "usage error", 3: "infrastructure error"}
@@ -56,6 +57,7 @@ class Row:
     ratio: float | None
     ci: tuple[float, float] | None
     fails: bool
+    why: tuple[str, ...] = ()  # the profile's top functions that grew, a line each
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,40 @@ def _row(entry: Any, where: str) -> Row:
         lo, hi = (_number(x, f"{where}: 'ci'") for x in ci)
         ci = None if lo is None or hi is None else (lo, hi)
     return Row(name, verdict or "SMOKE", _number(entry.get("ratio"), f"{where}: 'ratio'"),
-               ci, fails)
+               ci, fails, _why(entry, where))
+
+
+def _why(entry: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The profile's top functions (``result.extra.profile``) as comment lines, every
+    value checked like the rest of the artifact; () when the run took no profile."""
+    result = entry.get("result")
+    extra = result.get("extra") if isinstance(result, dict) else None
+    profile = extra.get("profile") if isinstance(extra, dict) else None
+    if profile is None:
+        return ()
+    if not isinstance(profile, dict):
+        raise Malformed(f"{where}: 'profile' is not an object")
+    if "error" in profile:
+        return (f"no profile: {code(str(profile['error']))}",)
+    grew = profile.get("grew")
+    if not isinstance(grew, list):
+        raise Malformed(f"{where}: the profile's 'grew' is not a list")
+    out = []
+    for i, n in enumerate(grew[:TOP_FUNCTIONS]):
+        at = f"{where}: the profile's function {i}"
+        if not isinstance(n, dict) or not isinstance(n.get("function"), str) \
+                or not isinstance(n.get("where", ""), str):
+            raise Malformed(f"{at} is not a named function")
+        b, h, share = (_number(n.get(k), f"{at}: {k!r}") for k in
+                       ("base_ms_per_step", "head_ms_per_step", "share"))
+        if b is None or h is None or share is None:
+            raise Malformed(f"{at} lacks its times")
+        said = n.get("changed")
+        changed = ", changed" if said is True else ", unchanged" if said is False else ""
+        out.append(f"{code(n['function'] + ' (' + n.get('where', '') + ')')} "
+                   f"{b:.3g} -> {h:.3g} ms/step ({h - b:+.3g}, {share:.0%} of the growth"
+                   f"{changed})")
+    return tuple(out)
 
 
 def read_leg(folder: Path) -> Leg:
@@ -195,6 +230,12 @@ def build_comment(legs: Sequence[Leg], run_url: str) -> str:
         if len(rows) > MAX_ROWS:
             lines.append(f"\n… and {len(rows) - MAX_ROWS} more benchmark(s): see the run.")
         lines.append("")
+        for r in rows[:MAX_ROWS]:
+            if r.why:
+                lines += [f"Why {code(r.name)} got slower (py-spy, base and head in "
+                          "alternating turns; time per env-step; flame graphs in the run's "
+                          f"artifact {code(ARTIFACT_PREFIX + leg.machine)}, profiles/):", "",
+                          *(f"- {w}" for w in r.why), ""]
     return "\n".join(lines)
 
 

@@ -21,7 +21,13 @@ from typing import Any
 
 from pytest_perfgate.core.gate import Outcome, Verdict
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.modes.ab.controller import ABController, ABSetup, ABSetupError, start_ab
+from pytest_perfgate.modes.ab.controller import (
+    ABController,
+    ABSetup,
+    ABSetupError,
+    Profiling,
+    start_ab,
+)
 from pytest_perfgate.modes.ab.remote import SideError
 from pytest_perfgate.modes.base import BenchCall, MeterFactory
 from pytest_perfgate.modes.place import Place
@@ -46,8 +52,10 @@ class Remeasure:
     """
 
     def __init__(self, place: Place | None, meters: MeterFactory, plan: RemeasurePlan,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 profile: Profiling | None = None) -> None:
         self.place = place
+        self.profile = profile
         self.meters = meters
         self.plan = plan
         self.spent_s = 0.0
@@ -71,7 +79,7 @@ class Remeasure:
             return _note(j, f"not re-measured: {setup}")
         t0 = self._monotonic()
         ctl = ABController(setup, self.meters, lambda _: None, self.plan.turns,
-                           self.plan.turn_s, self.plan.looks)
+                           self.plan.turn_s, self.plan.looks, self.profile)
         try:
             ab = ctl.measure(_NO_SOURCE, call)
         except SideError as e:  # an infrastructure error: never a verdict of its own
@@ -144,6 +152,9 @@ def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
                f"so the baseline commit {commit[:10]} was measured again in alternating "
                f"turns with this tree: {v.message}")
     base = j.result.steps_per_s / v.ratio if v.ratio else None
+    if "profile" in ab.result.extra:  # why it got slower, taken after the paired verdict
+        j = dataclasses.replace(j, result=dataclasses.replace(
+            j.result, extra={**j.result.extra, "profile": ab.result.extra["profile"]}))
     return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message),
                                baseline_commits=[commit], baseline_steps_per_s=base,
                                baseline_phases=ab.baseline_phases)

@@ -140,6 +140,9 @@ def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
         item.user_properties.append(("perfgate", text))  # junit XML reads teardown's copy
         if v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) and not v.fails(j.rule):
             item.warn(PerfgateWarning(text))
+        profile = j.result.extra.get("profile")
+        if isinstance(profile, dict) and "error" in profile:  # the verdict stands
+            item.warn(PerfgateWarning(f"{j.result.name}: no profile: {profile['error']}"))
 
 
 __all__ = ["PerfgatePlugin", "marker_threshold"]

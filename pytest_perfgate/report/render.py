@@ -110,6 +110,11 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         if mem:
             out.append(f"{r.name}: {mem}; cores used {r.cores:.2f}")
         out.extend(f"{r.name}: {line}" for line in gpu_lines(r))
+        profile = r.extra.get("profile")
+        if isinstance(profile, dict):
+            from pytest_perfgate.profile.render import lines as profile_lines
+
+            out.extend(f"{r.name}: {line.strip()}" for line in profile_lines(profile))
         if r.remeasured or r.polluted_kept:
             out.append(f"{r.name}: {r.remeasured} window(s) re-measured for outside load"
                        + (f", {r.polluted_kept} polluted window(s) kept (re-measure budget "
@@ -203,6 +208,11 @@ def explain(j: Judged, run_id: str | None = None) -> str:
     mem = memory_line(r.memory)
     if mem and not metric.unit.startswith("instructions/"):
         lines.append(f"  {mem}")
+    profile = r.extra.get("profile")
+    if isinstance(profile, dict):
+        from pytest_perfgate.profile.render import lines as profile_lines
+
+        lines.extend(f"  {line}" for line in profile_lines(profile))
     if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
         lines.append("  this run never serves as a baseline (re-running cannot pass it); if "
                      "the slowdown is intended, accept it: "

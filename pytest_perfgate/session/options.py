@@ -122,6 +122,18 @@ def parse_cuda_sync(text: str) -> str:
     return s
 
 
+def parse_profile(text: str) -> str:
+    """When to profile base and head (modes/ab, docs/profile.md); a bare flag is "always"."""
+    s = str(text).strip().lower()
+    s = {"true": "always", "1": "always", "yes": "always", "on": "always", "false": "off",
+         "0": "off", "no": "off", "never": "off"}.get(s, s)
+    if s not in ("regression", "always", "off"):
+        raise OptionError(f"{text!r} is not when to profile: use regression (after each "
+                          "REGRESSION of the A/B mode, bisect or a re-measured baseline), "
+                          "always (every benchmark's two sides) or off")
+    return s
+
+
 def parse_bool(text: str) -> bool:
     s = str(text).strip().lower()
     if s in ("1", "true", "yes", "on"):
@@ -284,6 +296,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("remeasure_budget", parse_seconds, "history mode: seconds a session may spend "
          "re-measuring baselines, at most (default 900); past it verdicts stay as the "
          "record gives them"),
+    Spec("profile", parse_profile, "profile base and head with py-spy in interleaved turns "
+         "and name the functions that grew, always (this flag) or, from the ini option or "
+         "the variable: regression (after each REGRESSION of two sides: the default), "
+         "always or off", "PERFGATE_PROFILE", switch=True),
     Spec("cuda_sync", parse_cuda_sync, "where a measured process that uses CUDA synchronises "
          "the device: edges (each window's edges; phases timed by CUDA events) or phases "
          "(also at every phase exit, for diagnosis: it removes the CPU/GPU overlap)",
@@ -327,6 +343,7 @@ class Options:
     cuda_sync: str = "edges"
     remeasure: bool = True
     remeasure_budget: float = 900.0
+    profile: str = "regression"
 
     @classmethod
     def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],
@@ -335,7 +352,8 @@ class Options:
         values: dict[str, Any] = {"enabled": bool(enabled)}
         for spec in SPECS:
             if flags.get(spec.name) is not None:
-                values[spec.name] = flags[spec.name]
+                flag = flags[spec.name]  # a bare switch arrives as True: its parser says
+                values[spec.name] = spec.parse("true") if flag is True else flag
                 continue
             raw, where = _raw(spec, ini, env)
             if raw is None:

@@ -41,7 +41,7 @@ from pytest_perfgate.session.naming import derive_name, find_repo_root, stable_n
 from pytest_perfgate.session.options import Options
 
 if TYPE_CHECKING:
-    from pytest_perfgate.modes.ab.controller import ABSetup
+    from pytest_perfgate.modes.ab.controller import ABSetup, Profiling
     from pytest_perfgate.modes.place import Place
     from pytest_perfgate.modes.remeasure import Remeasure
 
@@ -89,7 +89,8 @@ class GateSession:
             from pytest_perfgate.modes.remeasure import Remeasure, RemeasurePlan
 
             self.remeasure = Remeasure(place, self.meters, RemeasurePlan(
-                o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget))
+                o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget),
+                profile=self._profiling())
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
                                         o.baseline_runs, o.baseline, records=o.record,
                                         remeasure=self.remeasure)
@@ -140,8 +141,24 @@ class GateSession:
 
             o = self.options
             return ABController(ab, self.meters, self.verdicts, o.ab_turns, o.ab_turn_time,
-                                o.ab_looks)
+                                o.ab_looks, self._profiling())
         return self.history_mode
+
+    def _profiling(self) -> Profiling | None:
+        """Profiles after two sides' verdicts, as --perfgate-profile asks; their flame
+        graph files go beside the JSON report (profiles/, so a CI job's artifact holds
+        them), else under the session's root, .perfgate/profiles/<run id>."""
+        if self.options.profile == "off":
+            return None
+        from pytest_perfgate.modes.ab.controller import Profiling
+        from pytest_perfgate.profile.turns import ProfilePlan
+
+        def out_dir() -> Path:
+            if self.options.json:
+                return Path(self.options.json).parent / "profiles"
+            return self.stable_root / ".perfgate" / "profiles" / self.run_id
+
+        return Profiling(ProfilePlan(self.options.profile), out_dir)
 
     def mode_for(self, counts: bool) -> Mode:
         """The mode a test's measure() goes to: the session's, or for a test that counts

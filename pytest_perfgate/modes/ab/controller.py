@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_perfgate.core.gate import (
     Outcome,
@@ -37,6 +38,10 @@ from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
 from pytest_perfgate.modes.place import Place, PlaceError
+
+if TYPE_CHECKING:
+    from pytest_perfgate.profile.changed import Changes
+    from pytest_perfgate.profile.turns import ProfilePlan
 
 AB = "ab"  # the run's "mode" metadata: kept out of the history mode's baselines
 
@@ -113,6 +118,34 @@ def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.Ex
     return ABSetup(base, head, commit, rev, PLUGIN_ROOT)
 
 
+class Profiling:
+    """Profiles of a pair's sides after its verdict (:mod:`pytest_perfgate.profile`): when
+    the plan wants one, into ``out_dir()`` (called when the first is written: the session's
+    root is known by then)."""
+
+    def __init__(self, plan: ProfilePlan, out_dir: Callable[[], Path]) -> None:
+        self.plan = plan
+        self.out_dir = out_dir
+        self._changes: Changes | None = None
+
+    def wanted(self, verdict: Verdict) -> bool:
+        return self.plan.wanted(verdict.outcome is Outcome.REGRESSION)
+
+    def take(self, pair: Pair, base: RemoteSource, head: RemoteSource, name: str,
+             ab: ABSetup) -> dict[str, object]:
+        from pytest_perfgate.profile.changed import Changes
+        from pytest_perfgate.profile.turns import Target, profile_pair
+
+        spec_b, spec_h = ab.base, ab.head
+        root_h = spec_h.place.top if spec_h.place is not None else spec_h.cwd
+        root_b = spec_b.tree if spec_b.tree is not None else spec_b.cwd
+        if self._changes is None:
+            self._changes = Changes(root_h, ab.base_commit)
+        return profile_pair(Target(base, pair.base.proc.pid, root_b),
+                            Target(head, pair.head.proc.pid, root_h), self.plan,
+                            self.out_dir(), name, self._changes)
+
+
 class ABController:
     """The controlling process's mode: start both sides per test, interleave, judge.
 
@@ -124,13 +157,14 @@ class ABController:
     runs_step = False
 
     def __init__(self, setup: ABSetup, meter: MeterFactory, sink: Sink, turns: int,
-                 turn_s: float, looks: int = 1) -> None:
+                 turn_s: float, looks: int = 1, profile: Profiling | None = None) -> None:
         self.setup = setup
         self.meter = meter
         self.sink = sink
         self.turns = turns  # at most, per side: the design's last look
         self.turn_s = turn_s
         self.looks = looks
+        self.profile = profile
         self._pairs: dict[str, Pair] = {}  # test id -> its running sides
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
@@ -151,16 +185,18 @@ class ABController:
         design = plan(self.turns, self.looks, call.rule.alpha)
         run = measure_sequential(base_src, head_src, self.meter(), design, self.turn_s,
                                  call.rule, metric)
-        pair.done()
         mb, mh = run.base, run.head
-        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
-                "ab_base_samples": mb.samples, "ab_sequential": run.looks.summary()}
-        result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
         verdict = run.verdict
         if not (mb.steady and mh.steady):
             side = "base" if not mb.steady else "head"
             load = mb.warmup_load if not mb.steady else mh.warmup_load
             verdict = unstable(never_steady(load, side), metric)
+        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
+                "ab_base_samples": mb.samples, "ab_sequential": run.looks.summary()}
+        if self.profile is not None and self.profile.wanted(verdict):
+            info["profile"] = self.profile.take(pair, base_src, head_src, call.name, ab)
+        pair.done()
+        result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
                    {n: p.ms_per_call for n, p in base.phases.items()})

@@ -1,0 +1,270 @@
+"""The differential profile's parts on their own: py-spy's raw format read into frames
+both sides share, the subtraction per function and env-step, which functions a diff
+touched, the lines shown, the option, and py-spy attached to a real process (sampled,
+stopped; missing or refused, a ProfilerUnavailable naming why)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.profile import render
+from pytest_perfgate.profile.attribute import Turn, attribute
+from pytest_perfgate.profile.changed import Changes
+from pytest_perfgate.profile.spy import ENV, ProfilerUnavailable, Recording, SpyConfig, py_spy
+from pytest_perfgate.profile.stacks import NO_FRAME, UNKNOWN, Frame, diff_folded, folded, parse
+from pytest_perfgate.session.options import OptionError, Options, parse_profile
+
+ROOT_B, ROOT_H = Path("/tmp/wt/base-x"), Path("/home/u/proj")
+CMD = 'process 4242:"python -c import sys; sys.exit(0) x.py"'
+
+
+def raw(root: Path, lines: dict[str, int]) -> str:
+    return "".join(f"{CMD};{stack.format(root=root)} {n}\n" for stack, n in lines.items())
+
+
+# --- stacks ----------------------------------------------------------------------------------
+
+def test_frames_of_base_and_head_are_named_alike() -> None:
+    line = ("0x7f01 (/usr/lib/libc.so.6);<module> ({root}/perf/t.py:1);"
+            "act ({root}/perf/policy.py:14);_mean (/v/lib/python3.11/site-packages/numpy/"
+            "_core/_methods.py:115);array_mean (/v/lib/python3.11/site-packages/numpy/_core/"
+            "_umath.so)")
+    b = parse(raw(ROOT_B, {line: 3}), (ROOT_B,))
+    h = parse(raw(ROOT_H, {line.replace(":14)", ":16)"): 2}), (ROOT_H,))
+    (sb,), (sh,) = b, h
+    assert sb == sh  # a function whose first line moved is the same function
+    assert [str(f) for f in sh] == [
+        f"{UNKNOWN} (libc.so.6)", "<module> (perf/t.py:1)", "act (perf/policy.py:16)",
+        "_mean (numpy/_core/_methods.py:115)", "array_mean (numpy/_core/_umath.so)"]
+    assert [f.ours for f in sh] == [False, True, True, False, False]
+    assert sh[4].native and not sh[2].native
+
+
+def test_a_command_line_with_semicolons_and_garbage_lines() -> None:
+    text = (f"{CMD};f (/home/u/proj/a.py:3) 5\n"
+            "not a stack line\n"
+            f"{CMD} 7\n"              # a sample with no Python frame
+            "cut-off f (/home/u/proj/a.py:3\n"
+            'process 1:"sh";thread (0x1);g (/home/u/proj/a.py:9) x\n')
+    got = parse(text, (ROOT_H,))
+    assert got == Counter({(Frame("f", "a.py", 3, True),): 5, (Frame(NO_FRAME, ""),): 7})
+
+
+def test_folded_files() -> None:
+    f, g = Frame("f", "a.py", 1, True), Frame("g", "a.py", 5, True)
+    assert folded({(f,): 2, (f, g): 0}, 1000) == "f (a.py:1) 2000\n"
+    assert diff_folded({(f,): 1}, {(f, g): 3}, 10, 20) == \
+        "f (a.py:1) 10 0\nf (a.py:1);g (a.py:5) 0 60\n"
+
+
+# --- the subtraction --------------------------------------------------------------------------
+
+M, A, N, C = (Frame("<module>", "t.py", 1, True), Frame("act", "policy.py", 14, True),
+              Frame("normalize_obs", "policy.py", 6, True), Frame("clip", "policy.py", 10, True))
+MEAN = Frame("_mean", "numpy/_core/_methods.py", 115)
+TANH = Frame("tanh_kernel", "numpy/_core/_umath.so")
+
+
+def turns(extra: Counter[tuple[Frame, ...]], n: int = 6) -> list[tuple[Turn, Turn]]:
+    """Six turn pairs of 1000 steps at 100 Hz; head = base + ``extra`` samples per turn,
+    with a little scatter so the interval is not empty."""
+    base = Counter({(M, A, N, MEAN): 40, (M, A, C): 20, (M, A): 10})
+    out = []
+    for i in range(n):
+        wiggle = Counter({(M, A): i % 2})
+        head = base + extra + wiggle
+        out.append((Turn(base + Counter({(M, A): (i + 1) % 2}), 1000, 0.8),
+                    Turn(head, 1000, 0.8 * sum(head.values()) / sum(base.values()))))
+    return out
+
+
+def changed_only(*fs: Frame):
+    return lambda f: f in fs if f.ours else False
+
+
+def test_the_changed_function_is_named_with_where_its_time_went() -> None:
+    pairs = turns(Counter({(M, A, N, TANH): 30}))  # normalize_obs now calls a kernel more
+    att = attribute(pairs, 100.0, changed_only(N))
+    top = att.grew[0]
+    assert top.frame == N and top.changed is True and top.inside == TANH
+    assert top.base_ms == pytest.approx(0.4) and top.head_ms == pytest.approx(0.7)
+    assert top.delta_ms == pytest.approx(0.3)
+    assert top.ci is not None and top.ci[0] - 1e-9 <= 0.3 <= top.ci[1] + 1e-9
+    assert top.share == pytest.approx(30 / 30.5, rel=0.05)  # the wiggle is the rest
+    assert att.explained > 0.9 and not att.shrank
+    assert [n.frame for n in att.grew] == [N]  # not act, <module>: they did not change
+
+
+def test_self_time_of_a_changed_function() -> None:
+    att = attribute(turns(Counter({(M, A, C): 25})), 100.0, changed_only(C))
+    assert att.grew[0].frame == C and att.grew[0].inside is None
+
+
+def test_without_a_changed_function_the_nearest_of_ours_is_named_unchanged() -> None:
+    att = attribute(turns(Counter({(M, A, N, MEAN): 30})), 100.0, changed_only())
+    assert att.grew[0].frame == N and att.grew[0].changed is False
+    assert att.grew[0].inside == MEAN
+    assert any("none of the functions named changed" in n for n in att.notes)
+
+
+def test_moved_work_shows_as_shrank() -> None:
+    b_extra = Counter({(M, A, C): 10})
+    pairs = [(Turn(b.stacks + b_extra, b.steps, b.wall_s), h)
+             for b, h in turns(Counter({(M, A, N, MEAN): 30}))]
+    att = attribute(pairs, 100.0, changed_only(N, C))
+    assert att.grew[0].frame == N
+    assert att.shrank and att.shrank[0].frame == C and att.shrank[0].delta_ms < 0
+
+
+def test_a_drop_in_waiting_is_said_to_be_waiting() -> None:
+    pairs = [(Turn(Counter({(M, A): 50}), 1000, 0.5),
+              Turn(Counter({(M, A): 35 + i % 2}), 700, 0.5))
+             for i in range(6)]  # as busy per step, 30% fewer steps: it waited
+    att = attribute(pairs, 100.0, changed_only(A))
+    assert att.head_wall_ms > att.base_wall_ms
+    assert any("waiting" in n for n in att.notes)
+
+
+def test_growth_without_symbols_is_said() -> None:
+    att = attribute(turns(Counter({(Frame(NO_FRAME, ""),): 30})), 100.0, changed_only())
+    assert any("without symbols" in n for n in att.notes)
+
+
+# --- what the diff touched --------------------------------------------------------------------
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=t@e", "-c", "user.name=t", *args], cwd=repo,
+                   check=True, capture_output=True)
+
+
+def test_changes_from_git(tmp_path: Path) -> None:
+    src = ("import numpy\n\n\n@staticmethod\ndef a(x):\n    return x\n\n\n"
+           "def b(x):\n    y = x\n    return y\n")
+    (tmp_path / "p.py").write_text(src)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "p.py")
+    git(tmp_path, "commit", "-qm", "base")
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()
+    (tmp_path / "p.py").write_text(src.replace("    y = x\n", "    y = x * 2\n    y = y / 2\n"))
+    (tmp_path / "new.py").write_text("def c():\n    pass\n")  # untracked: changed throughout
+    ch = Changes(tmp_path, base)
+    assert ch.function_changed("p.py", 9) is True      # b: its body changed
+    assert ch.function_changed("p.py", 4) is False     # a (decorator's line): untouched
+    assert ch.function_changed("new.py", 1) is True
+    assert ch.function_changed("other.py", 3) is False
+    assert Changes(tmp_path, "0" * 40).unknown is not None
+
+
+# --- what is shown ---------------------------------------------------------------------------
+
+def test_rendered_lines() -> None:
+    att = attribute(turns(Counter({(M, A, N, TANH): 30})), 100.0, changed_only(N))
+    text = "\n".join(render.lines({**att.to_json(), "files": {"base": "b.folded",
+                                                              "diff": "d.folded"}}))
+    assert "normalize_obs (policy.py:6)  0.4 -> 0.7 ms/step (+0.3 [" in text
+    assert "of the growth, changed); in tanh_kernel (numpy/_core/_umath.so)" in text
+    assert "b.folded, d.folded" in text
+    assert render.lines({"error": "py-spy is not installed"}) == [
+        "no profile: py-spy is not installed"]
+    assert render.lines({}) == []
+
+
+def test_the_option() -> None:
+    assert parse_profile(" Always ") == "always" and parse_profile("off") == "off"
+    assert Options.resolve(True, {"profile": True}, {}, {}).profile == "always"
+    assert Options.resolve(True, {}, {"profile": "false"}, {}).profile == "off"
+    assert Options.resolve(True, {}, {}, {"PERFGATE_PROFILE": "regression"}).profile == \
+        "regression"
+    assert Options().profile == "regression"
+    with pytest.raises(OptionError, match=r"'sometimes' is not when to profile: use "
+                                          r"regression .* always .* or off"):
+        parse_profile("sometimes")
+
+
+# --- py-spy on a real process -----------------------------------------------------------------
+
+LOOP = """
+import sys, time
+def busy_function():
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.01:
+        pass
+print("ready", flush=True)
+while True:
+    busy_function()
+"""
+
+
+@pytest.fixture
+def looping(tmp_path: Path):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    yield proc, tmp_path
+    proc.kill()
+    proc.wait(10)
+    proc.stdout.close()
+
+
+@pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")
+def test_a_recording_samples_the_process_by_its_functions(looping) -> None:
+    proc, where = looping
+    rec = Recording(proc.pid, where / "out.raw", SpyConfig(rate=100, native=False))
+    time.sleep(1.0)
+    stacks = parse(rec.stop(), (where,))
+    funcs = Counter()
+    for stack, n in stacks.items():
+        for f in set(stack):
+            funcs[f.name] += n
+    assert funcs["busy_function"] >= 20, stacks  # ~100 at 100 Hz: a generous margin
+    assert rec.proc.returncode is not None  # py-spy ended
+
+
+def test_no_py_spy_is_unavailable_naming_the_fix(looping, monkeypatch) -> None:
+    proc, where = looping
+    monkeypatch.setenv(ENV, "")
+    with pytest.raises(ProfilerUnavailable, match=r"PERFGATE_PY_SPY='' is not an executable"):
+        Recording(proc.pid, where / "out.raw")
+    monkeypatch.delenv(ENV)
+    monkeypatch.setattr(sys, "executable", str(where / "python"))
+    monkeypatch.setenv("PATH", str(where))
+    with pytest.raises(ProfilerUnavailable, match=r"py-spy is not installed: pip install py-spy"):
+        Recording(proc.pid, where / "out.raw")
+
+
+def test_a_refused_attach_says_how_to_allow_it(looping, monkeypatch) -> None:
+    proc, where = looping
+    fake = where / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Permission Denied: Try running again with "
+                    "elevated permissions by going sudo !!'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(ENV, str(fake))
+    with pytest.raises(ProfilerUnavailable, match=r"run as root, give the container "
+                                                  r"SYS_PTRACE"):
+        Recording(proc.pid, where / "out.raw")
+
+
+def test_a_sampler_that_never_starts_is_ended(looping, monkeypatch) -> None:
+    from pytest_perfgate.profile import spy
+
+    proc, where = looping
+    fake = where / "py-spy"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(ENV, str(fake))
+    monkeypatch.setattr(spy, "READY_TIMEOUT_S", 1.0)
+    t = time.monotonic()
+    with pytest.raises(ProfilerUnavailable, match="did not start sampling within 1 s"):
+        Recording(proc.pid, where / "out.raw")
+    assert time.monotonic() - t < 30  # bounded, and the sleeping fake was killed
+    out = subprocess.run(["pgrep", "-f", f"{fake}"], capture_output=True, text=True)
+    assert out.stdout.strip() == "" or not os.path.exists(f"/proc/{out.stdout.split()[0]}")

@@ -1,0 +1,119 @@
+"""A REGRESSION of the A/B mode names the function that grew: real sides, real py-spy.
+
+The head makes one of three pure-Python functions four times as slow (the step about twice
+as slow: a margin a loaded machine keeps). Also: no py-spy is a warning and the verdict
+stands; ``-o perfgate_profile=off`` takes none; a bare ``--perfgate-profile`` profiles an
+unchanged benchmark too, its flame graphs beside the JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_perfgate.profile.spy import py_spy
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")]
+
+POLICY = """
+def normalize(o):
+    return [v * 0.5 + 0.1 for v in o]
+
+
+def clip(a):
+    out = []
+    for _ in range({repeat}):
+        out = [min(1.0, max(-1.0, v)) for v in a]
+    return out
+
+
+def value(o):
+    return sum(v * v for v in o)
+
+
+def act(o):
+    return clip(normalize(o)), value(o)
+"""
+TEST = """
+from policy import act
+
+X = [i / 100.0 for i in range(200)]
+
+
+def test_policy(perfgate):
+    perfgate.measure(lambda: act(X), transitions=1)
+"""
+AB = ["--perfgate", "--perfgate-record=false", "--perfgate-threshold=10%",
+      "--perfgate-ab-turns=8", "--perfgate-ab-turn-time=0.05", "--perfgate-warmup-max=5",
+      "-p", "no:cacheprovider", "-p", "no:randomly"]
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=t@e", "-c", "user.name=t", *args], cwd=repo,
+                   check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    top = tmp_path_factory.mktemp("profiled")
+    (top / "perf").mkdir()
+    (top / "perf" / "policy.py").write_text(POLICY.format(repeat=1))
+    (top / "perf" / "test_policy.py").write_text(TEST)
+    git(top, "init", "-q", "-b", "main")
+    git(top, "add", "-A")
+    git(top, "commit", "-qm", "base")
+    (top / "perf" / "policy.py").write_text(POLICY.format(repeat=4))
+    git(top, "commit", "-qam", "clip four times")
+    return top
+
+
+def pytest_run(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("PERFGATE_") and k not in ("PYTEST_ADDOPTS",
+                                                            "PYTEST_XDIST_WORKER")}
+    return subprocess.run([sys.executable, "-m", "pytest", *AB, *args, "test_policy.py"],
+                          cwd=repo / "perf", capture_output=True, text=True, timeout=600,
+                          env={**clean, **env})
+
+
+def test_a_regression_names_the_function_that_grew(repo: Path) -> None:
+    done = pytest_run(repo, "--perfgate-ab=HEAD~1", f"--perfgate-json={repo}/out/r.json")
+    out = done.stdout
+    assert done.returncode == 1, out[-3000:]
+    assert "perfgate REGRESSION" in out
+    why = out.split("why (py-spy, 6 turn pairs")[1].splitlines()
+    assert why[1].lstrip().startswith("clip (perf/policy.py:6)"), out[-3000:]
+    assert "changed" in why[1]
+    entry = json.loads((repo / "out" / "r.json").read_text())["benchmarks"][0]
+    profile = entry["result"]["extra"]["profile"]
+    assert profile["grew"][0]["function"] == "clip"
+    assert profile["grew"][0]["share"] > 0.5
+    diff = Path(profile["files"]["diff"])
+    assert diff.is_file() and diff.parent.parent == repo / "out" / "profiles"
+    assert "clip (perf/policy.py:6)" in diff.read_text()
+
+
+def test_without_py_spy_the_verdict_stands_with_a_warning(repo: Path) -> None:
+    done = pytest_run(repo, "--perfgate-ab=HEAD~1", PERFGATE_PY_SPY="")
+    out = done.stdout
+    assert done.returncode == 1, out[-3000:]
+    assert "perfgate REGRESSION" in out
+    assert "no profile: PERFGATE_PY_SPY='' is not an executable py-spy" in out
+
+
+def test_off_takes_none_and_a_bare_flag_profiles_an_unchanged_benchmark(repo: Path) -> None:
+    off = pytest_run(repo, "--perfgate-ab=HEAD~1", "-o", "perfgate_profile=off")
+    assert off.returncode == 1 and "why (py-spy" not in off.stdout, off.stdout[-3000:]
+    same = pytest_run(repo, "--perfgate-ab=HEAD", "--perfgate-profile",
+                      f"--perfgate-json={repo}/same/r.json")
+    assert same.returncode == 0, same.stdout[-3000:]
+    profile = json.loads((repo / "same" / "r.json").read_text())[
+        "benchmarks"][0]["result"]["extra"]["profile"]
+    assert profile["pairs"] == 6 and Path(profile["files"]["base"]).is_file()
+    assert not any(n["changed"] for n in profile["grew"])  # nothing changed: none named so
