@@ -117,3 +117,26 @@ def test_off_takes_none_and_a_bare_flag_profiles_an_unchanged_benchmark(repo: Pa
         "benchmarks"][0]["result"]["extra"]["profile"]
     assert profile["pairs"] == 6 and Path(profile["files"]["base"]).is_file()
     assert not any(n["changed"] for n in profile["grew"])  # nothing changed: none named so
+
+
+def perfgate(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
+    return subprocess.run([sys.executable, "-m", "pytest_perfgate.cli", "profile", *args],
+                          cwd=repo / "perf", capture_output=True, text=True, timeout=600,
+                          env=clean)
+
+
+def test_perfgate_profile_of_a_revision_names_the_function(repo: Path) -> None:
+    done = perfgate(repo, "--turns=6", "HEAD~1", "HEAD", "test_policy.py", *AB[-4:])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "why (py-spy" in line)
+    assert lines[at + 1].lstrip().startswith("clip (perf/policy.py:6)"), done.stdout
+    assert (repo / ".perfgate" / "profiles").is_dir()
+
+
+def test_perfgate_profile_usage_errors(repo: Path) -> None:
+    bad = perfgate(repo, "nosuchrev", ".")
+    assert bad.returncode == 2 and "BASE 'nosuchrev': not a commit" in bad.stderr
+    bad = perfgate(repo, "HEAD~1", "nosuchrev")
+    assert bad.returncode == 2 and "HEAD 'nosuchrev': not a commit" in bad.stderr

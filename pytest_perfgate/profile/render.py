@@ -33,9 +33,17 @@ def _line(n: Mapping[str, Any]) -> str:
 
 
 def lines(profile: Mapping[str, Any], shown: int = SHOWN) -> list[str]:
-    """What a profile says, a line each; [] for none."""
+    """What a profile says, a line each; [] for none (one line for an entry that is not
+    a profile: a report file edited or cut short)."""
     if not profile:
         return []
+    try:
+        return _lines(profile, shown)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return ["no profile: its entry in the report is malformed"]
+
+
+def _lines(profile: Mapping[str, Any], shown: int) -> list[str]:
     if "error" in profile:
         return [f"no profile: {profile['error']}"]
     out = [f"why (py-spy, {profile.get('pairs')} turn pairs of base and head after the "

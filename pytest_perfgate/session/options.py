@@ -300,6 +300,9 @@ SPECS: tuple[Spec, ...] = (
          "and name the functions that grew, always (this flag) or, from the ini option or "
          "the variable: regression (after each REGRESSION of two sides: the default), "
          "always or off", "PERFGATE_PROFILE", switch=True),
+    Spec("profile_dir", parse_path, "where the profiles' flame graph files go (default: "
+         "profiles/ beside --perfgate-json, else .perfgate/profiles/<run id>)",
+         "PERFGATE_PROFILE_DIR"),
     Spec("cuda_sync", parse_cuda_sync, "where a measured process that uses CUDA synchronises "
          "the device: edges (each window's edges; phases timed by CUDA events) or phases "
          "(also at every phase exit, for diagnosis: it removes the CPU/GPU overlap)",
@@ -344,6 +347,7 @@ class Options:
     remeasure: bool = True
     remeasure_budget: float = 900.0
     profile: str = "regression"
+    profile_dir: str | None = None
 
     @classmethod
     def resolve(cls, enabled: bool, flags: Mapping[str, Any], ini: Mapping[str, Any],

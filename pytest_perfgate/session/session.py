@@ -146,14 +146,17 @@ class GateSession:
 
     def _profiling(self) -> Profiling | None:
         """Profiles after two sides' verdicts, as --perfgate-profile asks; their flame
-        graph files go beside the JSON report (profiles/, so a CI job's artifact holds
-        them), else under the session's root, .perfgate/profiles/<run id>."""
+        graph files go to --perfgate-profile-dir, else beside the JSON report (profiles/,
+        so a CI job's artifact holds them), else under the session's root,
+        .perfgate/profiles/<run id>."""
         if self.options.profile == "off":
             return None
         from pytest_perfgate.modes.ab.controller import Profiling
         from pytest_perfgate.profile.turns import ProfilePlan
 
         def out_dir() -> Path:
+            if self.options.profile_dir:
+                return Path(self.options.profile_dir)
             if self.options.json:
                 return Path(self.options.json).parent / "profiles"
             return self.stable_root / ".perfgate" / "profiles" / self.run_id

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.modes import group
@@ -175,7 +176,8 @@ class PytestProbe:
                 except (OSError, ValueError) as e:
                     return skipped(f"its JSON report could not be read ({e})")
         readings = {j.result.name: Reading(j.verdict.outcome.value, j.verdict.ratio,
-                                           j.verdict.ci, j.verdict.message)
+                                           j.verdict.ci, j.verdict.message,
+                                           _profile(j.result.extra.get("profile")))
                     for j in judged if j.verdict is not None}
         if not readings:
             return skipped(f"pytest measured nothing (exit {rc}): {_tail(output)}")
@@ -218,6 +220,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     group.reap(proc)  # anything of its group that outlived it
+
+
+def _profile(value: object) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
 
 
 def _tail(text: str) -> str:

@@ -16,7 +16,7 @@ import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Status(enum.Enum):
@@ -34,6 +34,7 @@ class Reading:
     ratio: float | None = None  # throughput candidate / base
     ci: tuple[float, float] | None = None
     message: str = ""
+    profile: Mapping[str, Any] | None = None  # why it got slower (A/B after a REGRESSION)
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,10 @@ def step_lines(step: Step, labels: Mapping[str, str], subjects: Mapping[str, str
         out.append(f"  its own step against {against} {short(step.last_good, labels)}: "
                    f"{worst[0]} {reading_text(worst[1])} (threshold {threshold:.0%}, "
                    f"{p.turns} turns)")
+        if worst[1].profile:
+            from pytest_perfgate.profile.render import lines as profile_lines
+
+            out += [f"  {line}" for line in profile_lines(worst[1].profile)]
         if step.own_status is Status.GOOD:
             out.append("  this commit crossed the threshold against the known-good end, but "
                        "its own step is below it: the slowdown is spread over several "
