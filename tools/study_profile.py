@@ -26,6 +26,7 @@ import tempfile
 import time
 import timeit
 from pathlib import Path
+from typing import Any
 
 from pytest_perfgate.study.analysis import Rate
 
@@ -119,7 +120,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="perfgate-profile-study-") as tmp:
         repo = Path(tmp) / "repo"
         (repo / "perf").mkdir(parents=True)
@@ -176,9 +177,10 @@ def main() -> int:
     ok = [r for r in rows if not r.get("error")]
     named = sum(1 for r in ok if r["named_first"])
     rate = Rate(named, len(ok))
+    secs = sorted(float(r["seconds"]) for r in ok)
     print(f"named first: {named}/{len(ok)} ({rate}); REGRESSION verdicts: "
           f"{sum(1 for r in ok if r['verdict'] == 'REGRESSION')}/{len(ok)}; median "
-          f"seconds per trial: {sorted(r['seconds'] for r in ok)[len(ok) // 2] if ok else 0}")
+          f"seconds per trial: {secs[len(secs) // 2] if secs else 0}")
     if args.out:
         args.out.write_text(json.dumps({"rows": rows, "seed": args.seed}, indent=1))
     return 0

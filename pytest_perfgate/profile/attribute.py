@@ -27,6 +27,8 @@ from typing import Any
 from pytest_perfgate.profile.stacks import NO_FRAME, UNKNOWN, Frame, Stack
 
 MIN_SHARE = 0.05  # of the sampled growth: smaller differences are not named
+NOISE_FLOOR = 0.01  # of the base's time per step: the growth below which MIN_SHARE of it
+# would name the turns' noise
 TOP = 5
 
 
@@ -171,7 +173,9 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
     paths = set(node_b) | set(node_h)
     delta = {p: node_h.get(p, 0.0) - node_b.get(p, 0.0) for p in paths}
     growth = tot_h - tot_b
-    floor = MIN_SHARE * max(abs(growth), 1e-12)
+    # a growth the turns' noise hid (or turned negative) still names what grew, above a
+    # floor tied to the step's own time
+    floor = MIN_SHARE * max(growth, NOISE_FLOOR * tot_b, 1e-12)
     as_head = {f: f for t in head_t for stack in t.stacks for f in stack}  # head's lines
 
     def is_changed(f: Frame) -> bool | None:
@@ -190,6 +194,8 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
                 blind += amount if sign > 0 else 0.0
                 continue
             owner[mine].append((path[-1], amount))
+        sites = {f: sum(a for _, a in found) for f, found in owner.items()}
+        whole = max(abs(growth), sum(a for a in sites.values() if a >= floor), 1e-12)
         out = []
         for f, found in owner.items():
             owned = sum(a for _, a in found)  # its sites only: shares never overlap
@@ -198,12 +204,12 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
             inside = max(found, key=lambda x: x[1])[0]
             out.append(Named(as_head.get(f, f), inc_b.get(f, 0.0), inc_h.get(f, 0.0),
                              _interval(pairs, f, rate),
-                             sign * owned / abs(growth) if growth else 0.0, is_changed(f),
+                             sign * owned / whole, is_changed(f),
                              None if inside == f else inside))
         out.sort(key=lambda n: (_rank(n, sign), -abs(n.share)))
         return out[:top]
 
-    grew = named(1.0) if growth > 0 else []
+    grew = named(1.0)
     shrank = [n for n in named(-1.0) if n.changed] if changed else []
     steps_b = sum(t.steps for t in base_t) or 1
     steps_h = sum(t.steps for t in head_t) or 1
