@@ -33,6 +33,29 @@ def need_valgrind() -> None:
 
 
 @pytest.fixture(scope="session")
+def py_spy_attaches(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The profile tests: py-spy installed (else skip, or fail under
+    PERFGATE_REQUIRE_TOOLS=1: the dev extra installs it) and allowed to attach here (else
+    skip naming why: ptrace permission is the machine's policy, not a missing tool)."""
+    import subprocess
+    import sys
+
+    from pytest_perfgate.profile.spy import ProfilerUnavailable, Recording, SpyConfig, py_spy
+
+    if py_spy() is None:
+        need_tool("py-spy is not installed: pip install py-spy")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        Recording(child.pid, tmp_path_factory.mktemp("spy") / "probe.raw",
+                  SpyConfig(native=False)).stop()
+    except ProfilerUnavailable as e:
+        pytest.skip(f"py-spy cannot sample here: {e}")
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+@pytest.fixture(scope="session")
 def node_modules() -> Path:
     """The node_modules folder in tests/node, at the versions its package-lock.json pins.
 

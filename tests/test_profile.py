@@ -17,7 +17,7 @@ import pytest
 from pytest_perfgate.profile import render
 from pytest_perfgate.profile.attribute import Turn, attribute
 from pytest_perfgate.profile.changed import Changes
-from pytest_perfgate.profile.spy import ENV, ProfilerUnavailable, Recording, SpyConfig, py_spy
+from pytest_perfgate.profile.spy import ENV, ProfilerUnavailable, Recording, SpyConfig
 from pytest_perfgate.profile.stacks import NO_FRAME, UNKNOWN, Frame, diff_folded, folded, parse
 from pytest_perfgate.session.options import OptionError, Options, parse_profile
 
@@ -215,7 +215,7 @@ def looping(tmp_path: Path):
     proc.stdout.close()
 
 
-@pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")
+@pytest.mark.usefixtures("py_spy_attaches")
 def test_a_recording_samples_the_process_by_its_functions(looping) -> None:
     proc, where = looping
     rec = Recording(proc.pid, where / "out.raw", SpyConfig(rate=100, native=False))

@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.profile.spy import py_spy
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("py_spy_attaches")]
 
 POLICY = """
 def normalize(o):
