@@ -268,3 +268,11 @@ def test_a_sampler_that_never_starts_is_ended(looping, monkeypatch) -> None:
     assert time.monotonic() - t < 30  # bounded, and the sleeping fake was killed
     out = subprocess.run(["pgrep", "-f", f"{fake}"], capture_output=True, text=True)
     assert out.stdout.strip() == "" or not os.path.exists(f"/proc/{out.stdout.split()[0]}")
+
+
+def test_growth_spread_over_a_library_s_functions_names_the_library() -> None:
+    lib = [Frame(f"mj_{k}", "mujoco/libmujoco.so") for k in range(25)]
+    extra = Counter({(M, A, f): 2 for f in lib})  # each under 5% of the growth: no site
+    att = attribute(turns(extra), 100.0, changed_only(A))
+    assert att.grew[0].frame == A
+    assert att.grew[0].inside == Frame("[native code]", "mujoco/libmujoco.so")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_perfgate.profile.stacks import NO_FRAME, UNKNOWN, Frame, Stack
+from pytest_perfgate.profile.stacks import NATIVE, NO_FRAME, UNKNOWN, Frame, Stack
 
 MIN_SHARE = 0.05  # of the sampled growth: smaller differences are not named
 NOISE_FLOOR = 0.01  # of the base's time per step: the growth below which MIN_SHARE of it
@@ -185,7 +185,7 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
 
     def named(sign: float) -> list[Named]:
         nonlocal blind
-        owner: dict[Frame, list[tuple[Frame, float]]] = defaultdict(list)
+        owner: dict[Frame, list[tuple[Stack, float]]] = defaultdict(list)
         for path, amount in _sites(delta, floor, sign):
             mine = next((f for f in reversed(path) if f.ours and is_changed(f)), None)
             if mine is None:  # nothing changed above it: the nearest frame of ours, if any
@@ -193,7 +193,7 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
             if mine.name in (NO_FRAME, UNKNOWN):
                 blind += amount if sign > 0 else 0.0
                 continue
-            owner[mine].append((path[-1], amount))
+            owner[mine].append((path, amount))
         sites = {f: sum(a for _, a in found) for f, found in owner.items()}
         whole = max(abs(growth), sum(a for a in sites.values() if a >= floor), 1e-12)
         out = []
@@ -201,11 +201,11 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
             owned = sum(a for _, a in found)  # its sites only: shares never overlap
             if owned < floor:
                 continue
-            inside = max(found, key=lambda x: x[1])[0]
+            path, amount = max(found, key=lambda x: x[1])
+            inside = path[-1] if path[-1] != f else _library(path, amount, delta, sign)
             out.append(Named(as_head.get(f, f), inc_b.get(f, 0.0), inc_h.get(f, 0.0),
-                             _interval(pairs, f, rate),
-                             sign * owned / whole, is_changed(f),
-                             None if inside == f else inside))
+                             _interval(pairs, f, rate), sign * owned / whole,
+                             is_changed(f), inside))
         out.sort(key=lambda n: (_rank(n, sign), -abs(n.share)))
         return out[:top]
 
@@ -218,6 +218,20 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
     notes = _notes(grew, growth, wall_h - wall_b, blind if blind >= floor else 0.0)
     return Attribution(len(pairs), tot_b, tot_h, wall_b, wall_h, tuple(grew), tuple(shrank),
                        tuple(notes))
+
+
+def _library(path: Stack, amount: float, delta: dict[Stack, float], sign: float
+             ) -> Frame | None:
+    """The native library under ``path`` that holds most of its growth, spread over many
+    small functions (a MuJoCo step's solver, collision, dynamics), or None."""
+    by_lib: dict[str, float] = defaultdict(float)
+    for p, d in delta.items():
+        if len(p) == len(path) + 1 and p[:-1] == path and p[-1].native and sign * d > 0:
+            by_lib[p[-1].file] += sign * d
+    if not by_lib:
+        return None
+    lib, held = max(by_lib.items(), key=lambda x: x[1])
+    return Frame(NATIVE, lib) if held >= 0.5 * amount else None
 
 
 def _rank(n: Named, sign: float) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 NO_FRAME = "[no Python frame]"  # a sample of a process with nothing py-spy could name
 UNKNOWN = "[unknown]"  # a native frame without a symbol
+NATIVE = "[native code]"  # a library's functions together (attribute.py)
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r'process \d+:".*?"(?:;|$)')
