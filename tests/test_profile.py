@@ -158,6 +158,7 @@ def test_changes_from_git(tmp_path: Path) -> None:
     ch = Changes(tmp_path, base)
     assert ch.function_changed("p.py", 9) is True      # b: its body changed
     assert ch.function_changed("p.py", 4) is False     # a (decorator's line): untouched
+    assert ch.function_changed("p.py", 10) is True     # a comprehension on b's line 10
     assert ch.function_changed("new.py", 1) is True
     assert ch.function_changed("other.py", 3) is False
     assert Changes(tmp_path, "0" * 40).unknown is not None

@@ -137,3 +137,15 @@ def test_perfgate_profile_usage_errors(repo: Path) -> None:
     assert bad.returncode == 2 and "BASE 'nosuchrev': not a commit" in bad.stderr
     bad = perfgate(repo, "HEAD~1", "nosuchrev")
     assert bad.returncode == 2 and "HEAD 'nosuchrev': not a commit" in bad.stderr
+
+
+def test_history_mode_profiles_its_own_run_on_request(repo: Path) -> None:
+    done = pytest_run(repo, "--perfgate-profile", f"--perfgate-json={repo}/hist/r.json",
+                      "--perfgate-windows=3", "--perfgate-window-time=0.2")
+    assert done.returncode == 0, done.stdout[-3000:]
+    profile = json.loads((repo / "hist" / "r.json").read_text())[
+        "benchmarks"][0]["result"]["extra"]["profile"]
+    # four times the others' work (its list comprehension: py-spy names code objects)
+    assert profile["spent"][0]["function"].startswith("clip"), profile
+    assert Path(profile["files"]["run"]).is_file()
+    assert "where the time goes (py-spy, 6 windows" in done.stdout

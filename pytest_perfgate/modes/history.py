@@ -23,6 +23,7 @@ from pytest_perfgate.history.context import HISTORY, HistoryContext, is_history_
 from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
 
 if TYPE_CHECKING:
+    from pytest_perfgate.modes.ab.controller import Profiling
     from pytest_perfgate.modes.remeasure import Remeasure
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
@@ -41,8 +42,10 @@ class HistoryMode:
     def __init__(self, smoke: bool, meter: MeterFactory, sink: Sink,
                  context: Callable[[], HistoryContext], baseline_runs: int = 5,
                  baseline: str | None = None, records: bool | None = True,
-                 remeasure: Remeasure | None = None) -> None:
+                 remeasure: Remeasure | None = None, profile: Profiling | None = None
+                 ) -> None:
         self.smoke = smoke
+        self.profile = profile  # --perfgate-profile: this run's profile, whatever its verdict
         # an INCONCLUSIVE verdict's baseline commit measured again beside this tree
         self.remeasure = remeasure
         self.meter = meter
@@ -64,6 +67,8 @@ class HistoryMode:
         meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
         if callable(meta):
             extra = {**meta(), **dict(extra)}
+        if self.profile is not None and self.profile.plan.when == "always" and not self.smoke:
+            extra = {**dict(extra), "profile": self.profile.take_one(source, call.name)}
         result = summarize(call.name, m, call.transitions, extra=extra, unit=call.unit)
         if self.remeasure is None or self.smoke:
             j = self.judge(result, call.test_id, call.rule)

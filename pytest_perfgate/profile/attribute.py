@@ -257,3 +257,27 @@ def _notes(grew: list[Named], growth: float, wall_drop: float, blind: float) -> 
                      "growth is in code the change reaches indirectly (more calls, larger "
                      "data, a dependency)")
     return notes
+
+
+def where_time_goes(stacks: Counter[Stack], steps: int, rate: float, top: int = TOP
+                    ) -> list[dict[str, Any]]:
+    """One profile alone: each sample charged to the deepest function of the measured tree
+    on its stack (else its leaf), time per env-step, the biggest first, with the frame below
+    it that holds most of its time."""
+    ms = 1000.0 / rate / max(steps, 1)
+    total = sum(stacks.values()) or 1
+    charged: dict[Frame, float] = defaultdict(float)
+    below: dict[Frame, Counter[Frame]] = defaultdict(Counter)
+    for stack, n in stacks.items():
+        mine = next((f for f in reversed(stack) if f.ours and not f.native), stack[-1])
+        charged[mine] += n
+        if stack[-1] != mine:
+            below[mine][stack[-1]] += n
+    out = []
+    for f, count in sorted(charged.items(), key=lambda x: -x[1])[:top]:
+        inside = next((g for g, _ in below[f].most_common()
+                       if g.name not in (UNKNOWN, NO_FRAME)), None)
+        out.append({"function": f.name, "where": str(f).split(" (", 1)[-1][:-1]
+                    if f.name != NO_FRAME else "", "ms_per_step": count * ms,
+                    "share": count / total, "inside": str(inside) if inside else None})
+    return out

@@ -72,19 +72,24 @@ class Changes:
 @lru_cache(maxsize=256)
 def _span(path: str, first_line: int) -> tuple[int, int] | None:
     """The lines of the function (or class, or module) whose code starts at
-    ``first_line``: decorators included, as Python's ``co_firstlineno`` counts them."""
+    ``first_line``: decorators included, as Python's ``co_firstlineno`` counts them; for a
+    lambda or a comprehension, the innermost function around it."""
     try:
         tree = ast.parse(Path(path).read_bytes())
     except (OSError, SyntaxError, ValueError):
         return None
     if first_line == 1:
         return 1, 1 << 30  # module level code: any change of the file
+    enclosing: tuple[int, int] | None = None  # a lambda's or comprehension's function
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            starts = [node.lineno, *(d.lineno for d in node.decorator_list)]
-            if first_line in starts or first_line == min(starts):
-                return min(starts), node.end_lineno or node.lineno
-    return None
+            lo = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            hi = node.end_lineno or node.lineno
+            if first_line in (node.lineno, lo):
+                return lo, hi
+            if lo <= first_line <= hi and (enclosing is None or lo >= enclosing[0]):
+                enclosing = (lo, hi)
+    return enclosing
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -46,6 +46,8 @@ def lines(profile: Mapping[str, Any], shown: int = SHOWN) -> list[str]:
 def _lines(profile: Mapping[str, Any], shown: int) -> list[str]:
     if "error" in profile:
         return [f"no profile: {profile['error']}"]
+    if "spent" in profile:
+        return _spent(profile, shown)
     out = [f"why (py-spy, {profile.get('pairs')} turn pairs of base and head after the "
            "verdict; sampled time per env-step, base -> head):"]
     grew = list(profile.get("grew") or [])
@@ -67,4 +69,19 @@ def _lines(profile: Mapping[str, Any], shown: int) -> list[str]:
     if files:
         out.append("  flame graphs (collapsed stacks, ns per env-step): "
                    + ", ".join(str(files[k]) for k in ("base", "head", "diff") if k in files))
+    return out
+
+
+def _spent(profile: Mapping[str, Any], shown: int) -> list[str]:
+    """A single run's profile: where its time per env-step goes."""
+    out = [f"where the time goes (py-spy, {profile.get('turns')} windows after the "
+           "measurement; sampled time per env-step):"]
+    for n in list(profile["spent"])[:shown]:
+        name, k = unit(n["ms_per_step"])
+        inside = f"; in {n['inside']}" if n.get("inside") else ""
+        out.append(f"  {_fn(n)}  {n['ms_per_step'] * k:.3g} {name}/step "
+                   f"({n['share']:.0%}){inside}")
+    files = profile.get("files") or {}
+    if files.get("run"):
+        out.append(f"  flame graph (collapsed stacks, ns per env-step): {files['run']}")
     return out

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_perfgate.core.files import atomic_write
 from pytest_perfgate.core.measure import WindowSource
-from pytest_perfgate.profile.attribute import Turn, attribute
+from pytest_perfgate.profile.attribute import Turn, attribute, where_time_goes
 from pytest_perfgate.profile.changed import Changes
 from pytest_perfgate.profile.spy import ProfilerUnavailable, Recording, SpyConfig
 from pytest_perfgate.profile.stacks import diff_folded, folded, merged, parse
@@ -116,3 +116,31 @@ def write_files(out_dir: Path, name: str, pairs: list[tuple[Turn, Turn]], rate: 
         return {}
     return out
 
+
+
+def profile_one(target: Target, plan: ProfilePlan, out_dir: Path, name: str
+                ) -> dict[str, Any]:
+    """One side alone (history mode's own run, with nothing to subtract): where its time
+    per env-step goes, charged to the nearest function of the measured tree
+    (:func:`where_time_goes`); the flame graph file; or ``{"error": why}``."""
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="perfgate-profile-") as tmp:
+            turns = [_turn(target, plan.turn_s, plan.spy, Path(tmp))
+                     for _ in range(plan.turns)]
+    except ProfilerUnavailable as e:
+        return {"error": str(e)}
+    stacks = merged(t.stacks for t in turns)
+    steps = max(1, sum(t.steps for t in turns))
+    folder = out_dir / re.sub(r"[^\w.-]+", "_", name)[:120]
+    files: dict[str, str] = {}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / "run.folded", folded(stacks, 1e9 / plan.spy.rate / steps)
+                     .encode())
+        files["run"] = str(folder / "run.folded")
+    except OSError:
+        pass
+    return {"turns": len(turns), "spent": where_time_goes(stacks, steps, plan.spy.rate),
+            "rate": plan.spy.rate, "native": plan.spy.native, "turn_s": plan.turn_s,
+            "cost_s": round(time.monotonic() - started, 2), "files": files}

@@ -93,7 +93,9 @@ class GateSession:
                 profile=self._profiling())
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
                                         o.baseline_runs, o.baseline, records=o.record,
-                                        remeasure=self.remeasure)
+                                        remeasure=self.remeasure,
+                                        profile=self._profiling() if o.profile == "always"
+                                        and not self.smoke else None)
         self.mode: Mode = self._pick_mode(side, ab)
         self._counts_mode: Mode | None = None
 
@@ -161,7 +163,7 @@ class GateSession:
                 return Path(self.options.json).parent / "profiles"
             return self.stable_root / ".perfgate" / "profiles" / self.run_id
 
-        return Profiling(ProfilePlan(self.options.profile), out_dir)
+        return Profiling(ProfilePlan(self.options.profile), out_dir, lambda: self.stable_root)
 
     def mode_for(self, counts: bool) -> Mode:
         """The mode a test's measure() goes to: the session's, or for a test that counts

@@ -123,13 +123,24 @@ class Profiling:
     the plan wants one, into ``out_dir()`` (called when the first is written: the session's
     root is known by then)."""
 
-    def __init__(self, plan: ProfilePlan, out_dir: Callable[[], Path]) -> None:
+    def __init__(self, plan: ProfilePlan, out_dir: Callable[[], Path],
+                 root: Callable[[], Path] = Path.cwd) -> None:
         self.plan = plan
         self.out_dir = out_dir
+        self.root = root  # the measured tree of a run profiled alone
         self._changes: Changes | None = None
 
     def wanted(self, verdict: Verdict) -> bool:
         return self.plan.wanted(verdict.outcome is Outcome.REGRESSION)
+
+    def take_one(self, source: WindowSource, name: str) -> dict[str, object]:
+        """This process's own run (history mode), profiled alone after it was measured."""
+        import os
+
+        from pytest_perfgate.profile.turns import Target, profile_one
+
+        return profile_one(Target(source, os.getpid(), self.root()), self.plan,
+                           self.out_dir(), name)
 
     def take(self, pair: Pair, base: RemoteSource, head: RemoteSource, name: str,
              ab: ABSetup) -> dict[str, object]:
