@@ -198,3 +198,17 @@ def test_ab_setup_without_ab_is_a_warning(tmp_path: Path) -> None:
     o = Options(enabled=True, results_dir=str(tmp_path), machine="box", ab_setup="make")
     assert preflight.check(o, tmp_path, tmp_path, {}) == [
         "--perfgate-ab-setup 'make' is ignored without --perfgate-ab"]
+
+
+@pytest.mark.parametrize(("where", "says"), [
+    ("file", "--perfgate-profile-dir {tmp}/file is a file, not a folder: give a folder"),
+    ("file/sub", "--perfgate-profile-dir {tmp}/file/sub: {tmp}/file is a file, not a folder"),
+])
+def test_a_profile_dir_that_cannot_be_a_folder(tmp_path: Path, where: str, says: str) -> None:
+    (tmp_path / "file").write_text("")
+    o = Options(enabled=True, machine="m", profile_dir=str(tmp_path / where))
+    with pytest.raises(OptionError) as e:
+        preflight.check(o, tmp_path, tmp_path, {})
+    assert says.format(tmp=tmp_path) in str(e.value)
+    o = Options(enabled=True, machine="m", profile_dir=str(tmp_path / "new" / "dir"))
+    assert preflight.check(o, tmp_path, tmp_path, {}) == []

@@ -48,10 +48,29 @@ def check(options: Options, rootdir: Path, invocation_dir: Path, where: Mapping[
     clash = report_write.same_file(found)
     if clash:
         raise OptionError(clash)
+    if options.profile_dir:
+        _check_profile_dir(Path(options.profile_dir),
+                           where.get("profile_dir", "--perfgate-profile-dir"))
     if options.ab_setup and not options.ab:
         warnings.append(f"{where.get('ab_setup', '--perfgate-ab-setup')} "
                         f"{options.ab_setup!r} is ignored without --perfgate-ab")
     return warnings
+
+
+def _check_profile_dir(path: Path, source: str) -> None:
+    """A folder the profiles' files can go into (made when missing)."""
+    shown = f"{source} {path}"
+    if path.exists() and not path.is_dir():
+        raise OptionError(f"{shown} is a file, not a folder: give a folder (it is created if "
+                          "missing), e.g. .perfgate/profiles")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OptionError(f"{shown}: {parent} is a file, not a folder: give a path in a "
+                          "folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError(f"{shown}: cannot create files in {parent}: give a writable folder")
 
 
 def _check_machine(options: Options) -> None:
