@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from pytest_perfgate.study.analysis import Rate
+from pytest_perfgate.study.hog import hog_for
 
 STEP = """
 import numpy as np
@@ -55,6 +56,7 @@ def git(repo: Path, *args: str) -> str:
 
 def run(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
+    env["PERFGATE_PROFILE"] = "off"  # the verdict's own cost, as before profiles existed
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", "no:randomly", "--perfgate", "--perfgate-machine=study",
                            "--perfgate-threshold=5%", *args, "test_walk.py"], cwd=repo,
@@ -67,7 +69,19 @@ def main() -> int:
     ap.add_argument("--baseline-runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON")
+    ap.add_argument("--load", choices=("quiet", "one", "both"), default="quiet",
+                    help="a neighbour's load through the whole study (baseline runs and "
+                    "trials): none, a hog toggling on one core, or on both (2-5 s on, 2-5 s "
+                    "off, as perfgate calibrate --load)")
     args = ap.parse_args()
+    hog = hog_for(args.load, args.seed)
+    if hog is None:
+        return study(args)
+    with hog:
+        return study(args)
+
+
+def study(args: argparse.Namespace) -> int:
     repo = Path(tempfile.mkdtemp(prefix="perfgate-study-remeasure-"))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "study@example.com")
@@ -107,7 +121,8 @@ def main() -> int:
         print(f"[{i + 1}/{len(order)}] {kind}: {entry['verdict']} ratio {entry.get('ratio')}"
               f" ({wall:.0f} s){' re-measured' if trials[-1]['remeasured'] else ''}",
               flush=True)
-    print(f"\n{args.baseline_runs} baseline runs, {args.trials} trials per kind, threshold 5%")
+    print(f"\n{args.baseline_runs} baseline runs, {args.trials} trials per kind, threshold 5%, "
+          f"load {args.load}")
     print("| head | REGRESSION | verdicts | re-measured | wall per verdict (median) |")
     print("|---|---|---|---|---|")
     for kind in KINDS:
