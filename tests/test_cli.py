@@ -14,7 +14,7 @@ def test_every_module_is_one_command() -> None:
     assert [c.name for c in commands()] == ["accept", "bisect",
                                             "calibrate", "check", "compare", "forget",
                                             "history",
-                                            "machine", "publish",
+                                            "machine", "profile", "publish",
                                             "report",
                                             "ring-compare",
                                             "sweep"]

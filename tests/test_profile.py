@@ -57,6 +57,20 @@ def test_a_command_line_with_semicolons_and_garbage_lines() -> None:
     assert got == Counter({(Frame("f", "a.py", 3, True),): 5, (Frame(NO_FRAME, ""),): 7})
 
 
+def test_a_comprehension_is_its_function_on_every_python() -> None:
+    """3.11 gives a comprehension a frame, 3.12 inlines it: both name the function."""
+    on_311 = ("act ({root}/p.py:14);clip ({root}/p.py:6);clip.<locals>.<listcomp> "
+              "({root}/p.py:9);min (builtins.so)")
+    got = parse(raw(ROOT_H, {on_311: 4, on_311.replace("<listcomp>", "<genexpr>"): 1,
+                             "act ({root}/p.py:14);clip ({root}/p.py:6);min (builtins.so)": 2,
+                             "act ({root}/p.py:14);<listcomp> ({root}/p.py:20)": 3,
+                             "act ({root}/p.py:14);other.<locals>.<listcomp> ({root}/p.py:30)"
+                             : 5}), (ROOT_H,))
+    act, clip = Frame("act", "p.py", 14, True), Frame("clip", "p.py", 6, True)
+    assert got == Counter({(act, clip, Frame("min", "builtins.so")): 7, (act,): 3,
+                           (act, Frame("other.<locals>.<listcomp>", "p.py", 30, True)): 5})
+
+
 def test_folded_files() -> None:
     f, g = Frame("f", "a.py", 1, True), Frame("g", "a.py", 5, True)
     assert folded({(f,): 2, (f, g): 0}, 1000) == "f (a.py:1) 2000\n"

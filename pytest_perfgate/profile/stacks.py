@@ -22,6 +22,7 @@ NATIVE = "[native code]"  # a library's functions together (attribute.py)
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r'process \d+:".*?"(?:;|$)')
 _PACKAGE = re.compile(r".*/(?:site|dist)-packages/")
+_INLINE = re.compile(r"^(?:(?P<outer>.*)\.<locals>\.)?<(?:listcomp|dictcomp|setcomp|genexpr)>$")
 
 
 @dataclass(frozen=True, order=True)
@@ -81,10 +82,25 @@ def parse(text: str, roots: Sequence[Path] = ()) -> Counter[Stack]:
             continue
         while (m := _PROCESS.match(stack)) is not None:  # its command line may hold ";"
             stack = stack[m.end():]
-        frames = tuple(f for f in (frame(t, roots) for t in stack.split(";") if t)
-                       if f is not None)
+        frames = _fold_comprehensions(
+            [f for f in (frame(t, roots) for t in stack.split(";") if t) if f is not None])
         out[frames or (Frame(NO_FRAME, ""),)] += int(count)
     return out
+
+
+def _fold_comprehensions(frames: list[Frame]) -> Stack:
+    """A comprehension's or generator expression's frame charged to the function it is
+    written in: Python 3.12 inlines comprehensions (no frame of their own), so without
+    this the same code is named two ways by the Python version it ran on."""
+    kept: list[Frame] = []
+    for f in frames:
+        m = _INLINE.match(f.name)
+        caller = next((k for k in reversed(kept) if not k.native), None)
+        if m is not None and caller is not None and caller.file == f.file and \
+                (m["outer"] is None or m["outer"] == caller.name):
+            continue
+        kept.append(f)
+    return tuple(kept)
 
 
 def folded(stacks: Mapping[Stack, float], scale: float = 1.0) -> str:
