@@ -146,6 +146,33 @@ def test_a_drop_in_waiting_is_said_to_be_waiting() -> None:
     assert any("waiting" in n for n in att.notes)
 
 
+def test_a_function_that_grew_on_one_path_and_shrank_on_another_is_listed_once_net() -> None:
+    b_extra = Counter({(M, A, C, MEAN): 10})  # clip moved part of its work to a kernel
+    pairs = [(Turn(b.stacks + b_extra, b.steps, b.wall_s), h)
+             for b, h in turns(Counter({(M, A, C, TANH): 30}))]
+    att = attribute(pairs, 100.0, changed_only(C))
+    assert [n.frame for n in att.grew] == [C] and not att.shrank
+    assert att.grew[0].inside == TANH
+    assert att.grew[0].share == pytest.approx(1.0, abs=0.05)  # 20 of the 20 it grew, net
+
+
+def test_turns_that_did_not_show_the_drop_say_so_and_no_share_of_a_fall() -> None:
+    pairs = [(Turn(Counter({(M, A, N): 50, (M, A, C): 40 + 4 * (i % 2)}), 1000, 0.9),
+              Turn(Counter({(M, A, N): 56, (M, A, C): 30 + 4 * (i % 2)}), 1000,
+                   0.9 + (0.05 if i % 2 else -0.05)))
+             for i in range(6)]  # N +6, C -10 in samples; wall alike in the mean
+    att = attribute(pairs, 100.0, changed_only(N))
+    assert att.grew[0].frame == N and att.growth_ms < 0
+    assert not any("waiting" in n for n in att.notes)
+    (note,) = [n for n in att.notes if "did not show the drop" in n]
+    assert note.startswith("these turns did not show the drop beyond their noise (each step "
+                           "+0 ms [")
+    text = "\n".join(render.lines(att.to_json()))
+    assert "the sampled time did not grow in these turns (-40 us/step sampled, +0 us/step " \
+           "wall in these turns): the shares are of the growth the functions show" in text
+    assert "of the sampled growth" not in text
+
+
 def test_growth_without_symbols_is_said() -> None:
     att = attribute(turns(Counter({(Frame(NO_FRAME, ""),): 30})), 100.0, changed_only())
     assert any("without symbols" in n for n in att.notes)

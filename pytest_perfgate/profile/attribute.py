@@ -133,6 +133,16 @@ def _interval(pairs: Sequence[tuple[Turn, Turn]], f: Frame, rate: float
         one = [sum(n for s, n in side.stacks.items() if f in s) * 1000.0 / rate
                / max(side.steps, 1) for side in (b, h)]
         diffs.append(one[1] - one[0])
+    return _t_interval(diffs)
+
+
+def _wall_interval(pairs: Sequence[tuple[Turn, Turn]]) -> tuple[float, float] | None:
+    """95% t interval of the per-pair difference of the wall ms per step."""
+    return _t_interval([1000.0 * (h.wall_s / max(h.steps, 1) - b.wall_s / max(b.steps, 1))
+                        for b, h in pairs])
+
+
+def _t_interval(diffs: Sequence[float]) -> tuple[float, float] | None:
     if len(diffs) < 2:
         return None
     from scipy import stats  # type: ignore[import-untyped]
@@ -182,10 +192,8 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
         return None if changed is None else changed(as_head.get(f, f))
 
     blind = 0.0  # growth in sites with nothing to name: no symbol, no Python frame
-
-    def named(sign: float) -> list[Named]:
-        nonlocal blind
-        owner: dict[Frame, list[tuple[Stack, float]]] = defaultdict(list)
+    owner: dict[Frame, list[tuple[Stack, float]]] = defaultdict(list)  # signed amounts
+    for sign in (1.0, -1.0):
         for path, amount in _sites(delta, floor, sign):
             mine = next((f for f in reversed(path) if f.ours and is_changed(f)), None)
             if mine is None:  # nothing changed above it: the nearest frame of ours, if any
@@ -193,19 +201,22 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
             if mine.name in (NO_FRAME, UNKNOWN):
                 blind += amount if sign > 0 else 0.0
                 continue
-            owner[mine].append((path, amount))
-        sites = {f: sum(a for _, a in found) for f, found in owner.items()}
-        whole = max(abs(growth), sum(a for a in sites.values() if a >= floor), 1e-12)
+            owner[mine].append((path, sign * amount))
+    # a function's growth and shrinkage at different call paths net out: it is listed once,
+    # by what it did in all (work moved from one of its callees to another is no growth)
+    net = {f: sum(a for _, a in found) for f, found in owner.items()}
+    whole = max(growth, sum(a for a in net.values() if a >= floor), 1e-12)
+
+    def named(sign: float) -> list[Named]:
         out = []
         for f, found in owner.items():
-            owned = sum(a for _, a in found)  # its sites only: shares never overlap
-            if owned < floor:
-                continue
-            path, amount = max(found, key=lambda x: x[1])
-            inside = path[-1] if path[-1] != f else _library(path, amount, delta, sign)
+            if sign * net[f] < floor or sign * (inc_h.get(f, 0.0) - inc_b.get(f, 0.0)) <= 0:
+                continue  # a function whose whole time moved the other way is not named
+            path, amount = max(found, key=lambda x: sign * x[1])
+            inside = path[-1] if path[-1] != f else _library(path, sign * amount, delta, sign)
             out.append(Named(as_head.get(f, f), inc_b.get(f, 0.0), inc_h.get(f, 0.0),
-                             _interval(pairs, f, rate), sign * owned / whole,
-                             is_changed(f), inside))
+                             _interval(pairs, f, rate), net[f] / whole, is_changed(f),
+                             inside))
         out.sort(key=lambda n: (_rank(n, sign), -abs(n.share)))
         return out[:top]
 
@@ -215,7 +226,8 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
     steps_h = sum(t.steps for t in head_t) or 1
     wall_b = 1000.0 * sum(t.wall_s for t in base_t) / steps_b
     wall_h = 1000.0 * sum(t.wall_s for t in head_t) / steps_h
-    notes = _notes(grew, growth, wall_h - wall_b, blind if blind >= floor else 0.0)
+    notes = _notes(grew, growth, wall_h - wall_b, _wall_interval(pairs),
+                   blind if blind >= floor else 0.0)
     return Attribution(len(pairs), tot_b, tot_h, wall_b, wall_h, tuple(grew), tuple(shrank),
                        tuple(notes))
 
@@ -241,11 +253,17 @@ def _rank(n: Named, sign: float) -> int:
     return (0 if sure else 1) if n.changed else (2 if sure else 3)
 
 
-def _notes(grew: list[Named], growth: float, wall_drop: float, blind: float) -> list[str]:
+def _notes(grew: list[Named], growth: float, wall_drop: float,
+           wall_ci: tuple[float, float] | None, blind: float) -> list[str]:
     """What the named functions do not explain, said as what it is."""
     notes = []
-    if wall_drop > 0 and growth < 0.5 * wall_drop:
-        notes.append(f"the sampled time grew {max(growth, 0.0):.3g} ms/step while each step "
+    if wall_ci is not None and wall_ci[0] <= 0:
+        notes.append(f"these turns did not show the drop beyond their noise (each step "
+                     f"{wall_drop:+.3g} ms [{wall_ci[0]:+.3g}, {wall_ci[1]:+.3g}] in wall "
+                     "time, the sampler slowing both sides): a function is evidence as far "
+                     "as its own interval excludes zero")
+    elif wall_drop > 0 and growth < 0.5 * wall_drop:
+        notes.append(f"the sampled time changed by {growth:+.3g} ms/step while each step "
                      f"took {wall_drop:.3g} ms longer: most of the drop is waiting (a lock, "
                      "the GPU, I/O, another process), which a sampling profiler does not see "
                      "as a function's time")

@@ -61,9 +61,14 @@ def _lines(profile: Mapping[str, Any], shown: int) -> list[str]:
     growth = profile["head_ms_per_step"] - profile["base_ms_per_step"]
     wall = profile["head_wall_ms_per_step"] - profile["base_wall_ms_per_step"]
     name, k = unit(max(abs(growth), abs(wall)))
-    out.append(f"  the functions named hold {profile.get('explained', 0.0):.0%} of the sampled "
-               f"growth ({growth * k:+.3g} {name}/step sampled, {wall * k:+.3g} {name}/step "
-               "wall in these turns)")
+    moved = f"{growth * k:+.3g} {name}/step sampled, {wall * k:+.3g} {name}/step wall in " \
+            "these turns"
+    if growth > 0:
+        out.append(f"  the functions named hold {profile.get('explained', 0.0):.0%} of the "
+                   f"sampled growth ({moved})")
+    else:  # a share of a fall is no share: the growth is only where the functions show it
+        out.append(f"  the sampled time did not grow in these turns ({moved}): the shares "
+                   "are of the growth the functions show")
     out += [f"  {note}" for note in profile.get("notes") or []]
     files = profile.get("files") or {}
     if files:
