@@ -27,6 +27,7 @@ import sys
 import tempfile
 import timeit
 from pathlib import Path
+from typing import Any
 
 WRAPPERS = '''
 import gymnasium as gym
@@ -100,7 +101,7 @@ def calibrate(vector: str, n: int) -> tuple[float, float, float]:
     envs.close()
     env = gym.make("HalfCheetah-v5")
     env.reset(seed=0)
-    sim = env.unwrapped
+    sim: Any = env.unwrapped  # a MujocoEnv: its model and data
     fwd = min(timeit.repeat(lambda: mujoco.mj_forward(sim.model, sim.data), number=200,
                             repeat=5)) / 200
     loop = min(timeit.repeat("for _ in range(1000): pass", number=100, repeat=5)) / 1e5
