@@ -138,8 +138,8 @@ def run_case(case: str, tmp: Path, slow: float) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--perfgate", "--perfgate-ab=HEAD~1",
-         "--perfgate-record=false", "--perfgate-profile", f"--perfgate-json={report}", "-p", "no:randomly",
-         "-p", "no:cacheprovider", "test_cheetah.py"],
+         "--perfgate-record=false", "--perfgate-profile", f"--perfgate-json={report}",
+         "-p", "no:randomly", "-p", "no:cacheprovider", "test_cheetah.py"],
         cwd=repo / "perf", capture_output=True, text=True, env=env, timeout=1200)
     out = done.stdout.splitlines()
     at = next((i for i, line in enumerate(out) if line.startswith("benchmark ")), None)
