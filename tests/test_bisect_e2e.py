@@ -85,7 +85,13 @@ def _read(path: Path) -> str:
         return ""
 
 
-def test_names_the_slow_commit_and_skips_the_broken_one(tmp_path: Path) -> None:
+def test_names_the_slow_commit_and_skips_the_broken_one(tmp_path: Path,
+                                                        request: pytest.FixtureRequest) -> None:
+    try:  # where py-spy can attach, the step found also says why, its files kept
+        request.getfixturevalue("py_spy_attaches")
+        profiled = True
+    except pytest.skip.Exception:
+        profiled = False
     c = scratch(tmp_path, [1, 1, 1, 1, 1, 4, 4], broken=3)
     proc = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
     out, _ = proc.communicate(timeout=900)
@@ -98,6 +104,15 @@ def test_names_the_slow_commit_and_skips_the_broken_one(tmp_path: Path) -> None:
     assert f"skipped {c[3][:10]} \"commit 3\": the set-up command 'test ! -e broken' " \
            "failed here (exit 1)" in out
     assert "estimate: ~6 probes" in out and "[probe 1/~6] HEAD (" in out
+    if profiled:
+        why = out.split("why (py-spy, 6 turn pairs")[1].splitlines()
+        assert why[1].lstrip().startswith("test_walk.<locals>.step (test_perf.py:6)"), out
+        files = [Path(f) for f in out.split("flame graphs (collapsed stacks, ns per "
+                                            "env-step): ")[1].splitlines()[0].split(", ")]
+        assert [f.name for f in files] == ["base.folded", "head.folded", "diff.folded"]
+        assert all(f.is_file() for f in files), files
+        assert files[0].parent.parent.parent.parent == tmp_path / ".perfgate" / "profiles"
+        assert files[0].parent.parent.name == f"{c[5][:10]}-vs-{c[4][:10]}"
     no_leftovers(tmp_path)
 
 

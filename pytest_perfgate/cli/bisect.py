@@ -124,10 +124,13 @@ def run(args: argparse.Namespace, repo: Path, good: str, bad: str, commits: list
         with head_worktree(repo) as workdir:
             # The threshold always given: a project's ini may set another one.
             # Each probe's pytest finds its own ini file and rootdir, from the same folder.
-            place = Place.of(toplevel(repo) or repo, repo, repo)
+            top = toplevel(repo) or repo
+            place = Place.of(top, repo, repo)
+            # the flame graphs of a probe that found a step outlive the probe's own folder
+            profiles = top / ".perfgate" / "profiles" / time.strftime("bisect-%Y%m%d-%H%M%S")
             probe = PytestProbe(workdir, args.pytest_args, read_report,
                                 threshold=threshold, turn_s=args.turn_time,
-                                setup=args.setup, place=place)
+                                setup=args.setup, place=place, profile_dir=profiles)
             bisector = Bisector(good, bad, commits, probe, args.turns, retries=args.retries,
                                 max_probes=args.max_probes, on_probe=on_probe,
                                 threshold=threshold)

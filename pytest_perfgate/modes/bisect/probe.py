@@ -106,14 +106,17 @@ class PytestProbe:
     for the base's: a failure skips the commit, like a failed build under ``git bisect``.
     ``place``: where the user started the bisection; each probe's pytest starts at the same
     place in the worktree, with absolute paths into the repository moved there too.
+    ``profile_dir``: where each probe's flame graphs go (a folder per comparison), as the
+    probe's own folder is removed with it.
     """
 
     def __init__(self, workdir: Path, pytest_args: Sequence[str], read:
                  Callable[[Path], Sequence[Judged]], threshold: float | None = None,
                  turn_s: float | None = None, setup: str | None = None,
                  python: str = sys.executable, log: Callable[[str], None] | None = None,
-                 place: Place | None = None) -> None:
+                 place: Place | None = None, profile_dir: Path | None = None) -> None:
         self.workdir = workdir
+        self.profile_dir = profile_dir
         self.place = place
         self.pytest_args = list(pytest_args)
         self.read = read
@@ -166,9 +169,11 @@ class PytestProbe:
             report = Path(tmp) / "report.json"
             words = (self.pytest_args if self.place is None
                      else self.place.map_args(self.pytest_args, self.workdir))
+            kept = [] if self.profile_dir is None else [
+                f"--perfgate-profile-dir={self.profile_dir / f'{commit[:10]}-vs-{base[:10]}'}"]
             rc, output = self._pytest([*self.options(base, turns),
                                        f"--perfgate-json={report}", "--perfgate-record=false",
-                                       "-p", "no:cacheprovider", *words], cwd)
+                                       *kept, "-p", "no:cacheprovider", *words], cwd)
             judged: Sequence[Judged] = ()
             if report.exists():
                 try:
