@@ -1,7 +1,7 @@
 """Demo: the differential profile on gymnasium's MuJoCo env, the way a user gates it.
 
 A scratch repository holds what an RL project writes around gymnasium: ``HalfCheetah-v5``
-with an observation wrapper and a reward wrapper (``perf/wrappers.py``), gated with
+with an observation wrapper and a reward wrapper (its ``wrappers.py``), gated with
 ``perfgate.measure_vector_env``. Two cases, each a head commit that slows one of the
 project's functions by about 15% of the vector env's step, judged by
 ``pytest --perfgate --perfgate-ab HEAD~1 --perfgate-profile`` (the profile taken whatever
