@@ -185,3 +185,15 @@ def test_report_says_when_a_design_leaves_trials_out() -> None:
     assert "Cost of a sequential verdict: 0.0 s wall (both sides, warm-up included), 0 turn " \
         "pairs measured on average of at most 40 (plus re-measured ones); 24 trial(s) " \
         "stopped sooner than this design and are left out." in lines
+
+
+def test_a_trial_whose_every_pair_saw_the_load_change_is_said_not_measured() -> None:
+    """Under a neighbour switching on and off, every pair of a trial may be left out: the
+    report says so for its slowdown instead of failing on an empty mean."""
+    base, head = (50.0,) * 4, (75.0,) * 4
+    loads = ((0.0, 1.5),) * 4
+    t = cal.TrialRecord(0, 0.5, base, head, 0.1, 1.0, True, 0.0, loads=loads)
+    assert t.diffs == [] and ana.measured_slowdown([t]) is None
+    rep = ana.analyse([t], RULE)
+    assert [line.strip() for line in ana.render_measured(rep)] == [
+        f"injected +50%: {ana.NONE_KEPT} (1 trial(s))"]

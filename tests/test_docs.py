@@ -106,3 +106,22 @@ def test_the_configuration_reference_names_every_flag_ini_key_and_variable() -> 
     names = ["--perfgate", "--perfgate-only", "--perfgate-skip",
              *(x for s in SPECS for x in (s.flag, s.ini, s.env) if x)]
     assert [n for n in names if f"`{n}`" not in page and f"`{n} " not in page] == []
+
+
+def test_the_command_table_names_every_command() -> None:
+    from pytest_perfgate.cli import commands
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    table = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [c.name for c in commands()
+            if not any(f"`{c.name}" in row or f"`{c.name} " in row or f", `{c.name}`" in row
+                       for row in table)] == []
+
+
+def test_every_variable_the_code_reads_is_documented() -> None:
+    import re
+
+    code = " ".join(p.read_text() for p in (ROOT / "pytest_perfgate").rglob("*.py"))
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    names = sorted(set(re.findall(r"PERFGATE_[A-Z0-9_]*[A-Z0-9]", code)))
+    assert names and [n for n in names if f"`{n}`" not in page] == []

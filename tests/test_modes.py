@@ -106,7 +106,8 @@ def test_production_side_runs_its_step_unwrapped_and_refuses_slowdowns() -> None
     src = steps.loop()
     replies = serve_with(ABSide(None), src, ("slowdown", 0.05))
     assert src.step == steps.step  # no injector around a production side's step
-    assert replies[0] == ("bench", "walk", 2)
+    assert replies[0] == ("bench", "walk", 2, {"threshold": None, "unit": "env-steps/s",
+                                                "extra": {}})
     assert replies[1] == ("error", NOT_CALIBRATING)
     assert NOT_CALIBRATING.startswith("this A/B side was not started for calibration")
     assert replies[2][0] == "raw"

@@ -215,10 +215,11 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
             done.append(t)
             if ns.save is not None:  # keep what is measured if a long study is interrupted
                 cal.save(ns.save, cfg, done, {**meta, "partial": True})
-            d = statistics.fmean(t.diffs)
+            measured = (f"measured {math.expm1(statistics.fmean(t.diffs)):+.2%}" if t.diffs
+                        else ana.NONE_KEPT)
             live.finished(f"trial {t.index + 1}/{total}",
                           f"{time.monotonic() - t0:.0f} s into the study, injected "
-                          f"{t.slowdown:+.0%}, measured {math.expm1(d):+.2%}, base "
+                          f"{t.slowdown:+.0%}, {measured}, base "
                           f"{statistics.median(t.base):.0f} s/Msteps"
                           f"{'' if t.steady else ' (warm-up not steady)'}")
 

@@ -50,6 +50,7 @@ class BenchCall:
     # the test's file and what follows it in the node id ("::test_walk[8]"): a run of
     # another revision selects the test by these (a node id need not name its file)
     test_file: tuple[str, str] | None = None
+    asked_threshold: float | None = None  # the threshold measure() was given (None: none)
 
 
 class Mode(Protocol):

@@ -11,6 +11,7 @@ call is one unit of work, read as calls/s unless the marker names the unit
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
@@ -43,39 +44,29 @@ def benchmark_name(item: pytest.Item, session: GateSession) -> str:
     return readable_name(stable_nodeid(item.nodeid, path, root))
 
 
-def measured_call(pyfuncitem: pytest.Function, session: GateSession,
-                  judged_key: pytest.StashKey[list[Any]]) -> Generator[None, object, object]:
+def measured_call(pyfuncitem: pytest.Function, session: GateSession
+                  ) -> Generator[None, object, object]:
     """The session plugin's ``pytest_pyfunc_call`` wrapper: hand the test perfgate's
     ``benchmark`` for its call, pytest-benchmark's back after (its own hooks read it at report
     time)."""
     from pytest_perfgate.plugin import markers
-    from pytest_perfgate.plugin.naming import note_location, test_file
-    from pytest_perfgate.plugin.session import marker_threshold
+    from pytest_perfgate.plugin.gate import open_gate
 
     original = pyfuncitem.funcargs.get("benchmark")
     if session.smoke or not is_pytest_benchmark(original):
         return (yield)
     shared = pyfuncitem.funcargs.get("perfgate")
-    gate = shared if isinstance(shared, PerfGate) else PerfGate(
-        session, pyfuncitem.nodeid, benchmark_name(pyfuncitem, session),
-        marker_threshold(pyfuncitem), markers.marker_counts(pyfuncitem),
-        test_file=test_file(pyfuncitem))
-    if gate is not shared:
-        note_location(pyfuncitem, session)
-        why = session.counts_unavailable(gate.counts)
-        if why:
-            pytest.skip(f"perfgate: {why}")
-        pyfuncitem.stash[judged_key] = gate.results
-    unit = markers.marker_unit(pyfuncitem) or CALLS.unit.removesuffix("/s")
-    ours = PerfgateBenchmark(original, gate, benchmark_name(pyfuncitem, session), unit,
-                             session.clock)
-    pyfuncitem.funcargs["benchmark"] = ours
-    try:
-        result = yield
-    finally:
-        pyfuncitem.funcargs["benchmark"] = original
-        if gate is not shared:
-            gate.close()
+    with contextlib.ExitStack() as stack:
+        gate = shared if isinstance(shared, PerfGate) else stack.enter_context(
+            open_gate(pyfuncitem, session, benchmark_name(pyfuncitem, session)))
+        unit = markers.marker_unit(pyfuncitem) or CALLS.unit.removesuffix("/s")
+        ours = PerfgateBenchmark(original, gate, benchmark_name(pyfuncitem, session), unit,
+                                 session.clock)
+        pyfuncitem.funcargs["benchmark"] = ours
+        try:
+            result = yield
+        finally:
+            pyfuncitem.funcargs["benchmark"] = original
     if not ours.used and getattr(original, "_mode", None):  # never a silent pass
         raise PerfgateUsageError(BYPASSED)
     return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_perfgate.core.metric import rate_unit
+from pytest_perfgate.session.checks import PerfgateUsageError
 from pytest_perfgate.session.options import OptionError, parse_fraction
 
 KWARGS: tuple[str, ...] = ("threshold", "counts", "memory_threshold")
@@ -84,10 +85,26 @@ def marker_unit(item: pytest.Item) -> str | None:
     return unit if isinstance(unit, str) else None
 
 
+def marker_threshold(item: pytest.Item) -> float | None:
+    """The closest perfgate marker's threshold (None: the session's). Every marker was
+    checked at collection (:meth:`PerfgatePlugin.check_items`); this re-raises for items
+    created later, e.g. by a plugin."""
+    mark = item.get_closest_marker("perfgate")
+    if mark is None or "threshold" not in mark.kwargs:
+        return None
+    raw = mark.kwargs["threshold"]
+    try:
+        return parse_threshold(raw)
+    except OptionError as e:
+        raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
+                                 f"{e}") from None
+
+
 __all__ = [
     "KWARGS",
     "marker_counts",
     "marker_memory_threshold",
+    "marker_threshold",
     "marker_unit",
     "parse_threshold",
     "problems",

@@ -15,12 +15,9 @@ import pytest
 
 from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers, progress, select
-from pytest_perfgate.plugin.naming import default_name, note_location, test_file
+from pytest_perfgate.plugin.gate import JUDGED
 from pytest_perfgate.plugin.summary import Summary
-from pytest_perfgate.session.options import OptionError
-from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError
-
-_judged_key = pytest.StashKey[list[Judged]]()  # a test's verdicts, for its report
+from pytest_perfgate.session.session import GateSession, PerfGate
 
 
 class PerfgatePlugin:
@@ -48,6 +45,13 @@ class PerfgatePlugin:
             machine_info=lambda info: hook.pytest_perfgate_machine_info(config=config,
                                                                          info=info),
             place=place(config) if options.enabled and options.remeasure else None)
+        if ab is not None:  # the controller sets no perf test up: its sides run it
+            from pytest_perfgate.modes.ab.controller import ABController
+            from pytest_perfgate.plugin.by_sides import RunBySides
+
+            assert isinstance(session.mode, ABController)
+            config.pluginmanager.register(RunBySides(session, session.mode),
+                                          "perfgate-ab-sides")
         if session.remeasure is not None:  # its worktrees go when the run ends
             config.add_cleanup(session.remeasure.close)
         progress.install(config, session)
@@ -63,20 +67,10 @@ class PerfgatePlugin:
 
     def fixture(self, item: pytest.Item) -> Iterator[PerfGate]:
         """The ``perfgate`` fixture's body: a PerfGate for ``item``, closed at teardown."""
-        session = self.session
-        gate = PerfGate(session, item.nodeid, default_name(item, session),
-                        marker_threshold(item), markers.marker_counts(item),
-                        memory_threshold=markers.marker_memory_threshold(item),
-                        unit=markers.marker_unit(item), test_file=test_file(item))
-        note_location(item, session)
-        why = session.counts_unavailable(gate.counts)
-        if why:  # never a silent pass without the counts the test asked for (§10)
-            pytest.skip(f"perfgate: {why}")
-        item.stash[_judged_key] = gate.results
-        try:
+        from pytest_perfgate.plugin.gate import open_gate
+
+        with open_gate(item, self.session) as gate:
             yield gate
-        finally:
-            gate.close()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -85,7 +79,7 @@ class PerfgatePlugin:
         if call.when != "call":
             return report
         session = self.session
-        judged = item.stash.get(_judged_key, [])
+        judged = item.stash.get(JUDGED, [])
         bad = failing(judged)
         if report.passed and bad:
             from pytest_perfgate.report.render import explain
@@ -101,28 +95,13 @@ class PerfgatePlugin:
         """pytest-benchmark's ``benchmark`` measured by perfgate (plugin/benchmark_compat.py)."""
         from pytest_perfgate.plugin.benchmark_compat import measured_call
 
-        return (yield from measured_call(pyfuncitem, self.session, _judged_key))
+        return (yield from measured_call(pyfuncitem, self.session))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.summary.finish(session)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         self.summary.show(terminalreporter)
-
-
-def marker_threshold(item: pytest.Item) -> float | None:
-    """The closest perfgate marker's threshold (None: the session's). Every marker was
-    checked at collection (:meth:`PerfgatePlugin.check_items`); this re-raises for items
-    created later, e.g. by a plugin."""
-    mark = item.get_closest_marker("perfgate")
-    if mark is None or "threshold" not in mark.kwargs:
-        return None
-    raw = mark.kwargs["threshold"]
-    try:
-        return markers.parse_threshold(raw)
-    except OptionError as e:
-        raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
-                                 f"{e}") from None
 
 
 def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
@@ -145,4 +124,4 @@ def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
             item.warn(PerfgateWarning(f"{j.result.name}: no profile: {profile['error']}"))
 
 
-__all__ = ["PerfgatePlugin", "marker_threshold"]
+__all__ = ["PerfgatePlugin"]

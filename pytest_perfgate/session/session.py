@@ -339,25 +339,37 @@ class PerfGate:
         threshold = check_threshold(threshold)
         meta = getattr(source, "metadata", None)  # keys the source records itself
         extra = check_extra(extra, frozenset(meta()) if callable(meta) else frozenset())
+        call = self.call(name, transitions, threshold, extra, rate, windows, window_time)
+        mode = self.session.mode_for(self.counts)
+        return self.deliver(call, lambda c: mode.measure(source, c))
+
+    def call(self, name: str | None, transitions: int, threshold: float | None,
+             extra: Mapping[str, Any], unit: str, windows: int | None = None,
+             window_time: float | None = None) -> BenchCall:
+        """The benchmark a ``measure()`` call names, with its rule; its name claimed."""
         bench = self._name(name)
         self.session.claim_name(bench, self.test_id)
         rule = self.session.rule(threshold if threshold is not None else self._threshold)
-        call = BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
+        return BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
                          counts=self.counts, memory_threshold=self.memory_threshold,
-                         unit=rate, test_file=self.test_file)
+                         unit=unit, test_file=self.test_file, asked_threshold=threshold)
+
+    def deliver(self, call: BenchCall, measure: Callable[[BenchCall], Judged]) -> Judged:
+        """``measure(call)`` with its progress shown; every verdict it delivered for this
+        test (--perfgate-counts adds <name>.counts to the wall-time one) is kept so each can
+        fail the test; a mode that delivers none (smoke mode delivers its result; an A/B
+        side none): what it returned."""
         mine = self.session.verdicts.by_test.setdefault(self.test_id, [])
         before = len(mine)
         progress = self.session.progress
-        progress.started(bench)
+        progress.started(call.name)
         try:
-            j = self.session.mode_for(self.counts).measure(source, call)
+            j = measure(call)
         except BaseException as e:
-            progress.finished(bench, f"stopped by {type(e).__name__}")
+            progress.finished(call.name, f"stopped by {type(e).__name__}")
             raise
-        progress.finished(bench, verdict_summary(j.result.steps_per_s, j.verdict, rate))
-        # every verdict this call delivered for this test (--perfgate-counts adds
-        # <name>.counts to the wall-time one), so each can fail the test; a mode that
-        # delivers none (smoke mode delivers its result; an A/B side none): what it returned
+        progress.finished(call.name, verdict_summary(j.result.steps_per_s, j.verdict,
+                                                     call.unit))
         self.results.extend(mine[before:] or [j])
         return j
 

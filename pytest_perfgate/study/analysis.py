@@ -363,15 +363,21 @@ def _setting(rep: Report) -> str:
     return f"{rep.turns} turns, {rep.estimator}, {thr}"
 
 
+NONE_KEPT = ("not measured: no turn pair kept, the outside load changed between the two turns "
+             "of every pair")
+
+
 def render_measured(rep: Report) -> list[str]:
     """Verification that an injected slowdown measures as itself."""
     out = []
     for r in rep.rows:
+        what = "A/A" if r.slowdown == 0 else f"injected +{percent(r.slowdown)}"
         if r.measured is None:
+            if r.called.n:
+                out.append(f"  {what:>14}: {NONE_KEPT} ({r.called.n} trial(s))")
             continue
         m, lo, hi = r.measured
         ci = f" [{lo:+.1%} .. {hi:+.1%}]" if not math.isnan(lo) else ""
-        what = "A/A" if r.slowdown == 0 else f"injected +{percent(r.slowdown)}"
         out.append(f"  {what:>14}: measured {m:+.2%}{ci} over {r.called.n} trials")
     return out
 

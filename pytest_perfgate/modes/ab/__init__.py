@@ -11,7 +11,9 @@ Written by hand: no benchmarking library alternates two live processes (docs/des
 - :mod:`.slowdown`: the slowdown injector, loaded only by calibration sides.
 
 Protocol (over a socketpair inherited by the side process, pickled tuples of plain data):
-side -> ("bench", name, transitions) when its test reaches ``perfgate.measure``;
+side -> ("bench", name, transitions, meta) when its test reaches ``perfgate.measure``
+(meta: what the controller judges it by, side.announcement); side -> ("end",) when its test
+measures nothing more;
 controller -> ("window", seconds) and side -> ("raw", RawWindow.to_wire()); controller ->
 ("done",) returns from measure; side -> ("error", text) when the step raised. Calibration
 sides also take controller -> ("slowdown", fraction) and answer ("ok", fraction). Only one

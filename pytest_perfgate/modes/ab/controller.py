@@ -179,12 +179,8 @@ class ABController:
         self._pairs: dict[str, Pair] = {}  # test id -> its running sides
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
-        ab = self.setup
-        pair = self._pairs.get(call.test_id)
-        if pair is None:
-            pair = Pair(Side(ab.base, call.test_id, ab.plugin_root, call.test_file),
-                        Side(ab.head, call.test_id, ab.plugin_root, call.test_file))
-            self._pairs[call.test_id] = pair
+        """A ``measure()`` call of a test body run here: both sides must reach it too."""
+        pair = self.pair_for(call.test_id, call.test_file)
         try:
             base_src, head_src = pair.next_bench(call.name)
         except SideError:
@@ -192,6 +188,33 @@ class ABController:
             if why is None:
                 raise
             return self._new_in_head(pair, call, why)
+        return self._judge(pair, base_src, head_src, call)
+
+    def measure_announced(self, pair: Pair, call: BenchCall) -> Judged:
+        """A ``measure()`` call the head side announced (a test run by its sides alone,
+        :mod:`.by_sides`): the base must reach it too, or it is new in the head."""
+        try:
+            reach(pair.base, call.name)
+        except SideError:
+            why = self._absent_from_base(pair.base, call)
+            if why is None:
+                raise
+            return self._new_in_head(pair, call, why, head_reached=True)
+        return self._judge(pair, RemoteSource(pair.base), RemoteSource(pair.head), call)
+
+    def pair_for(self, test_id: str, test_file: tuple[str, str] | None) -> Pair:
+        """The two sides running ``test_id``, started on first use."""
+        ab = self.setup
+        pair = self._pairs.get(test_id)
+        if pair is None:
+            pair = Pair(Side(ab.base, test_id, ab.plugin_root, test_file),
+                        Side(ab.head, test_id, ab.plugin_root, test_file))
+            self._pairs[test_id] = pair
+        return pair
+
+    def _judge(self, pair: Pair, base_src: RemoteSource, head_src: RemoteSource,
+               call: BenchCall) -> Judged:
+        ab = self.setup
         metric = metric_for(call.unit)
         design = plan(self.turns, self.looks, call.rule.alpha)
         run = measure_sequential(base_src, head_src, self.meter(), design, self.turn_s,
@@ -240,11 +263,13 @@ class ABController:
             return "the test does not measure it there: not a perf test in that revision"
         return None
 
-    def _new_in_head(self, pair: Pair, call: BenchCall, why: str) -> Judged:
+    def _new_in_head(self, pair: Pair, call: BenchCall, why: str, head_reached: bool = False
+                     ) -> Judged:
         """A test the base revision does not have (a new file, function or parameter): the
         head is measured alone and recorded, NO BASELINE, never a regression or an error."""
         ab = self.setup
-        reach(pair.head, call.name)
+        if not head_reached:
+            reach(pair.head, call.name)
         m = self.meter().measure(RemoteSource(pair.head))
         with contextlib.suppress(OSError):
             pair.head.conn.send(("done",))

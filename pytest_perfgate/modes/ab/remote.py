@@ -113,7 +113,7 @@ class Side:
         # rewriting; a project whose filterwarnings has "error" (this one) turned pytest's
         # warning about that into a failed start-up.
         self.target = spec.target(nodeid, where)
-        args = [sys.executable, "-c", boot, self.target, "-q", "-p", "no:cacheprovider",
+        args = [sys.executable, "-c", boot, self.target, "-q", "-rs", "-p", "no:cacheprovider",
                 "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning",
                 *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
@@ -153,6 +153,32 @@ class Side:
                else f"killed by {signal.Signals(-code).name}")
         return SideError(f"{self.spec.role} side ({self.command} in {self.spec.cwd}) {what} "
                          f"[{how}]. Its output ends with:\n{self.output_tail()}")
+
+    def announced(self, timeout: float = START_TIMEOUT_S) -> tuple[Any, ...] | None:
+        """The next ("bench", name, transitions, meta) of a side that runs its test on its
+        own, or None once its test measures nothing more: it said so, closed its connection
+        or exited (its exit status says how the test ended). Silence past ``timeout`` is a
+        hang, a SideError."""
+        try:
+            msg = self.recv(timeout, "its test's next measure() call or its end",
+                            " (the bound for a test's set-up before a measure() call)")
+        except SideError:
+            if self.hung:
+                raise
+            return None
+        if msg[0] == "end":
+            return None
+        if msg[0] != "bench":
+            raise SideError(f"{self.spec.role} side sent {msg[0]!r}, expected a measure() "
+                            "call or the end of its test")
+        return msg
+
+    def skip_reason(self) -> str:
+        """The reason pytest's -rs summary gives for this side's skipped test."""
+        for line in reversed(self.output_tail().splitlines()):
+            if line.startswith("SKIPPED ["):
+                return line.partition("] ")[2] or line
+        return "skipped (no reason given)"
 
     def lacks_test(self) -> bool:
         """True when this side's pytest ended because its file has no such test (exit 4
@@ -226,6 +252,11 @@ def reach(side: Side, name: str) -> None:
     """Wait until ``side`` reaches the ``measure()`` call of benchmark ``name``."""
     msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}",
                     " (the bound for starting a side, importing and collecting its test)")
+    if msg[0] == "end":  # its test measured nothing (more): it skipped, or never measures
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            side.proc.wait(EXIT_TIMEOUT_S)
+        raise SideError(f"{side.spec.role} side's test ended before its measure() call for "
+                        f"{name}")
     if msg[0] != "bench" or msg[1] != name:
         raise SideError(f"{side.spec.role} side reached {msg[:2]!r}, expected "
                         f"('bench', {name!r}): do base and head run the same test?")

@@ -8,6 +8,7 @@ for calibration (``SideSpec(calibration=True)``) wraps its step in the slowdown 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import traceback
@@ -95,19 +96,29 @@ class ABSide:
 
             slowed = Slowed(source)
         windows = serve(self.conn, source, call.name, call.transitions, slowed,
-                        self.calibration)
+                        self.calibration, announcement(call))
         m = Measurement(tuple(Window.of(w) for w in windows), True, 0.0, 0)
         return Judged(summarize(call.name, m, call.transitions), None, call.rule, call.test_id)
 
     def end_test(self, test_id: str) -> None:
-        pass
+        """Tell the controller this test measures nothing more (it may still fail)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(("end",))
+
+
+def announcement(call: BenchCall) -> dict[str, Any]:
+    """What the controller needs of a ``measure()`` call to judge it without running the
+    test itself: the threshold the call asked for, its unit and its workload metadata."""
+    return {"threshold": call.asked_threshold, "unit": call.unit, "extra": dict(call.extra)}
 
 
 def serve(conn: Any, source: WindowSource, name: str, transitions: int,
-          slowed: Slowed | None, calibration: bool) -> list[RawWindow]:
+          slowed: Slowed | None, calibration: bool,
+          meta: dict[str, Any] | None = None) -> list[RawWindow]:
     """Run windows on the controller's command until it says done (the side's measure()).
-    ``slowed`` is the injector around the step of a ``calibration`` side, else None."""
-    conn.send(("bench", name, transitions))
+    ``slowed`` is the injector around the step of a ``calibration`` side, else None;
+    ``meta``: the call's :func:`announcement`."""
+    conn.send(("bench", name, transitions, meta or {}))
     served: list[RawWindow] = []
     while True:
         msg = conn.recv()
