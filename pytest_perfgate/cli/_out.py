@@ -15,13 +15,15 @@ import contextlib
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 
 OK, FAIL, USAGE, INFRA = 0, 1, 2, 3
+T = TypeVar("T")
 SCHEMA_VERSION = 1  # bump when a field of the --json documents changes meaning
 
 
@@ -47,10 +49,29 @@ def find_history(args: argparse.Namespace) -> Any:
         return infra(args, str(e))
 
 
+def with_history_warnings(prog: str, call: Callable[[], T], seen: set[str] | None = None
+                          ) -> T:
+    """Run ``call``, printing each HistoryWarning (a skipped file, named) as one line on
+    stderr instead of Python's warning format; a message already in ``seen`` (the same file
+    read again) is not repeated."""
+    from pytest_perfgate.history.files import HistoryWarning
+
+    seen = set() if seen is None else seen
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", HistoryWarning)
+        try:
+            return call()
+        finally:
+            for w in caught:
+                if not issubclass(w.category, HistoryWarning):
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                elif str(w.message) not in seen:
+                    seen.add(str(w.message))
+                    print(f"{prog}: warning: {w.message}", file=sys.stderr)
+
+
 def warned(args: argparse.Namespace, call: Any) -> Any:
     """``call()`` with each skipped history file named once, as one line on stderr."""
-    from pytest_perfgate.cli.history import with_history_warnings
-
     if not hasattr(args, "warned"):
         args.warned = set()
     return with_history_warnings(args.parser.prog, call, args.warned)

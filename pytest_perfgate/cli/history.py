@@ -16,15 +16,13 @@ import os
 import re
 import shlex
 import statistics
-import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._out import add_json_argument
+from pytest_perfgate.cli._out import add_json_argument, with_history_warnings
 from pytest_perfgate.cli.common_args import add_history_arguments, history_location
 from pytest_perfgate.report.series import GATED, MachineHistory, Series
 
@@ -46,27 +44,6 @@ def fmt(x: float) -> str:
 
 def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
-
-
-def with_history_warnings(prog: str, call: Callable[[], T], seen: set[str] | None = None
-                          ) -> T:
-    """Run ``call``, printing each HistoryWarning (a skipped file, named) as one line on
-    stderr instead of Python's warning format; a message already in ``seen`` (the same file
-    read again) is not repeated."""
-    from pytest_perfgate.history.files import HistoryWarning
-
-    seen = set() if seen is None else seen
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", HistoryWarning)
-        try:
-            return call()
-        finally:
-            for w in caught:
-                if not issubclass(w.category, HistoryWarning):
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-                elif str(w.message) not in seen:
-                    seen.add(str(w.message))
-                    print(f"{prog}: warning: {w.message}", file=sys.stderr)
 
 
 def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
@@ -366,4 +343,4 @@ def render(s: Series, cps: list[Any], where: str) -> list[str]:
     return out
 
 
-__all__ = ["HistoryCommand", "fmt", "load", "render", "with_history_warnings"]
+__all__ = ["HistoryCommand", "fmt", "load", "render"]

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._out import add_json_argument
+from pytest_perfgate.cli._out import add_json_argument, with_history_warnings
 from pytest_perfgate.cli.check import add_rule_arguments, judge_run
 from pytest_perfgate.cli.common_args import folder_problem
-from pytest_perfgate.cli.history import load, with_history_warnings
+from pytest_perfgate.cli.history import load
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series, hidden_message

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import pytest
+import pytest
 
+if TYPE_CHECKING:
     from pytest_perfgate.core.judged import Judged
+
+
+class PerfgateWarning(pytest.PytestWarning):
+    """A verdict that passes but needs a look (INCONCLUSIVE, NO BASELINE): shown by ``-rw``
+    and in the warnings summary, attributed to the test. Filter it like any warning:
+    ``-W ignore::pytest_perfgate.plugin.hooks.PerfgateWarning`` (the hooks module, where
+    pytest finds the plugin, re-exports it)."""
 
 
 def pytest_perfgate_machine_info(config: pytest.Config, info: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_perfgate.plugin import PerfgateWarning  # noqa: F401  (its documented path)
 from pytest_perfgate.plugin.fixtures_mujoco import g1_scene, humanoid_xml, mujoco_pool, mujoco_sweep  # noqa: F401
 from pytest_perfgate.plugin.fixtures_placement import numa_workers, pinned_workers  # noqa: F401
 from pytest_perfgate.plugin.fixtures_ring import ring_pair  # noqa: F401
@@ -27,12 +28,6 @@ if TYPE_CHECKING:
 
 PLUGIN = "perfgate-session"  # the session plugin's name in pytest's plugin manager
 FLAGS = frozenset(s.flag for s in SPECS)
-
-
-class PerfgateWarning(pytest.PytestWarning):
-    """A verdict that passes but needs a look (INCONCLUSIVE, NO BASELINE): shown by ``-rw``
-    and in the warnings summary, attributed to the test. Filter it like any warning:
-    ``-W ignore::pytest_perfgate.plugin.hooks.PerfgateWarning``."""
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -109,7 +109,7 @@ def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
     (docs/measurement.md); every verdict is also a ``perfgate`` property of the test's
     junit XML entry."""
     from pytest_perfgate.core.gate import Outcome
-    from pytest_perfgate.plugin.hooks import PerfgateWarning
+    from pytest_perfgate.plugin import PerfgateWarning
 
     for j in judged:
         v = j.verdict
