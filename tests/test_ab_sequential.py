@@ -22,7 +22,7 @@ from pytest_perfgate.core.load import LoadSample
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
 from pytest_perfgate.core.sequential import boundaries, obf_spent, plan
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.modes.ab.controller import load_changed, measure_sequential
+from pytest_perfgate.modes.ab.turns import load_changed, measure_sequential
 from pytest_perfgate.session.options import OptionError, Options, parse_looks
 
 RULE = Rule(threshold=0.02, alpha=0.01)

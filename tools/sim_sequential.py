@@ -28,7 +28,7 @@ from pathlib import Path
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.measure import Window
 from pytest_perfgate.core.sequential import plan
-from pytest_perfgate.modes.ab.controller import run_looks
+from pytest_perfgate.modes.ab.turns import run_looks
 from pytest_perfgate.study.analysis import LOAD_CHANGE, Rate
 from pytest_perfgate.study.calibrate import load
 

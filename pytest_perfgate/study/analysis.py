@@ -137,7 +137,7 @@ def replay(t: TrialRecord, rule: Rule, design: Design, limit: float = LOAD_CHANG
     """A trial's recorded pairs judged by a sequential design, as the gate would have:
     (outcome, pairs used, enough): ``enough`` is False when the design wanted more pairs
     than the trial recorded (it stopped sooner live), so the outcome is not the design's."""
-    from pytest_perfgate.modes.ab.controller import run_looks
+    from pytest_perfgate.modes.ab.turns import run_looks
 
     loads = t.loads or ((None, None),) * len(t.base)
     pairs = [(Window(10**6, b, 0.0, other_load=lb), Window(10**6, h, 0.0, other_load=lh))

@@ -171,7 +171,7 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
     look that decides, load-changed pairs re-measured), and (optionally) one history run
     per side. Every pair measured is kept with its outside load, so other designs can be
     replayed offline (:mod:`.analysis`)."""
-    from pytest_perfgate.modes.ab.controller import LOAD_CHANGE_SHARE, run_looks, turn_pair
+    from pytest_perfgate.modes.ab.turns import LOAD_CHANGE_SHARE, run_looks, turn_pair
 
     head.inject_slowdown(slowdown)
     start_ns = clock.wall_ns()

@@ -5,7 +5,9 @@ Written by hand: no benchmarking library alternates two live processes (docs/des
 - :mod:`.remote`: the controller's handle on a side process (:class:`Side`, :class:`Pair`,
   :class:`RemoteSource`, :class:`SideSpec`, :class:`SideError`);
 - :mod:`.controller`: :class:`ABController`, the mode of the controlling pytest process
-  (ABBA turns, paired verdict), and :func:`start_ab` (the base revision's worktree);
+  (starts the sides, judges each pair), and :func:`start_ab` (the base revision's worktree);
+- :mod:`.turns`: ABBA turn pairs, the load-change rule and the sequential looks;
+- :mod:`.by_sides`: a perf test run by its sides alone (the controller sets none up);
 - :mod:`.side`: :class:`ABSide`, the mode of a side process (serves windows);
 - :mod:`.checkout`: the base revision's worktree, removed on SIGTERM too, swept after SIGKILL;
 - :mod:`.slowdown`: the slowdown injector, loaded only by calibration sides.
@@ -26,8 +28,6 @@ from pytest_perfgate.modes.ab.controller import (
                                                  ABController,
                                                  ABSetup,
                                                  ABSetupError,
-                                                 interleave,
-                                                 measure_pair,
                                                  start_ab,
                                                  worktree,
 )
@@ -43,6 +43,7 @@ from pytest_perfgate.modes.ab.remote import (
                                                  window_bound,
 )
 from pytest_perfgate.modes.ab.side import ABSide, is_side_process, serve, side_connection
+from pytest_perfgate.modes.ab.turns import interleave, measure_pair
 
 __all__ = [
                                                  "AB",
