@@ -84,6 +84,12 @@ def site(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> dict[s
                  "--scripts", str(node_modules)], repo)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "integrity hashes hold for 6" in done.stdout, done.stdout
+    # the last word says how to open it: a browser refuses its data files from file://
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("perfgate publish: open it over http (a browser refuses its data "
+                           "files from file://): perfgate publish --serve (from the project "
+                           "folder), or python -m http.server --directory "), last
+    assert last.endswith("html and open http://localhost:8000/"), last
     assert not list(repo.glob(".perfgate-publish-*")), "the config copy was left behind"
     index = json.loads((repo / "html" / "index.json").read_text())
     ours = sorted(n for n in index["benchmarks"] if n == BENCH or n.startswith(BENCH + "."))

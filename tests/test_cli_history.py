@@ -50,8 +50,8 @@ def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -
                          "commit 9999999999 (run 20240101T000008-aa0008)")
     assert out[mark + 1].startswith("   9999999999  2024-01-01 08:00  20240101T000008-aa0008")
     assert out[-3].startswith("spread: ") and out[-3].endswith("1 change point(s)")
-    assert "the gate's: the standard deviation of the log run medians of the newest 16 " \
-        "runs" in out[-3]
+    assert "(the gate's, as it judges the newest run: its baseline's runs, spoiled ones left " \
+        "out)" in out[-3]
     assert out[-2] == "  " + out[mark][3:]
     assert out[-1] == "    find the commit: perfgate bisect 888888888888 999999999999 -k walk"
 
@@ -329,3 +329,32 @@ def test_without_bench_the_names_recorded_are_listed(tmp_path: Path, capsys) -> 
     assert usage_error(capsys, "--results-dir", str(tmp_path)) == (
         "perfgate history: error: name the benchmark to show (BENCH, or a part of its name): "
         f"machine 'box' in {tmp_path} has perf.test_run, perf.test_walk")
+
+
+def test_the_spread_shown_is_the_one_the_gate_judges_by(tmp_path: Path, capsys) -> None:
+    """One run spoiled by outside load (most windows polluted) is left out of the gate's
+    spread; the history view shows that figure, not the plain spread of every median."""
+    import math
+    import random
+    import statistics
+
+    from pytest_perfgate.core.results import BenchResult, RunRecord
+    from pytest_perfgate.history.store import History
+
+    rng = random.Random(3)
+    levels = [250.0 * (1 + rng.gauss(0, 0.004)) for _ in range(10)]
+    levels[4] = 340.0  # a neighbour slowed this run; the guard saw it in every window
+    for i, level in enumerate(levels):
+        samples = tuple(level * (1 + rng.gauss(0, 0.002)) for _ in range(6))
+        b = BenchResult("walk", samples, 1e6 / level, verdict="OK",
+                        polluted_kept=6 if i == 4 else 0)
+        History(tmp_path, "box").record(RunRecord(
+            f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, "123456789a"[i] * 40, 0,
+            "main", False, "box", "fp", {"mode": "history"}, {"walk": b}))
+    plain = statistics.stdev(math.log(v) for v in levels)
+    assert history("walk", "--results-dir", str(tmp_path), "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert plain > 0.05 and doc["noise"] < 0.01, (plain, doc["noise"])
+    assert history("walk", "--results-dir", str(tmp_path)) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("spread: "))
+    assert line.startswith(f"spread: {doc['noise']:.2%} run to run (the gate's")

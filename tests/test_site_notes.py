@@ -33,12 +33,16 @@ def test_runs_of_one_commit_and_a_failed_newest_run_are_noted(tmp_path: Path) ->
         "commit, so each stays empty until a second commit is measured."]
     failed = _run(tmp_path, 1, "a" * 40, "UNSTABLE")
     _run(tmp_path, 2, "b" * 40, "OK", name="other")
-    (note,) = history_notes(tmp_path)
+    lone, note = history_notes(tmp_path)
+    assert lone == ("These benchmarks were measured at one commit only, so their graphs stay "
+                    "empty until a second commit measures them: other, walk.")
     assert note.startswith("The newest run of these benchmarks failed the gate, and the value "
                            "the list shows for them is that run's: walk (UNSTABLE, run "
                            f"{failed.run_id}).")
     assert main(["accept", failed.run_id, "--results-dir", str(tmp_path)]) == 0
-    assert history_notes(tmp_path) == []  # accepted: the value stands
+    assert history_notes(tmp_path) == [lone]  # accepted: the value stands
+    _run(tmp_path, 3, "c" * 40, "OK")  # walk's second commit: its graph has a line
+    assert history_notes(tmp_path) == [lone.replace("other, walk", "other")]
 
 
 def test_the_page_sends_file_urls_to_how_to_serve_it(tmp_path: Path) -> None:

@@ -145,6 +145,28 @@ def test_an_unsteady_warm_up_names_outside_load_when_the_guard_saw_it(other: flo
     assert v.outcome.value == "UNSTABLE" and cause in v.message
 
 
+def test_unstable_names_load_the_guard_saw_after_the_warm_up() -> None:
+    """A neighbour quiet during warm-up that then spoils the measured windows: UNSTABLE says
+    so (the user met "no outside load seen" above "8 polluted window(s) kept")."""
+    from pytest_perfgate.core.gate import Rule, evaluate
+    from pytest_perfgate.core.judged import summarize
+
+    clock = FakeClock()
+    src = make_source(clock, [0.001 * (1.3 ** i) for i in range(80)])
+    cfg = MeasureConfig(windows=3, window_s=0.1, warmup_window_s=0.05, warmup_max_s=1.0,
+                        load_limit=0.5, max_remeasure=2)
+    # the warm-up is probed once (quiet: 0.0); every measured window then sees 1.5 cores
+    m = Meter(cfg, clock=clock, load_probe=ScriptedProbe([0.0] + [1.5] * 10)).measure(src)
+    assert not m.steady and m.warmup_load is None and m.polluted_kept + m.remeasured == 5
+    r = summarize("walk", m, 1)
+    v = evaluate(r.samples, [r.samples], Rule(), steady=r.steady, warmup_load=r.warmup_load,
+                 load_windows=r.polluted_kept + r.remeasured)
+    assert v.outcome.value == "UNSTABLE"
+    assert "the load guard then saw outside load spoil 5 of the windows measured after it" \
+        in v.message and "run again when the machine is quiet" in v.message
+    assert "no outside load seen" not in v.message
+
+
 def test_is_steady_rule() -> None:
     assert not is_steady([1, 1, 1], span=2, tol=0.1)
     assert is_steady([5, 1, 1.05, 1.0, 1.04], span=2, tol=0.1)

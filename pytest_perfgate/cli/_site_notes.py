@@ -34,6 +34,7 @@ def history_notes(results_dir: Path) -> list[str]:
 
     notes: list[str] = []
     commits: set[str] = set()
+    bench_commits: dict[str, set[str]] = {}  # benchmark -> the commits that measured it
     failed: list[str] = []
     try:
         machines = recorded_machines(results_dir)
@@ -52,6 +53,7 @@ def history_notes(results_dir: Path) -> list[str]:
             if r.run_id in decisions.forgotten:
                 continue
             for name, b in r.benchmarks.items():
+                bench_commits.setdefault(name, set()).add(r.commit)
                 if name not in newest or r.started_at > newest[name][0]:
                     verdict = None if r.run_id in decisions.accepted else b.verdict
                     newest[name] = (r.started_at, verdict, r.run_id)
@@ -64,6 +66,13 @@ def history_notes(results_dir: Path) -> list[str]:
         notes.append(f"Every run here measured one commit ({commit[:10]}): a graph draws a "
                      "line from commit to commit, so each stays empty until a second commit "
                      "is measured.")
+    else:
+        lone = sorted(name for name, c in bench_commits.items() if len(c) == 1)
+        if lone:
+            shown = ", ".join(lone[:MAX_FAILED]) + (
+                f" and {len(lone) - MAX_FAILED} more" if len(lone) > MAX_FAILED else "")
+            notes.append(f"These benchmarks were measured at one commit only, so their "
+                         f"graphs stay empty until a second commit measures them: {shown}.")
     if failed:
         shown = "; ".join(failed[:MAX_FAILED]) + (
             f"; and {len(failed) - MAX_FAILED} more" if len(failed) > MAX_FAILED else "")

@@ -165,13 +165,15 @@ class HistoryCommand(Command):
             cps = changepoints.detect(s.values)
         except changepoints.MissingLibrary as e:
             return infra(args, str(e))
-        for line in render(s, cps, where):
+        noise = with_history_warnings(prog, lambda: gate_noise(found, s, Path.cwd()))
+        for line in render(s, cps, where, noise):
             print(line)
-        args.json_body = series_json(s, cps, found.machine, str(found.results_dir))
+        args.json_body = series_json(s, cps, found.machine, str(found.results_dir), noise)
         return 0
 
 
-def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> dict[str, Any]:
+def series_json(s: Series, cps: list[Any], machine: str, results_dir: str,
+                noise: float | None = None) -> dict[str, Any]:
     """The --json document of ``perfgate history`` (schema: docs/cli.md)."""
     from pytest_perfgate.report.changepoints import MIN_POINTS
 
@@ -194,7 +196,8 @@ def series_json(s: Series, cps: list[Any], machine: str, results_dir: str) -> di
                            "bisect": bisect_command(s, cp.index,
                                                     cps[k - 1].index if k else 0)}
                           for k, cp in enumerate(cps)],
-        "noise": num(gate_spread(s.values)[0]) if enough else None,
+        "noise": num(noise if noise is not None else gate_spread(s.values)[0]) if enough
+        else None,
     }
 
 
@@ -306,15 +309,45 @@ def _test_name(benchmark: str, test_file: str | None) -> str | None:
 
 
 def gate_spread(values: Sequence[float]) -> tuple[float, int]:
-    """The run-to-run spread the history gate uses (modes/history.py): the standard
-    deviation of the log run medians of the newest SPREAD_RUNS runs; and how many."""
+    """The standard deviation of the log run medians of the newest SPREAD_RUNS runs, and
+    how many: the figure shown where the gate has no judgement of the newest run to read."""
     from pytest_perfgate.modes.history import SPREAD_RUNS
 
     logs = [math.log(v) for v in values[-SPREAD_RUNS:] if v > 0 and math.isfinite(v)]
     return (statistics.stdev(logs) if len(logs) >= 2 else 0.0), len(logs)
 
 
-def render(s: Series, cps: list[Any], where: str) -> list[str]:
+def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
+    """The run-to-run spread the history gate uses for the series' newest run: that run
+    judged again as ``perfgate check`` judges it (its baseline, spoiled runs left out, the
+    noise inside runs as a floor). None for a series the gate does not judge, or a run
+    with no baseline to judge it by."""
+    from pytest_perfgate.core.gate import Rule
+    from pytest_perfgate.history.context import HistoryContext
+    from pytest_perfgate.modes.history import HistoryMode
+    from pytest_perfgate.session.options import Options
+
+    if s.kind != GATED or not s.points:
+        return None
+    run = s.points[-1].run
+    result = run.benchmarks.get(s.benchmark)
+    if result is None:
+        return None
+    ctx = HistoryContext.for_run(found.results_dir, run, repo)
+    mode = HistoryMode(False, _no_meter, lambda _: None, lambda: ctx, Options().baseline_runs,
+                       None, records=None)
+    verdict = mode.judge(result, s.benchmark, Rule()).verdict
+    ev = verdict.evidence if verdict is not None else None
+    if ev is None or ev.method != "history" or (ev.between is None and ev.within is None):
+        return None
+    return max(ev.between or 0.0, ev.within or 0.0)
+
+
+def _no_meter(**_: Any) -> Any:
+    raise AssertionError("perfgate history measures nothing")
+
+
+def render(s: Series, cps: list[Any], where: str, noise: float | None = None) -> list[str]:
     """The whole output: a header, the table, the change points and what can be seen."""
     from pytest_perfgate.report.changepoints import MIN_POINTS
 
@@ -328,9 +361,14 @@ def render(s: Series, cps: list[Any], where: str) -> list[str]:
         out.append(f"{n} run(s): change points need at least {MIN_POINTS} (two on each side "
                    "of a step)")
         return out
-    spread, k = gate_spread(s.values)
-    out.append(f"spread: {spread:.2%} run to run (the gate's: the standard deviation of the "
-               f"log run medians of the newest {k} runs); {len(cps)} change point(s)")
+    if noise is not None:
+        out.append(f"spread: {noise:.2%} run to run (the gate's, as it judges the newest run: "
+                   f"its baseline's runs, spoiled ones left out); {len(cps)} change point(s)")
+    else:
+        spread, k = gate_spread(s.values)
+        out.append(f"spread: {spread:.2%} run to run (the standard deviation of the log run "
+                   f"medians of the newest {k} runs; the gate has no baseline for the newest "
+                   f"run); {len(cps)} change point(s)")
     ancestor = git_ancestry(Path.cwd())
     for k, cp in enumerate(cps):
         out.append(f"  {describe_change(s, cp)}")

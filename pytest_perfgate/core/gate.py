@@ -476,18 +476,23 @@ def unstable(message: str, metric: Metric = ENV_STEPS) -> Verdict:
     return Verdict(Outcome.UNSTABLE, metric.say(message))
 
 
-def never_steady(warmup_load: float | None, who: str = "") -> str:
-    """Why warm-up never settled, and what to do: outside load when the guard saw it (the
+def never_steady(warmup_load: float | None, who: str = "", spoiled_after: int = 0) -> str:
+    """Why warm-up never settled, and what to do: outside load when the guard saw it (during
+    warm-up, or spoiling ``spoiled_after`` windows or turn pairs measured after it: the
     user can only wait for a quiet machine, or alternate base and head), else the
     workload's own speed."""
     what = f"the {who} side never reached steady state" if who else \
         "steady state was never reached"
+    fix = ("run again when the machine is quiet, or compare with --perfgate-ab BASE_REV, "
+           "which measures both in the same seconds")
     if warmup_load is not None:
         return (f"{what} during warm-up while other work on this machine kept "
                 f"{warmup_load:.1f} core(s) busy (outside load, seen by the load guard): "
-                "the cause is that load, not the code; run again when the machine is quiet, "
-                "or compare with --perfgate-ab BASE_REV, which measures both in the same "
-                "seconds")
+                f"the cause is that load, not the code; {fix}")
+    if spoiled_after:
+        return (f"{what} during warm-up, and the load guard then saw outside load spoil "
+                f"{spoiled_after} of the windows measured after it: other work on this "
+                f"machine came and went, which is the likely cause, not the code; {fix}")
     return (f"{what} during warm-up, with no outside load seen: the workload's own speed "
             "kept changing; raise --perfgate-warmup-max, and if the step is yours, make it "
             "reach a steady state (docs/measurement.md)")
@@ -497,10 +502,12 @@ def evaluate(current: Sequence[float], baseline: Sequence[Sequence[float]], rule
              *, steady: bool = True, spread: Sequence[Sequence[float]] | None = None,
              polluted: int = 0, baseline_polluted: Sequence[int] = (),
              metric: Metric = ENV_STEPS, warmup_load: float | None = None,
-             spread_polluted: Sequence[int] = ()) -> Verdict:
-    """The history gate: current run's window samples vs baseline runs' window samples."""
+             spread_polluted: Sequence[int] = (), load_windows: int = 0) -> Verdict:
+    """The history gate: current run's window samples vs baseline runs' window samples
+    (``load_windows``: the current run's windows the load guard saw spoiled, kept or
+    measured again)."""
     if not steady:
-        return unstable(never_steady(warmup_load), metric)
+        return unstable(never_steady(warmup_load, spoiled_after=load_windows), metric)
     if not any(baseline):
         return no_baseline("no earlier run on this machine to compare with", metric)
     return decide(history_evidence(current, baseline, spread, polluted=polluted,

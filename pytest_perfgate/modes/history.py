@@ -152,7 +152,8 @@ class HistoryMode:
                                polluted=result.polluted_kept,
                                baseline_polluted=[b.polluted_kept for _, b in base],
                                metric=metric, warmup_load=result.warmup_load,
-                               spread_polluted=[b.polluted_kept for _, b in wide])
+                               spread_polluted=[b.polluted_kept for _, b in wide],
+                               load_windows=result.polluted_kept + result.remeasured)
         else:
             verdict = no_baseline(self._why_no_baseline(ctx, result.name), metric)
         base_sps, base_phases = None, {}

@@ -220,7 +220,7 @@ class ABController:
         if not (mb.steady and mh.steady):
             side = "base" if not mb.steady else "head"
             load = mb.warmup_load if not mb.steady else mh.warmup_load
-            verdict = unstable(never_steady(load, side), metric)
+            verdict = unstable(never_steady(load, side, len(run.looks.left_out)), metric)
         info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
                 "ab_base_samples": mb.samples, "ab_sequential": run.looks.summary()}
         if self.profile is not None and self.profile.wanted(verdict):
