@@ -13,16 +13,15 @@ import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+# the shared helper modules' asserts explain their failures as a test module's do
+pytest.register_assert_rewrite("helpers", "gpu_fakes", "ring_steps", "ring_fakes",
+                               "workflow_sim", "fake_session")
+
 from filelock import FileLock  # noqa: E402
+from helpers import need_tool  # noqa: E402
 
 NODE_DIR = Path(__file__).parent / "node"
-
-
-def need_tool(reason: str) -> None:
-    """Skip with the reason, or fail where CI installed the tools (PERFGATE_REQUIRE_TOOLS=1)."""
-    if os.environ.get("PERFGATE_REQUIRE_TOOLS") == "1":
-        pytest.fail(reason + " (PERFGATE_REQUIRE_TOOLS=1: this CI installs it, so it must run)")
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -103,3 +102,12 @@ def regressed(tmp_path: Path) -> Path:
     results = tmp_path / "results"
     record_runs(results, [*BASE, ("6", 20.0)])
     return results
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> tuple[Path, Path]:
+    """The workflow tests' scratch project (tests/workflow_sim.py): (origin bare repo, a
+    developer clone) holding the tiny suite at v0.1 and one commit."""
+    from workflow_sim import make_scratch
+
+    return make_scratch(tmp_path)

@@ -1,4 +1,6 @@
-"""What several test modules share: recorded histories, asv rows, plugin test projects.
+"""What several test modules share: recorded histories, asv rows, plugin test projects, the
+progress tests' fake status line, a fake NUMA sysfs tree, the calibration study's fake
+machine, and skipping for a missing tool.
 
 One module of helpers, imported by the tests (``from helpers import ...``), so no test
 module imports another.
@@ -9,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import random
 import subprocess
 from collections.abc import Sequence
@@ -19,11 +22,24 @@ from typing import Any
 import pytest
 from fake_session import FAKE_CLOCK_CONFTEST
 
+from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.metric import INSTRUCTIONS
 from pytest_perfgate.core.progress import Progress
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, COUNTS_SOURCE, SERIES_VERSION
 from pytest_perfgate.history.store import History
+from pytest_perfgate.study import calibrate as cal
+
+# --- external tools the tests need -----------------------------------------------------------
+
+
+def need_tool(reason: str) -> None:
+    """Skip with the reason, or fail where CI installed the tools (PERFGATE_REQUIRE_TOOLS=1)."""
+    if os.environ.get("PERFGATE_REQUIRE_TOOLS") == "1":
+        pytest.fail(reason + " (PERFGATE_REQUIRE_TOOLS=1: this CI installs it, so it must run)")
+    pytest.skip(reason)
+
 
 # --- recorded histories (the `perfgate` command tests) ---------------------------------------
 
@@ -202,12 +218,92 @@ class Recorder(Progress):
         self.events.append(("finished", name, summary))
 
 
+class FakeStatus:
+    """A status line that records what it was asked to show."""
+
+    def __init__(self, live: bool) -> None:
+        self.live = live
+        self.shown: list[str] = []
+        self.done_lines: list[str] = []
+
+    def show(self, text: str) -> None:
+        self.shown.append(text)
+
+    def done(self, text: str) -> None:
+        self.done_lines.append(text)
+
+
+# --- a fake NUMA machine (the numa and ring collector tests) ---------------------------------
+
+def fake_tree(root: Path, nodes: dict[int, str], has_memory: str | None, mems_allowed: str,
+              online: str | None = None) -> tuple[Path, Path]:
+    """A sysfs + proc tree: ``nodes`` maps node id -> cpulist text."""
+    base = root / "sys/devices/system/node"
+    for nid, cpulist in nodes.items():
+        (base / f"node{nid}").mkdir(parents=True)
+        (base / f"node{nid}/cpulist").write_text(cpulist + "\n")
+    if online is not None:
+        (base / "online").write_text(online + "\n")
+    if has_memory is not None:
+        (base / "has_memory").write_text(has_memory + "\n")
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/status").write_text(
+        f"Name:\tpython\nCpus_allowed_list:\t0-7\nMems_allowed_list:\t{mems_allowed}\n")
+    return root / "sys", root / "proc"
+
+
+# --- the calibration study on a fake machine (the calibrate tests) ---------------------------
+
+class Machine:
+    """A shared fake machine whose speed drifts smoothly by 1.5x over ``period`` seconds."""
+
+    def __init__(self, clock: FakeClock, noise: float = 0.01, period: float = 7.0,
+                 seed: int = 1) -> None:
+        self.clock, self.noise, self.period = clock, noise, period
+        self.rng = random.Random(seed)
+
+    def slowness(self) -> float:
+        t = self.clock.wall_ns() / 1e9
+        return 1.2 + 0.2 * math.sin(2 * math.pi * t / self.period)
+
+
+class FakeSide:
+    """An Injectable whose step costs 1 ms x machine slowness x (1 + injected slowdown)."""
+
+    def __init__(self, machine: Machine, bias: float = 0.0) -> None:
+        self.m, self.bias, self.fraction = machine, bias, 0.0
+        self.injected: list[float] = []
+
+    def inject_slowdown(self, fraction: float) -> None:
+        self.fraction = fraction
+        self.injected.append(fraction)
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        per_step = 1e-3 * self.m.slowness() * (1 + self.fraction) * (1 + self.bias)
+        per_step *= math.exp(self.m.rng.gauss(0, self.m.noise))
+        calls = max(1, round(duration_s / per_step))
+        wall = calls * per_step
+        self.m.clock.advance(wall)
+        return RawWindow(calls * 100, wall, wall, {}, calls)
+
+
+def study(cfg: cal.StudyConfig, noise: float = 0.01, bias: float = 0.0
+          ) -> tuple[list[cal.TrialRecord], FakeSide]:
+    clock = FakeClock()
+    m = Machine(clock, noise)
+    base, head = FakeSide(m), FakeSide(m, bias)
+    return cal.run_study(base, head, cfg, clock=clock), head
+
+
+CFG = cal.StudyConfig(aa_trials=12, trials=6, slowdowns=(0.03, 0.10), turns=12, turn_s=0.1,
+                      threshold=0.02, history_windows=3, history_window_s=0.2,
+                      baseline_runs=3, warmup_window_s=0.05, warmup_max_s=0.5)
+
+
 def asv_project(repo: Path, conftest: str, perf_test: str, timeout: float = 300
                 ) -> subprocess.CompletedProcess[str]:
     """A scratch git repository asv can publish: asv.conf.json on its branch, the perf test
     and its conftest (the asv site tests). Returns the ``git init``."""
-    import os
-
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")
              or k == "PERFGATE_REQUIRE_TOOLS"}
     env = {**clean, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo)}

@@ -10,14 +10,8 @@ import random
 
 import pytest
 
-from pytest_perfgate.core.gate import (
-    Evidence,
-    Outcome,
-    Rule,
-    decide,
-    paired_evidence,
-    sequential_decide,
-)
+from pytest_perfgate.core.evidence import Evidence, paired_evidence
+from pytest_perfgate.core.gate import Outcome, Rule, decide, sequential_decide
 from pytest_perfgate.core.load import LoadSample
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
 from pytest_perfgate.core.sequential import boundaries, obf_spent, plan

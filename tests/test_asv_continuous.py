@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import need_tool
+from helpers import need_tool
 
 from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
 from pytest_perfgate.history import asv

@@ -10,59 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import CFG, FakeSide, Machine, study
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.gate import Outcome, Rule, decide, paired_evidence
+from pytest_perfgate.core.evidence import paired_evidence
+from pytest_perfgate.core.gate import Outcome, Rule, decide
 from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.study import analysis as ana
 from pytest_perfgate.study import calibrate as cal
-
-
-class Machine:
-    """A shared fake machine whose speed drifts smoothly by 1.5x over ``period`` seconds."""
-
-    def __init__(self, clock: FakeClock, noise: float = 0.01, period: float = 7.0,
-                 seed: int = 1) -> None:
-        self.clock, self.noise, self.period = clock, noise, period
-        self.rng = random.Random(seed)
-
-    def slowness(self) -> float:
-        t = self.clock.wall_ns() / 1e9
-        return 1.2 + 0.2 * math.sin(2 * math.pi * t / self.period)
-
-
-class FakeSide:
-    """An Injectable whose step costs 1 ms x machine slowness x (1 + injected slowdown)."""
-
-    def __init__(self, machine: Machine, bias: float = 0.0) -> None:
-        self.m, self.bias, self.fraction = machine, bias, 0.0
-        self.injected: list[float] = []
-
-    def inject_slowdown(self, fraction: float) -> None:
-        self.fraction = fraction
-        self.injected.append(fraction)
-
-    def run_window(self, duration_s: float) -> RawWindow:
-        per_step = 1e-3 * self.m.slowness() * (1 + self.fraction) * (1 + self.bias)
-        per_step *= math.exp(self.m.rng.gauss(0, self.m.noise))
-        calls = max(1, round(duration_s / per_step))
-        wall = calls * per_step
-        self.m.clock.advance(wall)
-        return RawWindow(calls * 100, wall, wall, {}, calls)
-
-
-def study(cfg: cal.StudyConfig, noise: float = 0.01, bias: float = 0.0
-          ) -> tuple[list[cal.TrialRecord], FakeSide]:
-    clock = FakeClock()
-    m = Machine(clock, noise)
-    base, head = FakeSide(m), FakeSide(m, bias)
-    return cal.run_study(base, head, cfg, clock=clock), head
-
-
-CFG = cal.StudyConfig(aa_trials=12, trials=6, slowdowns=(0.03, 0.10), turns=12, turn_s=0.1,
-                      threshold=0.02, history_windows=3, history_window_s=0.2,
-                      baseline_runs=3, warmup_window_s=0.05, warmup_max_s=0.5)
 
 
 def test_study_counts_and_verifies_injected_slowdowns() -> None:

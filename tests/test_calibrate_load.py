@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_calibrate import CFG, study
+from helpers import CFG, study
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.gate import Outcome, Rule

@@ -7,14 +7,8 @@ import random
 
 import pytest
 
-from pytest_perfgate.core.gate import (
-    Outcome,
-    Rule,
-    decide,
-    evaluate,
-    history_evidence,
-    paired_evidence,
-)
+from pytest_perfgate.core.evidence import history_evidence, paired_evidence
+from pytest_perfgate.core.gate import Outcome, Rule, decide, evaluate
 
 
 def runs(medians: list[float], k: int = 8, jitter: float = 0.01, seed: int = 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 
 import pytest
+from gpu_fakes import CLEAN, ME, NEIGHBOUR, POWER, ScriptedNvml, Source, guard
 
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged, summarize
@@ -25,12 +25,6 @@ from pytest_perfgate.gpu.guard import GpuGuard, throttle_names
 from pytest_perfgate.gpu.nvml import Nvml
 from pytest_perfgate.history.asv import asv_entries, gpu_mem_series
 from pytest_perfgate.report.render import explain, gpu_lines, notes
-
-ME = os.getpid()
-
-
-def guard(fake: FakeNvml, own: set[int] | None = None) -> GpuGuard:
-    return GpuGuard(Nvml(fake), [0], own_pids=lambda: own if own is not None else {ME})
 
 
 def window_between(g: GpuGuard, change: Callable[[FakeDevice], None]) -> str | None:
@@ -90,30 +84,6 @@ def test_a_power_cap_spoils_only_when_it_costs_clock() -> None:
         "GPU 0 throttled: power cap, SM clock 1700 MHz (highest 1980)"
     g.start()  # a new measurement: its own highest clock
     assert window_between(g, lambda d: None) is None
-
-
-class ScriptedNvml(FakeNvml):
-    """Each reading of the device (one per window edge) takes the next (throttle, pids)."""
-
-    def __init__(self, script: list[tuple[int, list[int], int]]) -> None:
-        super().__init__([FakeDevice()])
-        self.script = script
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: object) -> int:
-        d = self.devices[0]
-        d.throttle, d.pids, d.sm_clock = self.script.pop(0)
-        d.memory_used += 2**20
-        return d.throttle
-
-
-class Source:
-    def run_window(self, duration_s: float) -> RawWindow:
-        return RawWindow(1000, duration_s, duration_s, gpu={"sync": "edges"})
-
-
-CLEAN = (0, [ME], 2407)
-POWER = (0x4, [ME], 1900)  # a power cap that cost 21% of the clock
-NEIGHBOUR = (0, [ME, 31337], 2407)
 
 
 def test_spoiled_windows_are_measured_again_and_the_reason_reaches_the_report() -> None:

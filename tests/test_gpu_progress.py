@@ -1,10 +1,10 @@
 """The status line names why a GPU-spoiled window is measured again (fake clock, fake
-status line, the scripted fake NVML of test_gpu_guard)."""
+status line, the scripted fake NVML of tests/gpu_fakes.py)."""
 
 from __future__ import annotations
 
-from test_gpu_guard import CLEAN, POWER, ScriptedNvml, Source, guard
-from test_progress import FakeStatus
+from gpu_fakes import CLEAN, POWER, ScriptedNvml, Source, guard
+from helpers import FakeStatus
 
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter

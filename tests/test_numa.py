@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import fake_tree
 
 from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import PlacementWarning
@@ -32,23 +33,6 @@ from pytest_perfgate.placement.numa import (
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux") or
                                 platform.machine() not in ("x86_64", "aarch64"),
                                 reason="memory policy syscalls need Linux on x86_64/aarch64")
-
-
-def fake_tree(root: Path, nodes: dict[int, str], has_memory: str | None, mems_allowed: str,
-              online: str | None = None) -> tuple[Path, Path]:
-    """A sysfs + proc tree: ``nodes`` maps node id -> cpulist text."""
-    base = root / "sys/devices/system/node"
-    for nid, cpulist in nodes.items():
-        (base / f"node{nid}").mkdir(parents=True)
-        (base / f"node{nid}/cpulist").write_text(cpulist + "\n")
-    if online is not None:
-        (base / "online").write_text(online + "\n")
-    if has_memory is not None:
-        (base / "has_memory").write_text(has_memory + "\n")
-    (root / "proc/self").mkdir(parents=True)
-    (root / "proc/self/status").write_text(
-        f"Name:\tpython\nCpus_allowed_list:\t0-7\nMems_allowed_list:\t{mems_allowed}\n")
-    return root / "sys", root / "proc"
 
 
 def test_usable_node_rule_on_a_four_node_tree(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import io
 import itertools
 
 import pytest
-from helpers import Recorder
+from helpers import FakeStatus, Recorder
 
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
@@ -92,21 +92,6 @@ def test_ab_interleave_reports_each_turn_for_both_sides():
     interleave(Scripted(clock, [100]), Scripted(clock, [50]), 2, 0.1, rec)
     assert rec.events == [("window", 1, 2, 100.0, "base"), ("window", 1, 2, 50.0, "head"),
                           ("window", 2, 2, 100.0, "base"), ("window", 2, 2, 50.0, "head")]
-
-
-class FakeStatus:
-    """A status line that records what it was asked to show."""
-
-    def __init__(self, live: bool) -> None:
-        self.live = live
-        self.shown: list[str] = []
-        self.done_lines: list[str] = []
-
-    def show(self, text: str) -> None:
-        self.shown.append(text)
-
-    def done(self, text: str) -> None:
-        self.done_lines.append(text)
 
 
 def _drive(p: Progress, clock: FakeClock) -> None:

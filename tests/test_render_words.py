@@ -37,7 +37,7 @@ def test_a_spoiled_run_sets_neither_the_level_nor_the_spread() -> None:
     import math
     import statistics
 
-    from pytest_perfgate.core.gate import history_evidence
+    from pytest_perfgate.core.evidence import history_evidence
 
     clean = [[100.0] * 6, [101.5] * 6, [98.5] * 6]
     spoiled = [125.0] * 6

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ring_steps import episode, obs_step, push_step
 
 from pytest_perfgate.ring.base import CONSUMED
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
@@ -22,42 +23,6 @@ from pytest_perfgate.ring.ring import Ring, RingClosed
 
 def _segments() -> set[str]:
     return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
-
-
-def _episode(rng: np.random.Generator, n: int, steps: int, p_term: float, p_trunc: float,
-             critic: bool) -> list[dict[str, np.ndarray]]:
-    """A plain 8-field record of a vector env run: obs and next_obs stored per step."""
-    obs = rng.standard_normal((n, 3)).astype(np.float32)
-    cobs = rng.standard_normal((n, 2)).astype(np.float32)
-    out = []
-    for _ in range(steps):
-        term = rng.random(n) < p_term
-        trunc = rng.random(n) < p_trunc
-        done = term | trunc
-        final = rng.standard_normal((n, 3)).astype(np.float32)  # obs the step really ended in
-        cfinal = rng.standard_normal((n, 2)).astype(np.float32)
-        reset = rng.standard_normal((n, 3)).astype(np.float32)
-        creset = rng.standard_normal((n, 2)).astype(np.float32)
-        nxt = np.where(done[:, None], reset, final)  # what the env returns: reset where done
-        cnxt = np.where(done[:, None], creset, cfinal)
-        out.append({"obs": obs, "next_obs": final, "action": rng.standard_normal((n, 2))
-                    .astype(np.float32), "reward": rng.standard_normal(n).astype(np.float32),
-                    "terminated": term, "truncated": trunc, "ret_next": nxt,
-                    "critic_obs": cobs, "next_critic_obs": cfinal, "ret_cnext": cnxt})
-        obs, cobs = nxt, cnxt
-    return out
-
-
-def _push(ring: Ring, s: dict[str, np.ndarray], critic: bool) -> bool:
-    done = s["terminated"] | s["truncated"]
-    kw = {}
-    if critic:
-        kw = {"critic_obs": s["critic_obs"], "final_critic_obs": s["next_critic_obs"][done]}
-    # No final_obs where no env ended takes push's inline path; an empty one the general
-    # path: the reward's sign picks, so both are compared with the reference.
-    final = s["next_obs"][done] if done.any() or s["reward"][0] > 0 else None
-    return ring.push(s["obs"], s["action"], s["reward"], s["terminated"], s["truncated"],
-                     final_obs=final, timeout=0, **kw)
 
 
 @settings(max_examples=60, deadline=None)
@@ -72,7 +37,7 @@ def test_next_obs_matches_an_8_field_reference(n: int, cap: int, steps: int, p_t
     popping into fresh arrays, into reused ``buffers()``, or borrowing views, with and
     without waiting for ``min_steps`` (fewer only at the end of the stream)."""
     rng = np.random.default_rng(seed)
-    ref = _episode(rng, n, steps, p_term, p_trunc, critic)
+    ref = episode(rng, n, steps, p_term, p_trunc, critic)
     spec = RingSpec(n, (3,), (2,), capacity=cap, critic_shape=(2,) if critic else None)
     got: list[Any] = []
     with Ring(spec) as ring:
@@ -101,7 +66,7 @@ def test_next_obs_matches_an_8_field_reference(n: int, cap: int, steps: int, p_t
             assert write(), "three pops freed nothing in a full ring"
 
         for s in ref:
-            full_then(lambda s=s: _push(ring, s, critic))
+            full_then(lambda s=s: push_step(ring, s, critic))
         full_then(lambda: ring.finish(ref[-1]["ret_next"],
                                       ref[-1]["ret_cnext"] if critic else None, timeout=0))
         while pop() is not None:
@@ -355,11 +320,6 @@ def test_fixed_size_numeric_and_bool_dtypes_are_held(dtype: str) -> None:
         assert b is not None and b.obs.dtype == np.dtype(dtype) and (b.obs == 1).all()
 
 
-def _obs_step(r: Ring, t: float) -> None:
-    r.push(np.full((4, 3), t, np.float32), np.zeros((4, 2), np.float32),
-           np.zeros(4, np.float32), np.zeros(4, bool), np.zeros(4, bool))
-
-
 def test_consecutive_pops_into_buffers_start_at_the_carried_next_obs_row() -> None:
     """The last next_obs row of a pop is the next pop's first obs: not copied twice."""
     with Ring(RingSpec(4, (3,), (2,), capacity=5)) as r:
@@ -367,7 +327,7 @@ def test_consecutive_pops_into_buffers_start_at_the_carried_next_obs_row() -> No
         # every field has the rows: a step held for its successor keeps its action too
         assert out["obs"].shape[0] == 5 and out["action"].shape[0] == 5
         for t in range(4):
-            _obs_step(r, t)
+            obs_step(r, t)
         a = r.pop(max_steps=2, out=out)
         assert a is not None and a.obs[:, 0, 0].tolist() == [0, 1]
         last = a.next_obs[-1]
@@ -385,14 +345,14 @@ def test_plain_arrays_shared_by_two_rings_or_skipped_steps_stay_exact() -> None:
     with Ring(spec) as r1, Ring(spec) as r2:
         out = batch.buffers(r1._fields, 2)
         for t in range(3):
-            _obs_step(r1, t)
-            _obs_step(r2, 10 + t)
+            obs_step(r1, t)
+            obs_step(r2, 10 + t)
         b = r1.pop(max_steps=1, out=out)
         assert b is not None and b.obs[0, 0, 0] == 0 and b.next_obs[0, 0, 0] == 1
         b = r2.pop(max_steps=1, out=out)  # another ring: its own first obs
         assert b is not None and b.obs[0, 0, 0] == 10 and b.next_obs[0, 0, 0] == 11
         assert r1.pop(max_steps=1) is not None  # a pop without out= in between
-        _obs_step(r1, 3)
+        obs_step(r1, 3)
         b = r1.pop(max_steps=1, out=out)
         assert b is not None and b.obs[0, 0, 0] == 2 and b.next_obs[0, 0, 0] == 3
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ring_steps import episode, push_step
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import Ring
-from tests.test_ring import _episode, _push
 
 Z3 = np.zeros((3, 1), np.float32)
 FLAGS = (np.zeros(3, np.float32), np.zeros(3, bool), np.zeros(3, bool))
@@ -38,7 +38,7 @@ def _rebuild(steps: list[dict[str, Any]], end: dict[str, Any], key: str) -> np.n
 def test_steps_without_next_obs_rebuild_the_8_field_reference(
         n: int, cap: int, steps: int, p_term: float, p_trunc: float, critic: bool,
         seed: int, most: int, least: int) -> None:
-    ref = _episode(np.random.default_rng(seed), n, steps, p_term, p_trunc, critic)
+    ref = episode(np.random.default_rng(seed), n, steps, p_term, p_trunc, critic)
     spec = RingSpec(n, (3,), (2,), capacity=cap, critic_shape=(2,) if critic else None)
     got: list[dict[str, Any]] = []
     ends: list[dict[str, Any]] = []
@@ -73,7 +73,7 @@ def test_steps_without_next_obs_rebuild_the_8_field_reference(
             raise AssertionError("reads freed nothing in a full ring")
 
         for s in ref:
-            until(lambda s=s: _push(ring, s, critic))
+            until(lambda s=s: push_step(ring, s, critic))
         until(lambda: ring.finish(ref[-1]["ret_next"],
                                   ref[-1]["ret_cnext"] if critic else None, timeout=0))
         while read():

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from helpers import fake_tree
 from ring_fakes import SPEC, children, fake_collector, fake_learner
-from test_numa import fake_tree
 
 from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import format_cpus, usable_cpus

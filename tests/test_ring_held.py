@@ -8,36 +8,17 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ring_steps import check_batches, episode, keep_copy, obs_step, push_step
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import PeerDied, Ring
 from pytest_perfgate.ring.rings import Rings
-from tests.test_ring import _episode, _obs_step, _push
-
-KEYS = ["obs", "next_obs", "action", "reward", "terminated", "truncated"]
-
-
-def _keep(got: list[Any], b: Any) -> Any:
-    if b is not None:  # views into buffers or the ring: keep a copy
-        got.append(SimpleNamespace(**{k: None if v is None else np.copy(v)
-                                      for k, v in vars(b).items()}))
-    return b
-
-
-def _check(got: list[Any], ref: list[dict[str, Any]], critic: bool) -> None:
-    keys = KEYS + (["critic_obs", "next_critic_obs"] if critic else [])
-    for k in keys:
-        mine = np.concatenate([getattr(b, k) for b in got]) if got else np.empty(0)
-        np.testing.assert_array_equal(mine, np.stack([s[k] for s in ref]), err_msg=k)
-    starts = [b.start for b in got]
-    assert starts == sorted(starts) and sum(len(b.obs) for b in got) == len(ref)
 
 
 @settings(max_examples=80, deadline=None)
@@ -54,7 +35,7 @@ def test_held_buffers_match_an_8_field_reference(n: int, cap: int, steps: int, p
     time out with steps held, and (``mixed``) every other read path, and a second set of
     buffers, taking turns with them."""
     rng = np.random.default_rng(seed)
-    ref = _episode(rng, n, steps, p_end / 2, p_end / 2, critic)
+    ref = episode(rng, n, steps, p_end / 2, p_end / 2, critic)
     spec = RingSpec(n, (3,), (2,), capacity=cap, critic_shape=(2,) if critic else None)
     got: list[Any] = []
     with Ring(spec) as ring:
@@ -66,10 +47,10 @@ def test_held_buffers_match_an_8_field_reference(n: int, cap: int, steps: int, p
             how = int(pick.integers(4)) if mixed else 0
             if how == 3:
                 with ring.borrow(max_steps=pop_max, timeout=0, min_steps=pop_min) as b:
-                    return _keep(got, b)
+                    return keep_copy(got, b)
             out = None if how == 2 else outs[how]
-            return _keep(got, ring.pop(max_steps=pop_max, timeout=0, out=out,
-                                       min_steps=pop_min))
+            return keep_copy(got, ring.pop(max_steps=pop_max, timeout=0, out=out,
+                                            min_steps=pop_min))
 
         def full_then(write: Any) -> None:
             # Full: drain some, as a consumer would. A pop waiting for min_steps may
@@ -82,7 +63,7 @@ def test_held_buffers_match_an_8_field_reference(n: int, cap: int, steps: int, p
             assert write(), "eight pops freed nothing in a full ring"
 
         for s in ref:
-            full_then(lambda s=s: _push(ring, s, critic))
+            full_then(lambda s=s: push_step(ring, s, critic))
             if pick.random() < 0.4:
                 pop()  # may time out holding what it copied
         full_then(lambda: ring.finish(ref[-1]["ret_next"],
@@ -91,7 +72,7 @@ def test_held_buffers_match_an_8_field_reference(n: int, cap: int, steps: int, p
             if pop() is None and ring.ended:
                 break
         assert ring.ended and ring.stats()["consumed"] == steps
-    _check(got, ref, critic)
+    check_batches(got, ref, critic)
 
 
 def test_a_two_slot_ring_is_freed_whole_by_one_pop() -> None:
@@ -99,14 +80,14 @@ def test_a_two_slot_ring_is_freed_whole_by_one_pop() -> None:
     write two more steps at once, where a reader keeping it in the ring frees only one."""
     with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
         out = r.buffers(2)
-        _obs_step(r, 0)
-        _obs_step(r, 1)
+        obs_step(r, 0)
+        obs_step(r, 1)
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 0 and b.next_obs[0, 0, 0] == 1
         assert r.stats()["consumed"] == 1
         assert r.stats()["fill"] == 0  # step 1 is held, not consumable: no successor yet
-        _obs_step(r, 2)
-        _obs_step(r, 3)  # both slots free: neither push blocks
+        obs_step(r, 2)
+        obs_step(r, 3)  # both slots free: neither push blocks
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[:, 0, 0].tolist() == [1, 2]
         assert b.next_obs[:, 0, 0].tolist() == [2, 3]
@@ -116,11 +97,11 @@ def test_steps_held_count_as_unconsumed_until_delivered() -> None:
     with Ring(RingSpec(4, (3,), (2,), capacity=3)) as r:
         out = r.buffers(4)
         for t in range(2):
-            _obs_step(r, t)
+            obs_step(r, t)
         assert r.pop(out=out, min_steps=3, timeout=0.05) is None  # copied, held, freed
         assert r.stats()["consumed"] == 0 and r.stats()["fill"] == 1
         for t in range(2, 4):
-            _obs_step(r, t)
+            obs_step(r, t)
         r.finish(np.full((4, 3), 4, np.float32))
         assert not r.ended
         b = r.pop(out=out, min_steps=3, timeout=0)
@@ -133,14 +114,14 @@ def test_other_read_paths_get_the_held_step_first() -> None:
     with Ring(RingSpec(4, (3,), (2,), capacity=4)) as r:
         out = r.buffers(2)
         for t in range(3):
-            _obs_step(r, t)
+            obs_step(r, t)
         b = r.pop(out=out, max_steps=1, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 0  # step 1 held, step 2 left in the ring
         fresh = r.pop(timeout=0)  # the held step 1 comes first, as a copy
         assert fresh is not None and fresh.obs[:, 0, 0].tolist() == [1]
         assert fresh.next_obs[:, 0, 0].tolist() == [2]
         assert not np.shares_memory(fresh.obs, out["obs"])
-        _obs_step(r, 3)
+        obs_step(r, 3)
         with r.borrow(timeout=0) as v:  # step 2 was left in the ring by that delivery
             assert v is not None and v.obs[:, 0, 0].tolist() == [2]
 
@@ -150,8 +131,8 @@ def test_another_rings_buffers_holding_a_step_are_refused() -> None:
     with Ring(spec) as r1, Ring(spec) as r2:
         out = r1.buffers(2)
         for t in range(3):
-            _obs_step(r1, t)
-            _obs_step(r2, 10 + t)
+            obs_step(r1, t)
+            obs_step(r2, 10 + t)
         assert r1.pop(max_steps=1, out=out) is not None
         with pytest.raises(RingInputError, match=r"hold a step of ring .*Rings.buffers"):
             r2.pop(max_steps=1, out=out)
@@ -165,9 +146,9 @@ def test_another_rings_buffers_holding_a_step_are_refused() -> None:
 
 
 def _child_stream(ring: Ring, seed: int, n: int, steps: int) -> None:
-    ref = _episode(np.random.default_rng(seed), n, steps, 0.1, 0.1, False)
+    ref = episode(np.random.default_rng(seed), n, steps, 0.1, 0.1, False)
     for s in ref:
-        assert _push(ring, s, False) or _push_wait(ring, s)
+        assert push_step(ring, s, False) or _push_wait(ring, s)
     ring.finish(ref[-1]["ret_next"], timeout=30)
 
 
@@ -178,7 +159,7 @@ def _push_wait(ring: Ring, s: dict[str, Any]) -> bool:
 
 
 def _child_dies(ring: Ring) -> None:
-    _obs_step(ring, 0)
+    obs_step(ring, 0)
     raise SystemExit(5)
 
 
@@ -191,13 +172,13 @@ def test_a_spawn_collector_into_a_two_slot_ring_comes_out_exact() -> None:
     got: list[Any] = []
     out = ring.buffers(3)
     try:
-        while _keep(got, ring.pop(max_steps=3, timeout=30, out=out)) is not None:
+        while keep_copy(got, ring.pop(max_steps=3, timeout=30, out=out)) is not None:
             pass
     finally:
         p.join(30)
         ring.close()
     assert p.exitcode == 0
-    _check(got, _episode(np.random.default_rng(7), n, steps, 0.1, 0.1, False), False)
+    check_batches(got, episode(np.random.default_rng(7), n, steps, 0.1, 0.1, False), False)
 
 
 def test_a_collector_dying_is_reported_to_a_learner_holding_a_step() -> None:
@@ -228,7 +209,7 @@ def test_full_batches_move_one_held_row_per_lap_of_the_buffers(
         out = r.buffers(3)  # 7 rows
         starts = []
         for t in range(31):
-            _obs_step(r, t)
+            obs_step(r, t)
             if t % 3 == 0 and t:
                 b = r.pop(out=out, min_steps=3, timeout=0)
                 assert b is not None and b.steps == 3

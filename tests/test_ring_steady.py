@@ -8,12 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ring_steps import check_batches, episode, keep_copy, obs_step, push_step
 
 from pytest_perfgate.ring import steady, sync
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import Ring
-from tests.test_ring import _episode, _obs_step, _push
-from tests.test_ring_held import _check, _keep
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -38,20 +37,20 @@ def test_one_step_pops_take_the_short_path_and_stay_exact(
     final observations, the buffers' row wrap) equals the 8-field reference."""
     seen = _counting(monkeypatch)
     rng = np.random.default_rng(7)
-    ref = _episode(rng, 5, 40, 0.15, 0.15, critic)
+    ref = episode(rng, 5, 40, 0.15, 0.15, critic)
     spec = RingSpec(5, (3,), (2,), capacity=2, critic_shape=(2,) if critic else None)
     got: list[Any] = []
     with Ring(spec) as ring:
         out = ring.buffers(3)
-        assert _push(ring, ref[0], critic)
+        assert push_step(ring, ref[0], critic)
         for s in ref[1:]:
-            assert _push(ring, s, critic)
-            assert _keep(got, ring.pop(out=out, timeout=0)) is not None
+            assert push_step(ring, s, critic)
+            assert keep_copy(got, ring.pop(out=out, timeout=0)) is not None
         ring.finish(ref[-1]["ret_next"], ref[-1]["ret_cnext"] if critic else None)
         while (b := ring.pop(out=out, timeout=0)) is not None:
-            _keep(got, b)
+            keep_copy(got, b)
         assert ring.ended and ring.stats()["consumed"] == len(ref)
-    _check(got, ref, critic)
+    check_batches(got, ref, critic)
     assert sum(bool(s["terminated"].any() or s["truncated"].any()) for s in ref) > 5
     assert seen["batch"] == len(ref) - 2, seen  # all but the first pop, and finish()'s
 
@@ -62,13 +61,13 @@ def test_a_short_pop_that_times_out_keeps_the_held_step(
     with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
         out = r.buffers(2)
         for t in range(2):
-            _obs_step(r, t)
+            obs_step(r, t)
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 0
         assert r.pop(out=out, timeout=0.02) is None  # step 1 held, nothing new
         assert seen == {"batch": 0, "none": 1, "slow": 0}
         assert r.stats()["consumed"] == 1 and r.stats()["pops"] == 1
-        _obs_step(r, 2)
+        obs_step(r, 2)
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 1 and b.next_obs[0, 0, 0] == 2
         assert seen["batch"] == 1 and r.stats()["pops"] == 2
@@ -80,15 +79,15 @@ def test_several_new_steps_or_a_wider_pop_take_the_general_path(
     with Ring(RingSpec(4, (3,), (2,), capacity=4)) as r:
         out = r.buffers(3)
         for t in range(2):
-            _obs_step(r, t)
+            obs_step(r, t)
         assert r.pop(out=out, timeout=0) is not None
         for t in range(2, 4):
-            _obs_step(r, t)
+            obs_step(r, t)
         b = r.pop(out=out, timeout=0)  # two new steps: a run, not the one-step path
         assert b is not None and b.obs[:, 0, 0].tolist() == [1, 2]
         assert seen["slow"] == 1 and seen["batch"] == 0
-        _obs_step(r, 4)
-        _obs_step(r, 5)
+        obs_step(r, 4)
+        obs_step(r, 5)
         b = r.pop(out=out, timeout=0, min_steps=2)  # wants two: never the short path
         assert b is not None and b.obs[:, 0, 0].tolist() == [3, 4]
         assert seen["slow"] == 1 and seen["batch"] == 0
@@ -99,13 +98,13 @@ def test_a_borrow_is_validated_when_called_and_entered_once_at_a_time() -> None:
         with pytest.raises(RingInputError, match="max_steps=0"):
             r.borrow(max_steps=0)  # at the call, before any with
         for t in range(3):
-            _obs_step(r, t)
+            obs_step(r, t)
         cm = r.borrow(timeout=0)
         with cm as b:
             assert b is not None and b.obs[:, 0, 0].tolist() == [0, 1]
             with pytest.raises(RuntimeError, match="entered already"), cm:
                 pass
-        _obs_step(r, 3)
+        obs_step(r, 3)
         with cm as b:  # entered again once left: the next batch
             assert b is not None and b.obs[:, 0, 0].tolist() == [2]
 
@@ -113,12 +112,12 @@ def test_a_borrow_is_validated_when_called_and_entered_once_at_a_time() -> None:
 def test_a_borrow_whose_body_raises_releases_its_steps() -> None:
     with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
         for t in range(2):
-            _obs_step(r, t)
+            obs_step(r, t)
         with pytest.raises(KeyError), r.borrow(timeout=0) as b:
             assert b is not None
             raise KeyError("the learner failed")
         assert r.stats()["consumed"] == 1
-        _obs_step(r, 2)  # slot 0 is free again: this push does not block
+        obs_step(r, 2)  # slot 0 is free again: this push does not block
         with r.borrow(timeout=0) as b:
             assert b is not None and b.obs[0, 0, 0] == 1 and b.next_obs[0, 0, 0] == 2
 
@@ -132,10 +131,10 @@ def test_the_c_semaphores_are_used_on_glibc_and_the_ctypes_ones_elsewhere(
         assert r._mutex._c is None and r._data_bell._c is None
         out = r.buffers(2)
         for t in range(2):
-            _obs_step(r, t)
+            obs_step(r, t)
         assert r.pop(out=out, timeout=0) is not None
         assert r.pop(out=out, timeout=0.02) is None  # a sliced ctypes wait that times out
-        _obs_step(r, 2)
+        obs_step(r, 2)
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 1 and r.stats()["consumed"] == 2
 
@@ -248,7 +247,7 @@ def test_reading_a_ring_inside_its_own_open_borrow_is_refused() -> None:
     """The borrowed steps are not released yet: a second read would return them again."""
     with Ring(RingSpec(4, (3,), (2,), capacity=3)) as r:
         for t in range(3):
-            _obs_step(r, t)
+            obs_step(r, t)
         with r.borrow(timeout=0) as b:
             assert b is not None
             with pytest.raises(RingInputError, match=r"^borrow\(\) inside an open borrow"), \
@@ -256,7 +255,7 @@ def test_reading_a_ring_inside_its_own_open_borrow_is_refused() -> None:
                 pass
             with pytest.raises(RingInputError, match=r"^pop\(\) inside an open borrow"):
                 r.pop(timeout=0)
-        _obs_step(r, 3)
+        obs_step(r, 3)
         b2 = r.pop(timeout=0)  # after the block: the next steps, none twice
         assert b2 is not None and b2.start == b.start + b.steps
 

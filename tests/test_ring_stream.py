@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import need_tool
+from ring_steps import check_batches, episode, keep_copy, push_step
 
 from pytest_perfgate.ring import stream
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.ring import Ring
-from tests.conftest import need_tool
-from tests.test_ring import _episode, _push
-from tests.test_ring_held import _check, _keep
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -176,20 +175,20 @@ def test_pops_through_the_streaming_copy_match_the_reference(
     through the buffers' copier; with stream=False through numpy's; both exact."""
     calls = _counted(monkeypatch)
     rng = np.random.default_rng(11)
-    ref = _episode(rng, 5, 60, 0.15, 0.15, critic)
+    ref = episode(rng, 5, 60, 0.15, 0.15, critic)
     spec = RingSpec(5, (3,), (2,), capacity=3, critic_shape=(2,) if critic else None)
     got: list[Any] = []
     with Ring(spec) as ring:
         out = ring.buffers(2, stream=use_stream)
         for i, s in enumerate(ref):
-            assert _push(ring, s, critic)
+            assert push_step(ring, s, critic)
             if i % 3 == 2:  # now one step, now a run of them
                 while (b := ring.pop(max_steps=1 + i % 2, out=out, timeout=0)) is not None:
-                    _keep(got, b)
+                    keep_copy(got, b)
         ring.finish(ref[-1]["ret_next"], ref[-1]["ret_cnext"] if critic else None)
         while (b := ring.pop(max_steps=2, out=out, timeout=0)) is not None:
-            _keep(got, b)
-    _check(got, ref, critic)
+            keep_copy(got, b)
+    check_batches(got, ref, critic)
     assert (len(calls) > len(ref)) if use_stream else not calls
 
 

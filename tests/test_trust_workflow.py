@@ -26,9 +26,21 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import need_tool
-from test_workflow_run import BRANCH, _git, _history, commit, make_scratch, scratch  # noqa: F401
-from workflow_sim import ROOT, WORKFLOW, Job, Machine, pinned_here, run_job, user_python
+from helpers import need_tool
+from workflow_sim import (
+    BRANCH,
+    ROOT,
+    WORKFLOW,
+    Job,
+    Machine,
+    commit,
+    git,
+    history,
+    make_scratch,
+    pinned_here,
+    run_job,
+    user_python,
+)
 
 OLD_COMMIT = "8e61a5e284db54df10ab8df1799a51eaca41a792"  # the gate before this boundary
 RUNNER_UID = 65534  # nobody: a runner user that owns nothing else
@@ -100,7 +112,7 @@ def _with_constraints(dev: Path, version: str) -> str:
 
 
 def _push(dev: Path) -> None:
-    _git(dev, "push", "-q", "origin", "main")
+    git(dev, "push", "-q", "origin", "main")
 
 
 def _trusted(sha: str, origin: Path, machine: Machine, version: str, until: str,
@@ -157,11 +169,11 @@ def test_git_configuration_in_home_changes_neither_the_code_nor_the_recorded_run
     bundle = user_runner.home / "_work" / "_temp" / "perfgate" / "history-run" / "run.bundle"
     repo = user_runner.home.parent / f"read-{version}"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    _git(repo, "fetch", "-q", str(bundle), "HEAD:refs/run")
-    sidecars = [f for f in _git(repo, "ls-tree", "-r", "--name-only", "refs/run").split()
+    git(repo, "fetch", "-q", str(bundle), "HEAD:refs/run")
+    sidecars = [f for f in git(repo, "ls-tree", "-r", "--name-only", "refs/run").split()
                 if f.endswith(".pgrun")]
     assert len(sidecars) == 1, sidecars
-    recorded = _git(repo, "show", f"refs/run:{sidecars[0]}")
+    recorded = git(repo, "show", f"refs/run:{sidecars[0]}")
     if version == "old":  # live: the code measured and the run recorded are the planted ones
         assert "WORK = 99" in measured
         assert recorded == '{"forged": 999999.0}'
@@ -304,7 +316,7 @@ def test_a_process_that_changes_its_id_does_not_survive_the_cleanup(
         user_scratch: tuple[Path, Path], user_runner: Machine,
         version: str, period: float) -> None:
     origin, dev = user_scratch
-    sha = _git(dev, "rev-parse", "HEAD")
+    sha = git(dev, "rev-parse", "HEAD")
     others = [subprocess.Popen(["nsenter", "-t", str(user_runner.ns_pid), "-p", "-m", "--",
                                 "sleep", "600"])
               for _ in range(300)]  # the machine's other processes (root's, not the runner's)
@@ -352,19 +364,19 @@ def _forge(origin: Path, base: str, where: Path, change: dict[str, str | None],
     (None deletes), its base file (default: `base`), and the machine it names."""
     repo = where / "forger"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    _git(repo, "fetch", "-q", str(origin), BRANCH)
-    _git(repo, "checkout", "-q", "--detach", base)
+    git(repo, "fetch", "-q", str(origin), BRANCH)
+    git(repo, "checkout", "-q", "--detach", base)
     for name, text in change.items():
         if text is None:
             (repo / name).unlink()
         else:
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             (repo / name).write_text(text)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "perfgate: perf-xeon at 0000000000 (run 4242)")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "perfgate: perf-xeon at 0000000000 (run 4242)")
     art = where / "artifacts" / "perfgate-history-run-perf-xeon"
     art.mkdir(parents=True)
-    _git(repo, "bundle", "create", "-q", str(art / "run.bundle"),
+    git(repo, "bundle", "create", "-q", str(art / "run.bundle"),
          "HEAD" if full else f"{base}..HEAD")
     (art / "base").write_text((base if base_file is None else base_file) + "\n")
     (art / "machine").write_text(machine + "\n")
@@ -390,18 +402,18 @@ ATTACKS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 @pytest.mark.parametrize("version", VERSIONS)
 def test_save_history_pushes_only_this_machines_new_run(
-        scratch: tuple[Path, Path], tmp_path: Path, attack: str,  # noqa: F811
+        scratch: tuple[Path, Path], tmp_path: Path, attack: str,
         version: str) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: '{"rate": 1000.0}\n',
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: '{"rate": 1000.0}\n',
                           "results/benchmarks.json": "{}\n", ".gitignore": "*.lock\n"})
     spec = {k: v for k, v in ATTACKS[attack].items() if k != "says"}
     art = _forge(origin, base, tmp_path / "a", **spec)
     job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
                   artifacts_from=art, workflow=workflow(version))
     push = job.steps[-1]
-    _git(dev, "fetch", "-q", "origin")
-    tip = _git(dev, "rev-parse", f"origin/{BRANCH}")
+    git(dev, "fetch", "-q", "origin")
+    tip = git(dev, "rev-parse", f"origin/{BRANCH}")
     if version == "old":  # live: the forged change landed on main's history
         assert push["code"] == 0, push["out"]
         assert tip != base
@@ -424,11 +436,11 @@ def test_save_history_pushes_only_this_machines_new_run(
     ("another folder", {"tools/x.py": "print()\n"}, "the run would change 'tools/x.py' (A"),
     ("a new .gitignore", {".gitignore": "*\n"}, "the run would change '.gitignore' (M"),
 ])
-def test_save_history_refuses_any_other_change(scratch: tuple[Path, Path],  # noqa: F811
+def test_save_history_refuses_any_other_change(scratch: tuple[Path, Path],
                                                tmp_path: Path, name: str,
                                                change: dict[str, str | None], says: str) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: '{"rate": 1000.0}\n',
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: '{"rate": 1000.0}\n',
                           ".gitignore": "*.lock\n"})
     if name == "a symlink":
         art = _forge_symlink(origin, base, tmp_path / "a")
@@ -439,19 +451,19 @@ def test_save_history_refuses_any_other_change(scratch: tuple[Path, Path],  # no
     assert job.steps[-1]["code"] == 3, job.steps[-1]["out"]
     (error,) = job.annotations
     assert says in error, error
-    _git(dev, "fetch", "-q", "origin")
-    assert _git(dev, "rev-parse", f"origin/{BRANCH}") == base
+    git(dev, "fetch", "-q", "origin")
+    assert git(dev, "rev-parse", f"origin/{BRANCH}") == base
 
 
 def _forge_symlink(origin: Path, base: str, where: Path) -> Path:
     art = _forge(origin, base, where, {"results/perf-xeon/new.pgrun": "{}\n"})
     repo = where / "forger"
     (repo / "results" / "perf-xeon" / "link").symlink_to("/etc/passwd")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "--amend", "--no-edit")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--amend", "--no-edit")
     bundle = art / "perfgate-history-run-perf-xeon" / "run.bundle"
     bundle.unlink()
-    _git(repo, "bundle", "create", "-q", str(bundle), f"{base}..HEAD")
+    git(repo, "bundle", "create", "-q", str(bundle), f"{base}..HEAD")
     return art
 
 
@@ -462,10 +474,10 @@ def _forge_symlink(origin: Path, base: str, where: Path) -> Path:
     ("1\n::error title=forged::pushed", "its base is '1%0A::error title=forged::pushed', not"),
 ])
 def test_save_history_refuses_a_base_that_is_not_a_commit_id(
-        scratch: tuple[Path, Path], tmp_path: Path, base_file: str,  # noqa: F811
+        scratch: tuple[Path, Path], tmp_path: Path, base_file: str,
         says: str) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n"})
     art = _forge(origin, base, tmp_path / "a", {"results/perf-xeon/perfgate/r.pgrun": "{}\n"},
                  base_file=base_file)
     job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
@@ -475,12 +487,12 @@ def test_save_history_refuses_a_base_that_is_not_a_commit_id(
     assert f"not saved: {says}" in error, error
 
 
-def test_a_genuine_run_still_lands(scratch: tuple[Path, Path], tmp_path: Path) -> None:  # noqa: F811
+def test_a_genuine_run_still_lands(scratch: tuple[Path, Path], tmp_path: Path) -> None:
     """What a run does change: a new sidecar and asv file, machine.json, benchmarks.json and
     this commit's asv result file."""
     origin, dev = scratch
     asv = "results/perf-xeon/00000000-py.json"
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: "{}\n",
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n", RUN: "{}\n",
                           "results/benchmarks.json": "{}\n", asv: "{}\n"})
     art = _forge(origin, base, tmp_path / "a", {
         "results/perf-xeon/perfgate/20261203T000000-cccccc.pgrun": "{}\n",

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.core.gate import Outcome, Rule, evaluate, median_slack
+from pytest_perfgate.core.evidence import median_slack
+from pytest_perfgate.core.gate import Outcome, Rule, evaluate
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.timing import FakeClock

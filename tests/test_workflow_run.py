@@ -34,80 +34,23 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import need_tool
-from workflow_sim import GIT, ROOT, WORKFLOW, Expr, Job, Machine, condition, pinned_here, run_job
+from helpers import need_tool
+from workflow_sim import (
+    BRANCH,
+    GIT,
+    ROOT,
+    WORKFLOW,
+    Expr,
+    Job,
+    Machine,
+    commit,
+    condition,
+    git,
+    history,
+    run_job,
+)
 
-# --- the scratch project ---------------------------------------------------------------------
-
-# The load guard is off (a 1000-core limit): the helpers sharing this machine keep it busy,
-# and this test is about the workflow's plumbing (the guard: tests/test_timing.py).
-INI = """[pytest]
-pythonpath = .
-perfgate_windows = 6
-perfgate_window_time = 0.1
-perfgate_threshold = 30%
-perfgate_load_limit = 1000
-perfgate_ab_turns = 8
-perfgate_ab_turn_time = 0.05
-"""
-PYPROJECT = """[project]
-name = "scratch"
-version = "0"
-
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[tool.setuptools]
-py-modules = ["mylib"]
-"""
-LIB = "WORK = {work}\n\n\ndef step():\n{body}    return sum(range(3000 * WORK))\n"
-PERF = ("import mylib\n\n\n"
-        "def test_walk(perfgate):\n"
-        "    perfgate.measure(mylib.step, transitions=64)\n")
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def commit(repo: Path, message: str, work: int = 1, crash: bool = False) -> str:
-    body = "    raise RuntimeError('the workload broke')\n" if crash else ""
-    (repo / "mylib.py").write_text(LIB.format(work=work, body=body))
-    (repo / "notes.txt").write_text(message + "\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", message)
-    return _git(repo, "rev-parse", "HEAD")
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> tuple[Path, Path]:
-    """(origin bare repo, a developer clone) holding the tiny suite at v0.1 and one commit."""
-    return make_scratch(tmp_path)
-
-
-def make_scratch(where: Path) -> tuple[Path, Path]:
-    """The scratch project's origin and developer clone, made under `where`."""
-    origin, dev = where / "server" / "acme" / "scratch.git", where / "dev"
-    origin.parent.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
-    subprocess.run(["git", "clone", "-q", str(origin), str(dev)], check=True,
-                   capture_output=True)
-    (dev / "perf").mkdir()
-    (dev / "perf" / "test_perf_walk.py").write_text(PERF)
-    (dev / "pytest.ini").write_text(INI)
-    (dev / "pyproject.toml").write_text(PYPROJECT)
-    (dev / "constraints").mkdir()
-    (dev / "constraints" / "perf.txt").write_text(
-        pinned_here((ROOT / "constraints" / "perf.txt").read_text()))
-    (dev / ".gitignore").write_text("__pycache__/\n")
-    commit(dev, "v0.1")
-    _git(dev, "tag", "v0.1")
-    commit(dev, "C1")
-    _git(dev, "push", "-q", "origin", "main", "--tags")
-    return origin, dev
-
+# --- the runners the scratch project's jobs run on (the project: tests/workflow_sim.py) -----
 
 @pytest.fixture
 def runner(tmp_path: Path) -> Iterator[Machine]:
@@ -131,7 +74,7 @@ def _errors(job: Job, title: str) -> list[str]:
     return [a for a in job.annotations if a.startswith("::error") and f"title={title}" in a]
 
 
-TEST_LINE = "line=4"  # `def test_walk` in PERF
+TEST_LINE = "line=4"  # `def test_walk` in workflow_sim.PERF
 
 
 def _pr_event(number: int, head: str, base: str, fork: str | None = None) -> dict[str, Any]:
@@ -151,13 +94,13 @@ def save(job: Job, sha: str, origin: Path, tmp_path: Path, machine: str = "perf-
 def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Path],
                                                          runner: Machine) -> None:
     origin, dev = scratch
-    base = _git(dev, "rev-parse", "HEAD")
+    base = git(dev, "rev-parse", "HEAD")
     heads = {}
     for name, work, crash in [("same", 1, False), ("slow", 8, False), ("crash", 1, True)]:
-        _git(dev, "switch", "-q", "-c", name, "main")
+        git(dev, "switch", "-q", "-c", name, "main")
         heads[name] = commit(dev, f"PR {name}", work, crash)
-        _git(dev, "push", "-q", "origin", name)
-    _git(dev, "switch", "-q", "main")
+        git(dev, "push", "-q", "origin", name)
+    git(dev, "switch", "-q", "main")
     jobs = {}
     for number, (name, head) in enumerate(heads.items(), 1):
         event = _pr_event(number, head, base)
@@ -202,8 +145,8 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     origin, dev = scratch
 
     def push(message: str | None = None, work: int = 1) -> tuple[str, Job]:
-        sha = commit(dev, message, work) if message else _git(dev, "rev-parse", "HEAD")
-        _git(dev, "push", "-q", "origin", "main")
+        sha = commit(dev, message, work) if message else git(dev, "rev-parse", "HEAD")
+        git(dev, "push", "-q", "origin", "main")
         job = run_job("default-branch", "push", {"after": sha}, sha, origin, runner,
                       "perf-xeon")
         saved = save(job, sha, origin, tmp_path)
@@ -220,8 +163,8 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     assert first.step("gate_anchor")["code"] == 0  # anchor v0.1: same code
     assert first.step("History report (plots into the artifact, a summary into the job page)"
                       )["outcome"] == "success"
-    _git(dev, "fetch", "-q", "origin")
-    runs = _git(dev, "ls-tree", "-r", "--name-only", "origin/perfgate-history/perf-xeon")
+    git(dev, "fetch", "-q", "origin")
+    runs = git(dev, "ls-tree", "-r", "--name-only", "origin/perfgate-history/perf-xeon")
     assert "results/perf-xeon/machine.json" in runs and ".gitignore" in runs
 
     # 2. seed: two more runs of this commit, nothing gated
@@ -247,7 +190,7 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     c3, slow = push("C3 slow", work=8)
     for gate in ("gate_history", "gate_anchor"):
         assert slow.step(gate)["code"] == 1, slow.step(gate)["out"]
-    v01 = _git(dev, "rev-parse", "v0.1")
+    v01 = git(dev, "rev-parse", "v0.1")
     assert f"\n```\nperfgate bisect {v01[:12]} {c3[:12]} perf\n```\n" in slow.summary
     assert (f"run this workflow by hand (Actions > perfgate > Run workflow) with bisect_good "
             f"{v01[:12]}, bisect_bad {c3[:12]}, bisect_machine perf-xeon: its bisect job "
@@ -267,8 +210,8 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     assert "nothing recorded" in broken.step("Commit the run for save-history")["out"]
     assert "nothing to save" in broken.steps[-1]["out"]
 
-    _git(dev, "fetch", "-q", "origin")
-    log = _git(dev, "log", "--format=%s", "origin/perfgate-history/perf-xeon")
+    git(dev, "fetch", "-q", "origin")
+    log = git(dev, "log", "--format=%s", "origin/perfgate-history/perf-xeon")
     assert len(log.splitlines()) == 4  # first push, seed, C2, C3: every run kept
 
 
@@ -291,37 +234,21 @@ def test_the_expression_evaluator_follows_githubs_rules() -> None:
 
 # --- the history push, on its own: runs made by hand as the perf job makes them ---------------
 
-BRANCH = "perfgate-history/perf-xeon"
-
-
-def _history(dev: Path, files: dict[str, str]) -> str:
-    """Push a history branch holding `files`; return its tip."""
-    tree = dev.parent / "history-seed"
-    subprocess.run(["git", "init", "-q", str(tree)], check=True)
-    for name, text in files.items():
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / name).write_text(text)
-    _git(tree, "add", "-A")
-    _git(tree, "commit", "-qm", "history")
-    _git(tree, "push", "-q", str(dev / ".git"), f"HEAD:refs/heads/{BRANCH}")
-    _git(dev, "push", "-q", "origin", BRANCH)
-    return _git(tree, "rev-parse", "HEAD")
-
 
 def _run_artifact(origin: Path, base: str, files: dict[str, str], where: Path) -> Path:
     """What the perf job uploads: the run committed on `base` as a bundle, and `base`."""
     repo = where / "perf-machine"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    _git(repo, "fetch", "-q", str(origin), BRANCH)
-    _git(repo, "checkout", "-q", "--detach", base)
+    git(repo, "fetch", "-q", str(origin), BRANCH)
+    git(repo, "checkout", "-q", "--detach", base)
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", f"run {sorted(files)}")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", f"run {sorted(files)}")
     art = where / "artifacts" / "perfgate-history-run-perf-xeon"
     art.mkdir(parents=True)
-    _git(repo, "bundle", "create", "-q", str(art / "run.bundle"), f"{base}..HEAD")
+    git(repo, "bundle", "create", "-q", str(art / "run.bundle"), f"{base}..HEAD")
     (art / "base").write_text(base + "\n")
     (art / "machine").write_text("perf-xeon\n")
     return where / "artifacts"
@@ -345,7 +272,7 @@ git update-ref refs/heads/{branch} "$new" "$tip"
 def test_save_history_retries_a_branch_that_moved_without_a_git_identity(
         scratch: tuple[Path, Path], tmp_path: Path) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n"})
     art = _run_artifact(origin, base, {"results/perf-xeon/run-1.json": "1\n"}, tmp_path / "a")
     hook = origin / "hooks" / "pre-receive"
     hook.write_text(MOVE_ONCE.replace("{branch}", BRANCH))
@@ -361,17 +288,17 @@ def test_save_history_retries_a_branch_that_moved_without_a_git_identity(
     push = job.steps[-1]
     assert push["code"] == 0, push["out"]
     assert "the push was rejected" in push["out"] and "(try 2)" in push["out"]
-    _git(dev, "fetch", "-q", "origin")
-    log = _git(dev, "log", "--format=%s", f"origin/{BRANCH}")
+    git(dev, "fetch", "-q", "origin")
+    log = git(dev, "log", "--format=%s", f"origin/{BRANCH}")
     assert log.splitlines() == ["run ['results/perf-xeon/run-1.json']",
                                 "a person's perfgate accept", "history"]
-    assert _git(dev, "show", f"origin/{BRANCH}:accepted.txt") == "accepted"  # nothing lost
+    assert git(dev, "show", f"origin/{BRANCH}:accepted.txt") == "accepted"  # nothing lost
 
 
 def test_two_runs_racing_for_one_branch_both_land(scratch: tuple[Path, Path],
                                                   tmp_path: Path) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n"})
     arts = [_run_artifact(origin, base, {f"results/perf-xeon/run-{i}.json": f"{i}\n"},
                           tmp_path / f"r{i}") for i in (1, 2)]
     hook = origin / "hooks" / "pre-receive"
@@ -393,22 +320,22 @@ def test_two_runs_racing_for_one_branch_both_land(scratch: tuple[Path, Path],
     outs = [jobs[i].steps[-1] for i in (0, 1)]
     assert all(o["code"] == 0 for o in outs), [o["out"] for o in outs]
     assert any("(try 2)" in o["out"] for o in outs), [o["out"] for o in outs]
-    _git(dev, "fetch", "-q", "origin")
-    files = _git(dev, "ls-tree", "-r", "--name-only", f"origin/{BRANCH}").splitlines()
+    git(dev, "fetch", "-q", "origin")
+    files = git(dev, "ls-tree", "-r", "--name-only", f"origin/{BRANCH}").splitlines()
     assert {"results/perf-xeon/run-1.json", "results/perf-xeon/run-2.json"} <= set(files)
 
 
 def test_a_run_that_conflicts_is_aborted_reported_and_kept(scratch: tuple[Path, Path],
                                                            tmp_path: Path) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/benchmarks.json": "base\n"})
+    base = history(dev, {"results/benchmarks.json": "base\n"})
     art = _run_artifact(origin, base, {"results/benchmarks.json": "the run's\n"}, tmp_path / "a")
     other = tmp_path / "other"
     subprocess.run(["git", "clone", "-q", "-b", BRANCH, str(origin), str(other)], check=True)
     (other / "results" / "benchmarks.json").write_text("someone else's\n")
-    _git(other, "commit", "-qam", "edited meanwhile")
-    _git(other, "push", "-q", "origin", BRANCH)
-    tip = _git(other, "rev-parse", "HEAD")
+    git(other, "commit", "-qam", "edited meanwhile")
+    git(other, "push", "-q", "origin", BRANCH)
+    tip = git(other, "rev-parse", "HEAD")
 
     job = run_job("save-history", "push", {}, "0" * 40, origin, hosted(tmp_path), "perf-xeon",
                   artifacts_from=art)
@@ -418,7 +345,7 @@ def test_a_run_that_conflicts_is_aborted_reported_and_kept(scratch: tuple[Path, 
         "::error title=perfgate infrastructure error::history of perf-xeon not saved: the run "
         f"conflicts with {BRANCH} at {tip[:10]} (rebase aborted); the run is kept in the "
         "artifact perfgate-history-run-perf-xeon of run 4242 (docs/ci.md: pushing a kept run)"]
-    assert _git(other, "ls-remote", "origin", BRANCH).split()[0] == tip  # nothing pushed
+    assert git(other, "ls-remote", "origin", BRANCH).split()[0] == tip  # nothing pushed
     assert not list((job.artifacts.parent.parent.parent / "_work" / "_temp" / "history" / ".git")
                     .glob("rebase-*"))  # aborted, not left mid-rebase
 
@@ -428,7 +355,7 @@ def test_a_run_that_conflicts_is_aborted_reported_and_kept(scratch: tuple[Path, 
 def test_a_fork_pull_request_waits_for_a_reviewer(scratch: tuple[Path, Path],
                                                  runner: Machine) -> None:
     origin, dev = scratch
-    head = _git(dev, "rev-parse", "HEAD")
+    head = git(dev, "rev-parse", "HEAD")
     fork = run_job("pull-request", "pull_request", _pr_event(7, head, head, "mallory/scratch"),
                    head, origin, runner, "perf-epyc")
     assert fork.waiting_for == "perfgate-fork-pr" and fork.steps == []
@@ -442,7 +369,7 @@ def test_a_fork_pull_request_waits_for_a_reviewer(scratch: tuple[Path, Path],
 def test_a_dispatch_from_a_feature_branch_is_refused(scratch: tuple[Path, Path],
                                                      runner: Machine, tmp_path: Path) -> None:
     origin, dev = scratch
-    head = _git(dev, "rev-parse", "HEAD")
+    head = git(dev, "rev-parse", "HEAD")
     job = run_job("default-branch", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
                   {"seed_runs": "3", "anchor": ""}, ref="refs/heads/feature")
     check = job.step("Check the inputs")
@@ -462,7 +389,7 @@ def test_a_dispatch_from_a_feature_branch_is_refused(scratch: tuple[Path, Path],
 def test_seed_runs_must_be_a_count(scratch: tuple[Path, Path], runner: Machine,
                                    seed_runs: str) -> None:
     origin, dev = scratch
-    head = _git(dev, "rev-parse", "HEAD")
+    head = git(dev, "rev-parse", "HEAD")
     job = run_job("default-branch", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
                   {"seed_runs": seed_runs, "anchor": ""})
     assert job.step("Check the inputs")["code"] == 2
@@ -519,7 +446,7 @@ def test_the_bisect_job_runs_by_hand_only_and_alone() -> None:
 def test_the_bisect_job_refuses_a_bad_input(scratch: tuple[Path, Path], runner: Machine,
                                             name: str, value: str) -> None:
     origin, dev = scratch
-    head = _git(dev, "rev-parse", "HEAD")
+    head = git(dev, "rev-parse", "HEAD")
     inputs = _bisect_inputs(**{"bisect_good": "v0.1", name: value})
     job = run_job("bisect", "workflow_dispatch", {}, head, origin, runner, "perf-xeon", inputs)
     assert job.step("Check the inputs")["code"] == 2
@@ -553,7 +480,7 @@ def test_bisect_tests_takes_paths_and_k_and_m_only(scratch: tuple[Path, Path], r
                                                    tests: str, says: str | None) -> None:
     """Any other pytest option could run a command (--perfgate-ab-setup) or load code (-p)."""
     origin, dev = scratch
-    head = _git(dev, "rev-parse", "HEAD")
+    head = git(dev, "rev-parse", "HEAD")
     job = run_job("bisect", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
                   _bisect_inputs(bisect_good="v0.1", bisect_tests=tests),
                   until="Check the inputs")
@@ -571,7 +498,7 @@ def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path
     origin, dev = scratch
     slow = commit(dev, "C2 slow", work=6)
     head = commit(dev, "C3", work=6)  # still slow
-    _git(dev, "push", "-q", "origin", "main")
+    git(dev, "push", "-q", "origin", "main")
     # few short turns and a coarse threshold for a 6x step (the product defaults take minutes)
     text = WORKFLOW.read_text().replace(
         'bisect "$GOOD"', 'bisect --turns 8 --turn-time 0.05 --threshold 50% "$GOOD"')
@@ -651,15 +578,15 @@ def test_what_a_pull_request_leaves_on_the_runner_never_reaches_the_push_job(
     if not runner.ns_pid:
         need_tool("the reused-runner test needs a PID namespace: run as root with unshare")
     origin, dev = scratch
-    base = _git(dev, "rev-parse", "HEAD")
-    _git(dev, "switch", "-q", "-c", "plant")
+    base = git(dev, "rev-parse", "HEAD")
+    git(dev, "switch", "-q", "-c", "plant")
     (dev / "perf" / "conftest.py").write_text(f"PTH = {PTH!r}\n" + PLANT)
     (dev / "perf" / "watcher.py").write_text(f"PTH = {PTH!r}\n" + WATCHER)
-    _git(dev, "add", "-A")
-    _git(dev, "commit", "-qm", "a pull request that leaves things behind")
-    head = _git(dev, "rev-parse", "HEAD")
-    _git(dev, "push", "-q", "origin", "plant")
-    _git(dev, "switch", "-q", "main")
+    git(dev, "add", "-A")
+    git(dev, "commit", "-qm", "a pull request that leaves things behind")
+    head = git(dev, "rev-parse", "HEAD")
+    git(dev, "push", "-q", "origin", "plant")
+    git(dev, "switch", "-q", "main")
 
     pr = run_job("pull-request", "pull_request", _pr_event(5, head, base), head, origin, runner,
                  "perf-epyc", workflow=_forks_copy_without_cleanup())
@@ -678,7 +605,7 @@ def test_what_a_pull_request_leaves_on_the_runner_never_reaches_the_push_job(
     assert "pth pull_request" in log.read_text()  # the .pth ran in the PR job's own steps
 
     sha = commit(dev, "C2")
-    _git(dev, "push", "-q", "origin", "main")
+    git(dev, "push", "-q", "origin", "main")
     push = run_job("default-branch", "push", {"after": sha}, sha, origin, runner, "perf-epyc")
     assert push.step("history")["outcome"] == "success", push.step("history")["out"]
     assert "ended stray process" in push.step("Clean the runner")["out"]
@@ -792,7 +719,7 @@ def _quick(retries: str) -> str:
 def test_a_run_that_cannot_land_is_an_infrastructure_error(
         scratch: tuple[Path, Path], tmp_path: Path, case: str) -> None:
     origin, dev = scratch
-    base = _history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n"})
     art = _run_artifact(origin, base, {"results/perf-xeon/run-1.json": "1\n"}, tmp_path / "a")
     where = origin
     if case == "rejected":
@@ -801,7 +728,7 @@ def test_a_run_that_cannot_land_is_an_infrastructure_error(
         hook.chmod(0o755)
         says = "2 pushes rejected"
     elif case == "rewritten":
-        _git(dev, "push", "-q", "-f", "origin", f"main:{BRANCH}")
+        git(dev, "push", "-q", "-f", "origin", f"main:{BRANCH}")
         says = (f"the run's bundle does not apply: its base {base[:10]} is not on {BRANCH} "
                 "(was the branch rewritten or deleted?)")
     else:

@@ -476,3 +476,88 @@ def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, s
         shutil.copytree(src, with_["path"], dirs_exist_ok=True)
         return 0, f"downloaded {with_['name']}"
     raise AssertionError(f"{uses} is not simulated: extend tests/{Path(__file__).name}")
+
+
+# --- the scratch project the workflow tests run the jobs on --------------------------------
+
+# The load guard is off (a 1000-core limit): the helpers sharing this machine keep it busy,
+# and these tests are about the workflow's plumbing (the guard: tests/test_timing.py).
+INI = """[pytest]
+pythonpath = .
+perfgate_windows = 6
+perfgate_window_time = 0.1
+perfgate_threshold = 30%
+perfgate_load_limit = 1000
+perfgate_ab_turns = 8
+perfgate_ab_turn_time = 0.05
+"""
+PYPROJECT = """[project]
+name = "scratch"
+version = "0"
+
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[tool.setuptools]
+py-modules = ["mylib"]
+"""
+LIB = "WORK = {work}\n\n\ndef step():\n{body}    return sum(range(3000 * WORK))\n"
+PERF = ("import mylib\n\n\n"
+        "def test_walk(perfgate):\n"
+        "    perfgate.measure(mylib.step, transitions=64)\n")
+
+
+def git(repo: Path, *args: str) -> str:
+    """git with an identity (GIT) in `repo`; its output, stripped."""
+    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def commit(repo: Path, message: str, work: int = 1, crash: bool = False) -> str:
+    body = "    raise RuntimeError('the workload broke')\n" if crash else ""
+    (repo / "mylib.py").write_text(LIB.format(work=work, body=body))
+    (repo / "notes.txt").write_text(message + "\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def make_scratch(where: Path) -> tuple[Path, Path]:
+    """The scratch project's origin and developer clone, made under `where`."""
+    origin, dev = where / "server" / "acme" / "scratch.git", where / "dev"
+    origin.parent.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
+    subprocess.run(["git", "clone", "-q", str(origin), str(dev)], check=True,
+                   capture_output=True)
+    (dev / "perf").mkdir()
+    (dev / "perf" / "test_perf_walk.py").write_text(PERF)
+    (dev / "pytest.ini").write_text(INI)
+    (dev / "pyproject.toml").write_text(PYPROJECT)
+    (dev / "constraints").mkdir()
+    (dev / "constraints" / "perf.txt").write_text(
+        pinned_here((ROOT / "constraints" / "perf.txt").read_text()))
+    (dev / ".gitignore").write_text("__pycache__/\n")
+    commit(dev, "v0.1")
+    git(dev, "tag", "v0.1")
+    commit(dev, "C1")
+    git(dev, "push", "-q", "origin", "main", "--tags")
+    return origin, dev
+
+
+# the history branch of the scratch project's perf machine
+BRANCH = "perfgate-history/perf-xeon"
+
+
+def history(dev: Path, files: dict[str, str]) -> str:
+    """Push a history branch holding `files`; return its tip."""
+    tree = dev.parent / "history-seed"
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    for name, text in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", "history")
+    git(tree, "push", "-q", str(dev / ".git"), f"HEAD:refs/heads/{BRANCH}")
+    git(dev, "push", "-q", "origin", BRANCH)
+    return git(tree, "rev-parse", "HEAD")

@@ -20,16 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_perfgate.core.gate import (
-    PAIRED_TRIM,
-    Evidence,
-    Outcome,
-    Rule,
-    decide,
-    history_evidence,
-    paired_evidence,
-    percent,
-)
+from pytest_perfgate.core.evidence import PAIRED_TRIM, Evidence, history_evidence, paired_evidence
+from pytest_perfgate.core.gate import Outcome, Rule, decide, percent
 from pytest_perfgate.core.measure import Window
 from pytest_perfgate.core.sequential import Design, plan
 from pytest_perfgate.study.calibrate import (

@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytest_perfgate.core.gate import Outcome, Rule, Verdict, paired_evidence, sequential_decide
+from pytest_perfgate.core.evidence import paired_evidence
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict, sequential_decide
 from pytest_perfgate.core.measure import Measurement, Meter, RawWindow, Window, WindowSource
 from pytest_perfgate.core.metric import ENV_STEPS, Metric
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
