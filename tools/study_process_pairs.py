@@ -1,0 +1,132 @@
+"""Study: does a pair of A/B side processes carry a bias of its own, with identical code?
+
+The A/B verdict's interval covers the turns of one base process and one head process. If
+two processes of the same code run at steadily different speeds (memory layout, hash
+seed, where the scheduler puts them), that difference is in every turn, the turns cannot
+show it, and identical code can be judged REGRESSION. Each trial here is a fresh
+``pytest --perfgate --perfgate-ab=HEAD`` of unchanged code (base and head are the same
+commit), so each trial is a new pair of processes: the spread of the trials' log ratios
+against the intervals each trial claims is the pair-to-pair bias.
+
+Workloads: ``numpy`` (a sort, Python around it) and ``mujoco`` (gymnasium's HalfCheetah-v5
+in a SyncVectorEnv of 2: MuJoCo's C code, where the false alarm was seen). Prints per trial
+the ratio and its interval; then the A/A false-alarm share with its exact 95% interval, how
+many intervals exclude 1 (honest intervals exclude it about as often as their level allows;
+far more often means a bias between process pairs), and the standard deviation of the
+trials' log ratios beside the median half-width of their intervals.
+
+    python tools/study_process_pairs.py --workload mujoco --trials 20 --out /tmp/pairs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pytest_perfgate.study.analysis import Rate
+
+WORKLOADS = {
+    "numpy": '''
+import numpy as np
+
+X = np.random.default_rng(0).random(4096)
+
+
+def test_walk(perfgate):
+    perfgate.measure(lambda: np.sort(X), transitions=8)
+''',
+    "mujoco": '''
+import gymnasium as gym
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def envs():
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("HalfCheetah-v5")] * 2)
+    yield envs
+    envs.close()
+
+
+def test_walk(perfgate, envs):
+    rng = np.random.default_rng(0)
+    low, high = envs.action_space.low, envs.action_space.high
+    perfgate.measure_vector_env(envs, lambda obs: rng.uniform(low, high).astype(np.float32),
+                                seed=0)
+''',
+}
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def trial(repo: Path, i: int, threshold: str) -> dict[str, object]:
+    report = repo / f"trial-{i}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
+    env["PERFGATE_PROFILE"] = "off"
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "--perfgate", "--perfgate-machine=study", "--perfgate-ab=HEAD",
+                    f"--perfgate-threshold={threshold}", "--perfgate-record=false",
+                    f"--perfgate-json={report}", "test_walk.py"], cwd=repo, env=env,
+                   capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - t0
+    try:
+        (entry,) = json.loads(report.read_text())["benchmarks"]
+    except (OSError, ValueError):
+        return {"verdict": "ERROR", "ratio": None, "ci": None, "wall_s": wall}
+    return {"verdict": entry["verdict"], "ratio": entry.get("ratio"), "ci": entry.get("ci"),
+            "wall_s": wall}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="mujoco")
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--threshold", default="2%", help="the A/B mode's default")
+    ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="perfgate-study-pairs-") as tmp:
+        repo = Path(tmp)
+        git(repo, "init", "-q")
+        git(repo, "config", "user.email", "study@example.com")
+        git(repo, "config", "user.name", "study")
+        (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
+        (repo / ".gitignore").write_text("results/\n*.json\n")
+        (repo / "test_walk.py").write_text(WORKLOADS[args.workload])
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "the code")
+        trials = []
+        for i in range(args.trials):
+            t = trial(repo, i, args.threshold)
+            trials.append(t)
+            print(f"[{i + 1}/{args.trials}] {t['verdict']} ratio {t['ratio']} ci {t['ci']} "
+                  f"({t['wall_s']:.0f} s)", flush=True)
+    judged = [(float(r), float(c[0]), float(c[1])) for t in trials
+              if isinstance(r := t["ratio"], (int, float)) and isinstance(c := t["ci"], list)]
+    logs = [math.log(r) for r, _, _ in judged]
+    halves = [(math.log(hi) - math.log(lo)) / 2 for _, lo, hi in judged]
+    excl = sum(1 for _, lo, hi in judged if not lo <= 1.0 <= hi)
+    alarms = Rate(sum(t["verdict"] == "REGRESSION" for t in trials), len(trials))
+    print(f"\n{args.workload}, {len(trials)} A/A trials (fresh processes each), threshold "
+          f"{args.threshold}: REGRESSION {alarms}; intervals excluding 1: {excl}/{len(judged)}")
+    if len(logs) >= 2:
+        print(f"trial-to-trial sd of the log ratio {statistics.stdev(logs):.4f}; median "
+              f"interval half-width {statistics.median(halves):.4f}")
+    if args.out is not None:
+        args.out.write_text(json.dumps({"trials": trials, "args": {
+            k: str(v) for k, v in vars(args).items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
