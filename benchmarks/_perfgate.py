@@ -15,7 +15,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, WindowSource
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.measure import MeasureConfig, Meter
+from pytest_perfgate.core.window import WindowSource
 
 # Spelled out, not imported from pytest_perfgate.history.asv: asv measures older commits with
 # this suite too, and their installed package may not have these names yet

@@ -16,7 +16,7 @@ def hold_settled(pool: Any, substeps: int = SETTLE_SUBSTEPS, seed: int = 0) -> A
     (pytest_perfgate/sim/settled.py)."""
     import numpy as np
 
-    from pytest_perfgate.sim.sweep import settled_state
+    from pytest_perfgate.sim.thread_sweep import settled_state
 
     pool.hold(settled_state(pool.model, pool.num_envs, substeps, seed=seed,
                             keyframe=pool.keyframe_id))

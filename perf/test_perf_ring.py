@@ -35,7 +35,7 @@ def test_ring_pair_humanoid_256(perfgate, ring_pair):
 def _slices() -> tuple[list[str] | None, str | None]:
     """Two collectors, one CPU slice each (the learner shares them on a 2-CPU machine, else
     it gets its own slice); unpinned with fewer than 2 CPUs."""
-    from pytest_perfgate.ring.pair import split_cpus
+    from pytest_perfgate.ring.pair_placement import split_cpus
 
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:

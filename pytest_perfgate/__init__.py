@@ -14,28 +14,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_perfgate.core.gate import Outcome, Rule, Verdict, decide, evaluate
     from pytest_perfgate.core.judged import Judged
-    from pytest_perfgate.core.measure import (
-        LoopSource,
-        MeasureConfig,
-        Measurement,
-        Meter,
-        RawWindow,
-        WindowSource,
-    )
+    from pytest_perfgate.core.loop import LoopSource
+    from pytest_perfgate.core.measure import MeasureConfig, Measurement, Meter
     from pytest_perfgate.core.timing import PhaseRecorder, phase
+    from pytest_perfgate.core.window import RawWindow, WindowSource
+    from pytest_perfgate.session.gate_session import GateSession
     from pytest_perfgate.session.options import Options
-    from pytest_perfgate.session.session import GateSession, PerfGate
+    from pytest_perfgate.session.perfgate import PerfGate
 
 _HOME = {
     "Outcome": "core.gate", "Rule": "core.gate", "Verdict": "core.gate",
     "decide": "core.gate", "evaluate": "core.gate",
     "Judged": "core.judged",
-    "LoopSource": "core.measure", "MeasureConfig": "core.measure",
-    "Measurement": "core.measure", "Meter": "core.measure", "RawWindow": "core.measure",
-    "WindowSource": "core.measure",
+    "LoopSource": "core.loop", "MeasureConfig": "core.measure",
+    "Measurement": "core.measure", "Meter": "core.measure", "RawWindow": "core.window",
+    "WindowSource": "core.window",
     "PhaseRecorder": "core.timing", "phase": "core.timing",
     "Options": "session.options",
-    "GateSession": "session.session", "PerfGate": "session.session",
+    "GateSession": "session.gate_session", "PerfGate": "session.perfgate",
 }
 
 __all__ = [

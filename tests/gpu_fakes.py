@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from pytest_perfgate.core.measure import RawWindow
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.gpu.fakes import FakeDevice, FakeNvml
 from pytest_perfgate.gpu.guard import GpuGuard
 from pytest_perfgate.gpu.nvml import Nvml

@@ -22,14 +22,15 @@ from typing import Any
 import pytest
 from fake_session import FAKE_CLOCK_CONFTEST
 
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.metric import INSTRUCTIONS
 from pytest_perfgate.core.progress import Progress
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, COUNTS_SOURCE, SERIES_VERSION
+from pytest_perfgate.core.window import RawWindow
+from pytest_perfgate.history.asv import COUNTS_SOURCE, SERIES_VERSION
+from pytest_perfgate.history.asv_schema import ASV_RESULT_COLUMNS
 from pytest_perfgate.history.store import History
-from pytest_perfgate.study import calibrate as cal
+from pytest_perfgate.study import trials as cal
 
 # --- external tools the tests need -----------------------------------------------------------
 
@@ -153,14 +154,14 @@ def record(results: Path, levels: Sequence[float], machine: str = "box",
         for name in names:
             samples = tuple(level * math.exp(rng.gauss(0, sigma)) for _ in range(6))
             phases = {"physics": PhaseSummary(level * 0.256, 0.9, 1.0)}
-            benches[name] = BenchResult(name, samples, 1e6 / level, phases=phases,
+            benches[name] = BenchRecord(name, samples, 1e6 / level, phases=phases,
                                         verdict="OK", test_file=test_file)
             if counts is not None:
                 c = (counts[i],) * 3
                 extra = {"est_cycles_per_step": counts[i] * 1.25,
                          "phase_instructions_per_step": {"physics": counts[i] * 0.95,
                                                          "reset": counts[i] * 0.05}}
-                benches[name + ".counts"] = BenchResult(name + ".counts", c, 1e6 / counts[i],
+                benches[name + ".counts"] = BenchRecord(name + ".counts", c, 1e6 / counts[i],
                                                         source=COUNTS_SOURCE, extra=extra,
                                                         unit=INSTRUCTIONS.unit)
         digit = "123456789abcdef"[(first_commit - 1 + i) % 15]
@@ -182,7 +183,7 @@ def record_runs(results: Path, runs: list[tuple[str, float]], machine: str = "bo
     rng = random.Random(7)
     for i, (commit_digit, level) in enumerate(runs):
         samples = tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8))
-        b = BenchResult("walk", samples, 1e6 / level, verdict="OK", threshold=threshold)
+        b = BenchRecord("walk", samples, 1e6 / level, verdict="OK", threshold=threshold)
         History(results, machine).record(RunRecord(
             f"20240101T0000{i:02d}-aaaa{i:02d}", float(i), commit_digit * 40, 0, "main", False,
             machine, "fp", {"mode": mode}, {"walk": b}))

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 KEYS = ["obs", "next_obs", "action", "reward", "terminated", "truncated"]
 

@@ -13,10 +13,11 @@ import pytest
 from pytest_perfgate.core.evidence import Evidence, paired_evidence
 from pytest_perfgate.core.gate import Outcome, Rule, decide, sequential_decide
 from pytest_perfgate.core.load import LoadSample
-from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
+from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.sequential import boundaries, obf_spent, plan
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.modes.ab.turns import load_changed, measure_sequential
+from pytest_perfgate.core.window import RawWindow
+from pytest_perfgate.modes.ab.abba import load_changed, measure_sequential
 from pytest_perfgate.session.options import OptionError, Options, parse_looks
 
 RULE = Rule(threshold=0.02, alpha=0.01)
@@ -182,7 +183,7 @@ def test_a_load_that_keeps_changing_cuts_the_run_short_and_says_so() -> None:
 
 
 def test_load_changed_needs_both_readings() -> None:
-    from pytest_perfgate.core.measure import Window
+    from pytest_perfgate.core.window import Window
 
     w = Window(10, 0.1, 0.1)
     hot = Window(10, 0.1, 0.1, other_load=1.0)

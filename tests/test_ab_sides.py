@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import ARGS, git
 
-from pytest_perfgate.modes.ab.by_sides import Announced, HeadEnd
+from pytest_perfgate.modes.ab.side_test import Announced, HeadEnd
 
 pytestmark = pytest.mark.slow  # real side processes and git worktrees
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
-from pytest_perfgate.history.store import History, default_results_dir
+from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
+from pytest_perfgate.history.files import default_results_dir
+from pytest_perfgate.history.store import History
 from pytest_perfgate.history.vcs import git_info
 
 pytest.importorskip("asv")
@@ -33,9 +34,9 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def _bench(scale: float, seed: int) -> BenchResult:
+def _bench(scale: float, seed: int) -> BenchRecord:
     samples = tuple(scale * (30.0 + 0.05 * ((i * 7 + seed) % 9)) for i in range(8))
-    return BenchResult(name=BENCH, samples=samples, steps_per_s=1e6 / (scale * 30.0),
+    return BenchRecord(name=BENCH, samples=samples, rate=1e6 / (scale * 30.0),
                        transitions=256, phases={"physics": PhaseSummary(6.0 * scale, 0.8, 1.9)})
 
 

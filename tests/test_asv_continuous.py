@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from helpers import need_tool
 
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
 from pytest_perfgate.history import asv
 from pytest_perfgate.history.asv_runs import is_asv_run
-from pytest_perfgate.history.machine import collect_metadata, fingerprint, write_asv_machine_file
+from pytest_perfgate.history.machine_id import collect_metadata, fingerprint, write_asv_machine_file
 from pytest_perfgate.history.store import History
 from pytest_perfgate.history.vcs import git_info
 
@@ -54,7 +54,8 @@ def make_step(n=65536):
     return step
 """
 BENCH = """
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter
+from pytest_perfgate.core.measure import MeasureConfig, Meter
+from pytest_perfgate.core.loop import LoopSource
 
 
 def track_step():
@@ -186,7 +187,7 @@ def test_perfgate_reads_what_asv_recorded_and_asv_shows_what_perfgate_recorded(
     meta = collect_metadata("ci-box")
     value = asv_runs[c2].benchmarks["scratch_step"].value
     info = git_info(repo)
-    bench = BenchResult(name="scratch_step", samples=(value,) * 3, steps_per_s=1e6 / value,
+    bench = BenchRecord(name="scratch_step", samples=(value,) * 3, rate=1e6 / value,
                         phases={"work": PhaseSummary(value * 64 / 1e3, 1.0, 1.0)})
     history.record(RunRecord("20261130T120000-plugin", time.time(), c3, info.commit_date_ms,
                              "main", False, "ci-box", fingerprint(meta), meta,

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from helpers import C1, C2, C3, ENV, asv_row, asv_writes
 
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
 from pytest_perfgate.history.asv import SERIES_VERSION
 from pytest_perfgate.history.asv_runs import is_asv_run
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
 from pytest_perfgate.history.files import HistoryWarning
-from pytest_perfgate.history.machine import fingerprint
+from pytest_perfgate.history.machine_id import fingerprint
 from pytest_perfgate.history.store import History
 
 META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2,
@@ -31,7 +31,7 @@ META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2
 
 def plugin_run(run_id: str, commit: str, started: float, s_per_msteps: float = 10.0
                ) -> RunRecord:
-    b = BenchResult(name="walk", samples=(s_per_msteps,) * 3, steps_per_s=1e6 / s_per_msteps,
+    b = BenchRecord(name="walk", samples=(s_per_msteps,) * 3, rate=1e6 / s_per_msteps,
                     phases={"physics": PhaseSummary(2.5, 0.7, 1.0)})
     return RunRecord(run_id, started, commit, 1_700_000_000_000, "main", False, "box",
                      fingerprint(META), META, {"walk": b})
@@ -58,7 +58,7 @@ def test_asv_rows_come_back_as_reduced_runs_clearly_marked(h: History) -> None:
     assert list(got.benchmarks) == ["walk"]  # only our gated series, not other asv benchmarks
     walk = got.benchmarks["walk"]
     assert walk.source == "asv" and walk.samples == (pytest.approx(12.0),)  # s per Msteps
-    assert walk.steps_per_s == pytest.approx(1e6 / 12.0)
+    assert walk.rate == pytest.approx(1e6 / 12.0)
     assert got.metadata["asv_env_name"] == ENV and got.metadata["cpu_model"] == "CPU X"
     assert h.load_runs(asv_runs=False) == [runs[0]]
 

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.history.asv import asv_params_from_meta
-from pytest_perfgate.history.machine import collect_metadata, write_asv_machine_file
+from pytest_perfgate.history.machine_id import collect_metadata, write_asv_machine_file
 
 
 def test_the_entry_holds_the_fields_perfgate_puts_in_params(tmp_path: Path) -> None:

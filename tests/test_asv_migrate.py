@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.asv import SERIES_VERSION
 from pytest_perfgate.history.asv_rebuild import VIEW_MARK
 from pytest_perfgate.history.store import History
@@ -31,8 +31,8 @@ def old_history(tmp_path: Path) -> History:
 
 def _new_run(h: History) -> RunRecord:
     old = h.load_runs()[-1]
-    bench = BenchResult(name="humanoid_batch_256", samples=(35.0, 36.0, 37.0),
-                        steps_per_s=1e6 / 36.0, transitions=256)
+    bench = BenchRecord(name="humanoid_batch_256", samples=(35.0, 36.0, 37.0),
+                        rate=1e6 / 36.0, transitions=256)
     return RunRecord("20261201T120000-new", old.started_at + 3600, C, old.commit_date_ms + 1,
                      "main", False, "ci-box", old.fingerprint, old.metadata,
                      {"humanoid_batch_256": bench})

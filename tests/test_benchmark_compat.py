@@ -77,11 +77,11 @@ def test_benchmark_disable_in_addopts_is_measured_under_perfgate(
     res.stdout.fnmatch_lines([
         "*= perfgate =*",
         "benchmark * now *baseline*",
-        "test_bench.test_double *1000 calls/s*NO BASELINE*",
-        "test_bench.test_sized-10 *100.0k calls/s*NO BASELINE*",
-        "test_bench.test_sized-1000 *1000 calls/s*NO BASELINE*",
+        "test_bench.test_double *1.00k calls/s*NO BASELINE*",
+        "test_bench.test_sized-10 *100k calls/s*NO BASELINE*",
+        "test_bench.test_sized-1000 *1.00k calls/s*NO BASELINE*",
         "test_bench.test_pedantic *500 calls/s*NO BASELINE*",
-        "test_bench.test_rows *2000 rows/s*NO BASELINE*",
+        "test_bench.test_rows *2.00k rows/s*NO BASELINE*",
         "recorded run *"])
     benches = _record(suite)["benchmarks"]
     assert sorted(benches) == ["test_bench.test_double", "test_bench.test_pedantic",
@@ -111,7 +111,7 @@ def test_a_slowed_benchmark_is_a_regression_worded_in_calls(
     res.stdout.fnmatch_lines([
         "*perfgate REGRESSION: test_bench.test_double",
         "*throughput fell 50.0% (threshold 5%)*",
-        "*calls/s: 500 now (median window) vs 1000 baseline*",
+        "*calls/s: 500 now (median window) vs 1.00k baseline*",
         "*warm-up *, 4 windows, cores used 1.00*"])
 
 
@@ -198,7 +198,7 @@ def test_a_perf_test_may_name_its_unit(pytester: pytest.Pytester) -> None:
     res.stdout.fnmatch_lines([
         "*unit='2 frames' is not a unit of work: use 1-32 letters, digits, '_' or '-', "
         "starting with a letter, the plural of what one call does, e.g. unit='frames'*",
-        "test_frames.test_frames *4000 frames/s*NO BASELINE*"])
+        "test_frames.test_frames *4.00k frames/s*NO BASELINE*"])
 
 
 AB_SUITE = """

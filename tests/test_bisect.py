@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.modes.bisect import wording
-from pytest_perfgate.modes.bisect.probe import RangeError, commit_range
-from pytest_perfgate.modes.bisect.search import (
+from pytest_perfgate.cli.bisect import wording
+from pytest_perfgate.cli.bisect.probe import RangeError, commit_range
+from pytest_perfgate.cli.bisect.search import (
     Bisector,
     Probe,
     Reading,
@@ -360,7 +360,7 @@ def test_a_bad_option_value_is_named(capsys: pytest.CaptureFixture[str]) -> None
 # --- the real probe's skips (real pytest and git; nothing is timed) ----------------------
 
 def test_a_commit_without_the_test_or_whose_setup_fails_is_skipped(repo: Path) -> None:
-    from pytest_perfgate.modes.bisect.probe import PytestProbe, head_worktree
+    from pytest_perfgate.cli.bisect.probe import PytestProbe, head_worktree
     from pytest_perfgate.report.readback import read_report
 
     head = git(repo, "rev-parse", "HEAD")

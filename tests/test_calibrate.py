@@ -15,10 +15,11 @@ from helpers import CFG, FakeSide, Machine, study
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.evidence import paired_evidence
 from pytest_perfgate.core.gate import Outcome, Rule, decide
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.study import analysis as ana
-from pytest_perfgate.study import calibrate as cal
+from pytest_perfgate.study import findings, studyfile, tables
+from pytest_perfgate.study import trials as cal
 
 
 def test_study_counts_and_verifies_injected_slowdowns() -> None:
@@ -101,10 +102,10 @@ def test_unknown_estimator_names_the_choices() -> None:
 
 
 def test_rate_uses_clopper_pearson() -> None:
-    r = ana.Rate(0, 50)
+    r = findings.Rate(0, 50)
     assert r.ci[0] == 0 and r.ci[1] == pytest.approx(0.0711, abs=5e-4)
-    assert str(ana.Rate(19, 20)) == "95% [75%-100%] (19/20)"
-    assert str(ana.Rate(0, 0)) == "-"
+    assert str(findings.Rate(19, 20)) == "95% [75%-100%] (19/20)"
+    assert str(findings.Rate(0, 0)) == "-"
 
 
 def test_fewer_turns_offline_and_bad_turn_count() -> None:
@@ -114,7 +115,7 @@ def test_fewer_turns_offline_and_bad_turn_count() -> None:
     assert rep.turns == 6 and rep.seconds < ana.analyse(trials, rule).seconds
     with pytest.raises(cal.StudyError, match=r"turns=40: the trials hold 12 turns; analyse 2-12"):
         ana.analyse(trials, rule, turns=40)
-    lines = ana.lever_table(trials, rule, ("t", "trimmed"), (6,))
+    lines = tables.lever_table(trials, rule, ("t", "trimmed"), (6,))
     assert "| A/B (6 turns, t, threshold 2.0%" in lines[2]
     assert len(lines) == 2 + 4
     assert "| A/B (6 turns, trimmed, threshold 2.0%, alpha 0.01) |" in lines[3]
@@ -122,29 +123,29 @@ def test_fewer_turns_offline_and_bad_turn_count() -> None:
 
 def test_conclusion_sentences() -> None:
     rule = Rule(threshold=0.02, alpha=0.01)
-    rows = (ana.Row(0.0, ana.Rate(0, 50), ana.Rate(1, 50), None),
-            ana.Row(0.03, ana.Rate(17, 20), ana.Rate(0, 20), None),
-            ana.Row(0.05, ana.Rate(20, 20), ana.Rate(0, 20), None))
-    rep = ana.Report("A/B", "t", 40, rule, rows, 11.0)
+    rows = (findings.Row(0.0, findings.Rate(0, 50), findings.Rate(1, 50), None),
+            findings.Row(0.03, findings.Rate(17, 20), findings.Rate(0, 20), None),
+            findings.Row(0.05, findings.Rate(20, 20), findings.Rate(0, 20), None))
+    rep = findings.Report("A/B", "t", 40, rule, rows, 11.0)
     assert rep.smallest_detected() == 0.05
-    assert ana.conclusion(rep) == (
+    assert tables.conclusion(rep) == (
         "This runner catches a 5% slowdown 100% of the time (95% CI 83%-100%) with 0% false "
         "alarms (95% CI up to 7.1%) (40 turns, t, threshold 2.0%, alpha 0.01, 11 s of "
         "measurement per side).")
-    assert ana.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
+    assert tables.meets_targets(rep) == {"false_alarms<=1%": True, "5% caught>=95%": True,
                                       "3% caught>=80%": True, "2% caught>=95%": None,
                                       "<=20 s per side": True}
-    none = ana.Report("A/B", "t", 40, rule, rows[1:2], 11.0)  # no A/A, no 5%, no 2%
-    assert ana.meets_targets(none) == {"false_alarms<=1%": None, "5% caught>=95%": None,
+    none = findings.Report("A/B", "t", 40, rule, rows[1:2], 11.0)  # no A/A, no 5%, no 2%
+    assert tables.meets_targets(none) == {"false_alarms<=1%": None, "5% caught>=95%": None,
                                        "3% caught>=80%": True, "2% caught>=95%": None,
                                        "<=20 s per side": True}
-    first = ana.Row(0.0, ana.Rate(3, 50), ana.Rate(0, 50), None)
-    noisy = ana.Report("A/B", "t", 40, rule, (first, *rows[1:]), 11.0)
-    assert ana.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
+    first = findings.Row(0.0, findings.Rate(3, 50), findings.Rate(0, 50), None)
+    noisy = findings.Report("A/B", "t", 40, rule, (first, *rows[1:]), 11.0)
+    assert tables.conclusion(noisy).startswith("This runner raised false alarms in 6% [1%-17%] "
                                             "(3/50) of A/A trials")
-    weak = ana.Report("A/B", "t", 40, rule, (rows[0], ana.Row(0.05, ana.Rate(10, 20),
-                                                              ana.Rate(0, 20), None)), 11.0)
-    assert ana.conclusion(weak).startswith("None of the tested slowdowns was caught >= 95%")
+    weak = findings.Report("A/B", "t", 40, rule, (rows[0], findings.Row(0.05, findings.Rate(10, 20),
+                                                              findings.Rate(0, 20), None)), 11.0)
+    assert tables.conclusion(weak).startswith("None of the tested slowdowns was caught >= 95%")
 
 
 def test_config_errors_name_the_value() -> None:
@@ -161,13 +162,13 @@ def test_config_errors_name_the_value() -> None:
 def test_save_load_roundtrip_and_bad_file(tmp_path: Path) -> None:
     trials, _ = study(CFG)
     p = tmp_path / "s.json"
-    cal.save(p, CFG, trials, {"nodeid": "x"})
-    cfg, back, meta = cal.load(p)
+    studyfile.save(p, CFG, trials, {"nodeid": "x"})
+    cfg, back, meta = studyfile.load(p)
     assert cfg == CFG and back == trials and meta == {"nodeid": "x"}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": 99}))
     with pytest.raises(cal.StudyError, match="format 99 is not 1; re-run the study"):
-        cal.load(bad)
+        studyfile.load(bad)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -221,7 +222,7 @@ def test_calibrate_help(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_reanalyses_a_saved_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trials, _ = study(CFG)
     p = tmp_path / "s.json"
-    cal.save(p, CFG, trials, {"nodeid": "perf/x.py::test_y", "bench": "y",
+    studyfile.save(p, CFG, trials, {"nodeid": "perf/x.py::test_y", "bench": "y",
                               "command": "perfgate calibrate --quick"})
     assert main(["calibrate", "--analyse", str(p), "--levers", "6"]) == 0
     out = capsys.readouterr().out
@@ -302,8 +303,8 @@ def test_cli_runs_a_study_on_real_side_processes(tmp_path: Path,
     assert re.search(r"\| A/B \([234] turns, trimmed, threshold 10\.0%, alpha 0\.01\) \|",
                      out), out
     # measured, or (a neighbour switching on and off in every pair) said not to be
-    assert "injected +50%: measured" in out or f"injected +50%: {ana.NONE_KEPT}" in out, out
-    _cfg, trials, meta = cal.load(save)
+    assert "injected +50%: measured" in out or f"injected +50%: {tables.NONE_KEPT}" in out, out
+    _cfg, trials, meta = studyfile.load(save)
     assert sorted(t.slowdown for t in trials) == [0.0, 0.0, 0.5] and "partial" not in meta
     assert not [c for c in psutil.Process().children(recursive=True)
                 if "pytest_perfgate.plugin.hooks" in " ".join(c.cmdline())]
@@ -362,7 +363,7 @@ def test_an_edited_study_file_is_refused_naming_the_field(
     naming the trial, the field and the value, never a traceback."""
     trials, _ = study(CFG)
     p = tmp_path / "s.json"
-    cal.save(p, CFG, trials, {})
+    studyfile.save(p, CFG, trials, {})
     data = json.loads(p.read_text())
     edit(data["trials"][0])
     p.write_text(json.dumps(data))

@@ -17,7 +17,8 @@ from helpers import CFG, study
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.study import analysis as ana
-from pytest_perfgate.study import calibrate as cal
+from pytest_perfgate.study import studyfile, tables
+from pytest_perfgate.study import trials as cal
 from pytest_perfgate.study.hog import ToggleHog, hog_for
 
 RULE = Rule(threshold=0.02, alpha=0.01)
@@ -87,7 +88,7 @@ def test_cli_flag_errors(args: list[str], message: str,
 def test_old_study_files_still_load(tmp_path: Path) -> None:
     trials, _ = study(CFG)
     p = tmp_path / "s.json"
-    cal.save(p, CFG, trials, {})
+    studyfile.save(p, CFG, trials, {})
     import json
 
     data = json.loads(p.read_text())
@@ -97,7 +98,7 @@ def test_old_study_files_still_load(tmp_path: Path) -> None:
     for k in ("looks", "load"):
         del data["config"][k]
     p.write_text(json.dumps(data))
-    cfg, back, _ = cal.load(p)
+    cfg, back, _ = studyfile.load(p)
     assert cfg.looks == 4 and cfg.load == "quiet" and back[0].loads == ()
 
 
@@ -155,9 +156,9 @@ def test_sittings_merge_into_one_study(tmp_path: Path, capsys: pytest.CaptureFix
                                        ) -> None:
     trials, _ = study(CFG)
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
-    cal.save(a, CFG, trials[:10], {"command": "perfgate calibrate --seed 1", "started": "s1",
+    studyfile.save(a, CFG, trials[:10], {"command": "perfgate calibrate --seed 1", "started": "s1",
                                    "finished": "f1", "loadavg_before": [1.0, 1.0, 1.0]})
-    cal.save(b, CFG, trials[10:], {"command": "perfgate calibrate --seed 2", "started": "s2",
+    studyfile.save(b, CFG, trials[10:], {"command": "perfgate calibrate --seed 2", "started": "s2",
                                    "finished": "f2", "loadavg_after": [2.0, 2.0, 2.0]})
     assert main(["calibrate", "--analyse", str(a), str(b)]) == 0
     out = capsys.readouterr().out
@@ -168,7 +169,7 @@ def test_sittings_merge_into_one_study(tmp_path: Path, capsys: pytest.CaptureFix
     assert "(0/12) |" in out  # every A/A trial of both sittings
     from dataclasses import replace
 
-    cal.save(c, replace(CFG, load="both"), trials[10:], {})
+    studyfile.save(c, replace(CFG, load="both"), trials[10:], {})
     with pytest.raises(SystemExit):
         main(["calibrate", "--analyse", str(a), str(c)])
     assert f"{c}: load='both', but {a} has 'quiet': merge only sittings of the same study " \
@@ -195,5 +196,5 @@ def test_a_trial_whose_every_pair_saw_the_load_change_is_said_not_measured() -> 
     t = cal.TrialRecord(0, 0.5, base, head, 0.1, 1.0, True, 0.0, loads=loads)
     assert t.diffs == [] and ana.measured_slowdown([t]) is None
     rep = ana.analyse([t], RULE)
-    assert [line.strip() for line in ana.render_measured(rep)] == [
-        f"injected +50%: {ana.NONE_KEPT} (1 trial(s))"]
+    assert [line.strip() for line in tables.render_measured(rep)] == [
+        f"injected +50%: {tables.NONE_KEPT} (1 trial(s))"]

@@ -97,17 +97,17 @@ def test_machine_prints_what_the_plugin_records(capsys: pytest.CaptureFixture[st
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from pytest_perfgate.history import machine
+    from pytest_perfgate.history import machine_id
 
     monkeypatch.setenv("PERFGATE_MACHINE", "runner-7")
     assert main(["machine", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    meta = machine.collect_metadata("runner-7")
-    assert shown["fingerprint"] == machine.fingerprint(meta)
+    meta = machine_id.collect_metadata("runner-7")
+    assert shown["fingerprint"] == machine_id.fingerprint(meta)
     assert shown["metadata"]["machine"] == "runner-7"
     assert main(["machine"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"machine      runner-7\nfingerprint  {machine.fingerprint(meta)}\n")
+    assert out.startswith(f"machine      runner-7\nfingerprint  {machine_id.fingerprint(meta)}\n")
     monkeypatch.setenv("PERFGATE_MACHINE", ".hidden")
     with pytest.raises(SystemExit) as exc:
         main(["machine"])

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.results import BenchResult, RunRecord
-from pytest_perfgate.history.accept import load_decisions
+from pytest_perfgate.core.results import BenchRecord, RunRecord
+from pytest_perfgate.history.decisions import load_decisions
 from pytest_perfgate.history.store import History
 
 RUN = "20240101T000000-aaaaaa"
 
 
 def _record(results: Path) -> None:
-    b = BenchResult("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict="REGRESSION")
+    b = BenchRecord("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict="REGRESSION")
     History(results, "box").record(
         RunRecord(RUN, 1.0, "2" * 40, 0, "main", False, "box", "fp", {}, {"walk": b}))
 
@@ -55,7 +55,7 @@ def test_unknown_run_and_bad_values_are_usage_errors(tmp_path: Path, capsys,
 def test_accepting_a_run_accepts_every_failed_run_of_the_same_code(tmp_path: Path,
                                                                    capsys) -> None:
     def rec(run_id: str, commit: str, verdict: str | None, dirty: bool = False) -> None:
-        b = BenchResult("walk", (20.0, 20.1, 19.9, 20.0), 5e4, verdict=verdict)
+        b = BenchRecord("walk", (20.0, 20.1, 19.9, 20.0), 5e4, verdict=verdict)
         History(tmp_path, "box").record(
             RunRecord(run_id, 1.0, commit, 0, "main", dirty, "box", "fp", {}, {"walk": b}))
 

@@ -46,7 +46,7 @@ def test_a_step_is_marked_above_the_run_where_it_began(tmp_path: Path, capsys) -
     assert first[:4] == ["1111111111", "2024-01-01", "00:00", "20240101T000000-aa0000"]
     assert first[-1] == "OK"
     mark = out.index(next(line for line in out if line.startswith(">> change point")))
-    assert out[mark] == (">> change point: -16.7% env-steps/s (4000 -> 3333), began at "
+    assert out[mark] == (">> change point: -16.7% env-steps/s (4.000k -> 3.333k), began at "
                          "commit 9999999999 (run 20240101T000008-aa0008)")
     assert out[mark + 1].startswith("   9999999999  2024-01-01 08:00  20240101T000008-aa0008")
     assert out[-3].startswith("spread: ") and out[-3].endswith("1 change point(s)")
@@ -69,7 +69,7 @@ def test_a_change_point_says_when_the_machine_or_nothing_changed(tmp_path: Path,
         path.write_text(path.read_text().replace(run.commit, "1" * 40))
     assert history("walk", "--results-dir", str(tmp_path / "same")) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (  # no bisect line: no commit range
-        "  change point: -16.7% env-steps/s (4000 -> 3333), began at commit 1111111111 (run "
+        "  change point: -16.7% env-steps/s (4.000k -> 3.333k), began at commit 1111111111 (run "
         "20240101T000008-aa0008); the run before it measured the same commit: the machine's "
         "speed moved, not the code")
 
@@ -138,7 +138,7 @@ def test_one_run_is_shown_and_says_why_there_are_no_change_points(tmp_path: Path
     record(tmp_path, [250.0])
     assert history("walk", "--results-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 4 and out[2].split()[-4:] == ["4000", "250", "0%", "OK"]
+    assert len(out) == 4 and out[2].split()[-4:] == ["4.000k", "250.0", "0%", "OK"]
     assert out[3] == "1 run(s): change points need at least 4 (two on each side of a step)"
     record(tmp_path / "dirty", [250.0], dirty=True)
     assert history("walk", "--results-dir", str(tmp_path / "dirty")) == 0
@@ -153,24 +153,24 @@ def test_counts_and_phase_series(tmp_path: Path, capsys) -> None:
     assert history("walk", "--results-dir", str(tmp_path), "--series", "counts") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[-3:] == ["instructions/env-step", "spread", "verdict"]
-    assert (">> change point: +1.0% instructions/env-step (5.8M -> 5.858M), began at "
+    assert (">> change point: +1.0% instructions/env-step (5.800M -> 5.858M), began at "
             "commit 7777777777 (run 20240101T000006-aa0006)") in out
     assert history("walk", "--results-dir", str(tmp_path), "--series", "phase.physics") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("perfgate history: walk, phase.physics series, 12 run(s)")
-    assert out[2].split()[-3:] == ["64", "-", "OK"]  # ms per call, no spread of one value
+    assert out[2].split()[-3:] == ["64.00", "-", "OK"]  # ms per call, no spread of one value
     assert history("walk", "--results-dir", str(tmp_path), "--series",
                    "counts.phase.physics") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("perfgate history: walk, counts.phase.physics series, 12 run(s)")
     assert out[1].split()[-3:] == ["instructions/env-step", "spread", "verdict"]
-    assert out[2].split()[-3] == "5.51M"
-    assert any(line.startswith(">> change point: +1.0% instructions/env-step (5.51M -> "
+    assert out[2].split()[-3] == "5.510M"
+    assert any(line.startswith(">> change point: +1.0% instructions/env-step (5.510M -> "
                                "5.565M), began at commit 7777777777") for line in out), out
     assert history("walk", "--results-dir", str(tmp_path), "--series", "counts.est_cycles") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[-3:] == ["cycles/env-step", "spread", "verdict"]
-    assert out[2].split()[-3] == "7.25M"
+    assert out[2].split()[-3] == "7.250M"
     with pytest.raises(SystemExit):
         history("walk", "--results-dir", str(tmp_path), "--series", "counts.phase.nope")
     assert capsys.readouterr().err.splitlines()[-1].startswith(
@@ -308,7 +308,7 @@ def test_the_bisect_command_starts_from_an_ancestor_of_the_step(
     done = subprocess.run([sys.executable, "-m", "pytest_perfgate.cli", "bisect", "--help"],
                           capture_output=True, text=True)
     assert done.returncode == 0
-    from pytest_perfgate.modes.bisect.probe import commit_range
+    from pytest_perfgate.cli.bisect.probe import commit_range
 
     commit_range(repo, main_line[2][:12], main_line[3][:12])  # accepted: no RangeError
 
@@ -338,7 +338,7 @@ def test_the_spread_shown_is_the_one_the_gate_judges_by(tmp_path: Path, capsys) 
     import random
     import statistics
 
-    from pytest_perfgate.core.results import BenchResult, RunRecord
+    from pytest_perfgate.core.results import BenchRecord, RunRecord
     from pytest_perfgate.history.store import History
 
     rng = random.Random(3)
@@ -346,7 +346,7 @@ def test_the_spread_shown_is_the_one_the_gate_judges_by(tmp_path: Path, capsys) 
     levels[4] = 340.0  # a neighbour slowed this run; the guard saw it in every window
     for i, level in enumerate(levels):
         samples = tuple(level * (1 + rng.gauss(0, 0.002)) for _ in range(6))
-        b = BenchResult("walk", samples, 1e6 / level, verdict="OK",
+        b = BenchRecord("walk", samples, 1e6 / level, verdict="OK",
                         polluted_kept=6 if i == 4 else 0)
         History(tmp_path, "box").record(RunRecord(
             f"20240101T{i:06d}-aa{i:04d}", 1704067200.0 + 3600 * i, "123456789a"[i] * 40, 0,

@@ -74,7 +74,7 @@ def test_a_step_in_the_history_is_listed_with_its_commit(tmp_path: Path, capsys)
     assert report(tmp_path, "--out", str(tmp_path / "out")) == 0
     lines = (tmp_path / "out" / "summary.md").read_text().splitlines()
     [cp] = [line for line in lines[lines.index("### Change points"):] if line.startswith("- ")]
-    assert cp == ("- `walk`: -16.7% env-steps/s (4k -> 3.33k) from commit `9999999999`, run "
+    assert cp == ("- `walk`: -16.7% env-steps/s (4.00k -> 3.33k) from commit `9999999999`, run "
                        "`20240101T000008-aa0008`, 2024-01-01 08:00 UTC")
 
 
@@ -85,7 +85,7 @@ def test_an_older_run_one_run_only_and_counts(tmp_path: Path, capsys) -> None:
     summary = (out / "summary.md").read_text()
     assert "| benchmark | verdict | change vs baseline [CI] | steps/s | baseline steps/s | " \
            "instructions/env-step |" in summary
-    assert "| `walk` | NO BASELINE | - | 4k | - | 5.8M |" in summary
+    assert "| `walk` | NO BASELINE | - | 4.00k | - | 5.80M |" in summary
     assert "- none found" in summary
     assert report(tmp_path, "--out", str(out), "--run", "333") == 0  # a commit prefix
     assert "Run `20240101T000002-aa0002`" in (out / "summary.md").read_text()
@@ -106,7 +106,7 @@ def test_instruction_counts_get_their_own_plot_and_change_points(tmp_path: Path,
     assert png_size(out / "walk-counts.png") == (900, 320)
     full = (out / "report.md").read_text()
     assert "![walk: history](walk.png)\n\n![walk: instruction counts](walk-counts.png)" in full
-    assert ("- `walk`: +1.0% instructions/env-step (5.8M -> 5.86M) from commit `7777777777`, "
+    assert ("- `walk`: +1.0% instructions/env-step (5.80M -> 5.86M) from commit `7777777777`, "
             "run `20240101T000006-aa0006`, 2024-01-01 06:00 UTC") in full.splitlines()
 
 
@@ -176,7 +176,7 @@ def test_missing_or_garbage_history_and_missing_libraries_are_infrastructure(
 
 def test_a_failed_write_is_an_infrastructure_error(tmp_path: Path, capsys,
                                                    monkeypatch) -> None:
-    from pytest_perfgate.core import files
+    from pytest_perfgate.core import atomic
 
     record(tmp_path / "r", [250.0] * 3)
     (tmp_path / "taken" / "walk.png").mkdir(parents=True)  # a folder where the plot goes
@@ -188,7 +188,7 @@ def test_a_failed_write_is_an_infrastructure_error(tmp_path: Path, capsys,
     def full_disk(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files, "atomic_write", full_disk)
+    monkeypatch.setattr(atomic, "atomic_write", full_disk)
     assert report(tmp_path, "--out", str(tmp_path / "out")) == 3
     assert outside_git(capsys.readouterr().err) == (
         f"perfgate report: infrastructure error: cannot write the report in "

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.store import History
 
 HISTORY_COMMANDS = [["check"], ["compare", "1111"], ["history", "walk"],
@@ -28,7 +28,7 @@ def record(results: Path, runs: list[tuple[str, float, str]], machine: str = "bo
         samples = tuple(level * (1 + rng.gauss(0, 0.004)) for _ in range(8))
         run = RunRecord(f"20240101T0000{i:02d}-bbbb{i:02d}", float(i), commit, 0, "main",
                         False, machine, "fp", {"mode": "history"},
-                        {name: BenchResult(name, samples, 1e6 / level, verdict=verdict)})
+                        {name: BenchRecord(name, samples, 1e6 / level, verdict=verdict)})
         History(results, machine).record(run)
         out.append(run)
     return out
@@ -263,10 +263,11 @@ def test_report_md_of_a_failed_run_names_the_accept_command(tmp_path: Path) -> N
 
 def test_calibrate_analyse_of_a_study_without_trials_is_a_usage_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_perfgate.study import calibrate as cal
+    from pytest_perfgate.study import studyfile
+    from pytest_perfgate.study import trials as cal
 
     path = tmp_path / "study.json"
-    cal.save(path, cal.StudyConfig(), [], {})
+    studyfile.save(path, cal.StudyConfig(), [], {})
     assert usage(capsys, "calibrate", "--analyse", str(path)) == (
         f"perfgate calibrate: error: --analyse {path}: the study holds no trials (it was "
         "stopped before the first one ended): measure again with --save FILE")
@@ -279,7 +280,7 @@ def test_a_pass_with_an_inconclusive_benchmark_does_not_read_as_a_failure() -> N
     from pytest_perfgate.report.github import GateResult
 
     def judged(outcome: Outcome) -> Judged:
-        return Judged(BenchResult("walk", (1.0,), 1.0), Verdict(outcome, "why"),
+        return Judged(BenchRecord("walk", (1.0,), 1.0), Verdict(outcome, "why"),
                       Rule(inconclusive="warn"), "t")
 
     assert GateResult(0, [judged(Outcome.INCONCLUSIVE)]).headline == (

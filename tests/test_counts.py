@@ -14,16 +14,17 @@ import pytest
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.history.asv import asv_entries
 from pytest_perfgate.modes.counts import client
-from pytest_perfgate.modes.counts.mode import FORMULA, CountsMode, counts_result
+from pytest_perfgate.modes.counts.counts_mode import FORMULA, CountsMode, counts_result
 from pytest_perfgate.modes.counts.runner import Counts, CountsError, collect, est_cycles, read_dump
-from pytest_perfgate.modes.counts.side import label
+from pytest_perfgate.modes.counts.worker_mode import label
+from pytest_perfgate.session.gate_session import GateSession
 from pytest_perfgate.session.options import Options
-from pytest_perfgate.session.session import GateSession, PerfGate
+from pytest_perfgate.session.perfgate import PerfGate
 
 pytest_plugins = ["pytester"]
 

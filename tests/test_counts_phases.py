@@ -16,10 +16,10 @@ from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.core.timing import PhaseRecorder, phase
 from pytest_perfgate.history.asv import _asv_rows, asv_entries, counts_phases
 from pytest_perfgate.modes.counts import phases
-from pytest_perfgate.modes.counts.mode import counts_result
+from pytest_perfgate.modes.counts.counts_mode import counts_result
 from pytest_perfgate.modes.counts.phases import OTHER, PhaseCounts, read_dumps, split_call
 from pytest_perfgate.modes.counts.runner import Counts, collect, read_dump
-from pytest_perfgate.modes.counts.side import label
+from pytest_perfgate.modes.counts.worker_mode import label
 from pytest_perfgate.report.render import notes, top_phase
 
 EVENTS = "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw"
@@ -182,7 +182,7 @@ def test_phases_are_asv_series_beside_the_counts_and_a_report_line() -> None:
     (line,) = [n for n in notes([judged]) if "by phase" in n]
     assert top_phase(judged) == "b 49%"  # the table's column: the most instructions
     assert line == ("walk.counts: instructions/env-step by phase: b 150 (49%), a 100 (33%), "
-                    "inner 45 (15%), (other) 10 (3%)")
+                    "inner 45.0 (15%), (other) 10.0 (3%)")
 
 
 @pytest.mark.parametrize("garbage", [None, "x", [1, 2], {"a": "1", "": 2, "b": float("nan"),

@@ -125,3 +125,12 @@ def test_every_variable_the_code_reads_is_documented() -> None:
     page = (ROOT / "docs" / "configuration.md").read_text()
     names = sorted(set(re.findall(r"PERFGATE_[A-Z0-9_]*[A-Z0-9]", code)))
     assert names and [n for n in names if f"`{n}`" not in page] == []
+
+
+def test_the_design_map_names_every_module() -> None:
+    """docs/design.md's map of the code has a line for every module, so a new module is
+    placed on it (and a moved one found) when it is written."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    modules = sorted(_rel(p) for p in (ROOT / "pytest_perfgate").rglob("*.py")
+                     if p.name != "__init__.py" and "__pycache__" not in p.parts)
+    assert [m for m in modules if f"`{m}`" not in text] == []

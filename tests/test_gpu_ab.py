@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 
 from pytest_perfgate.core.gate import Outcome, Rule
-from pytest_perfgate.core.measure import Window
 from pytest_perfgate.core.sequential import plan
-from pytest_perfgate.modes.ab.turns import load_changed, run_looks
+from pytest_perfgate.core.window import Window
+from pytest_perfgate.modes.ab.abba import load_changed, run_looks
 
 RULE = Rule(threshold=0.02, alpha=0.01)
 HOT = "GPU 0 throttled: thermal, SM clock 1500 MHz (highest 2407)"

@@ -11,9 +11,11 @@ import pytest
 
 from pytest_perfgate.core.judged import summarize
 from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, RawWindow
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.results import BenchResult
 from pytest_perfgate.core.timing import FakeClock, PhaseStats, phase
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.gpu.cuda import SYNC_ENV, CudaTimer, active_cuda, sync_mode, timer_if_active
 from pytest_perfgate.gpu.fakes import FakeCuda, fake_torch
 
@@ -245,7 +247,8 @@ def test_timer_if_active_builds_nothing_without_cuda() -> None:
 
 PROBE = """
 import json, sys
-from pytest_perfgate.core.measure import LoopSource, Meter, MeasureConfig
+from pytest_perfgate.core.measure import Meter, MeasureConfig
+from pytest_perfgate.core.loop import LoopSource
 from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate import phase
 def step():

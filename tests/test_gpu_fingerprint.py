@@ -20,7 +20,7 @@ from pytest_perfgate.gpu.fingerprint import (
     visible_indices,
 )
 from pytest_perfgate.gpu.nvml import Nvml
-from pytest_perfgate.history.machine import (
+from pytest_perfgate.history.machine_id import (
     collect_metadata,
     describe_mismatch,
     fingerprint,

@@ -11,15 +11,16 @@ from gpu_fakes import CLEAN, ME, NEIGHBOUR, POWER, ScriptedNvml, Source, guard
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
+from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.memory import (
     decide_memory,
     gpu_memory_line,
     gpu_memory_result,
     memory_line,
 )
-from pytest_perfgate.core.results import BenchResult, PhaseSummary
+from pytest_perfgate.core.results import BenchRecord, BenchResult, PhaseSummary
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.gpu.fakes import FakeDevice, FakeNvml
 from pytest_perfgate.gpu.guard import GpuGuard, throttle_names
 from pytest_perfgate.gpu.nvml import Nvml
@@ -149,10 +150,10 @@ def test_a_source_whose_child_uses_a_gpu_is_watched_on_that_gpu(monkeypatch) -> 
         nvml_mod.forget()
 
 
-def gpu_result(**memory: int) -> BenchResult:
+def gpu_result(**memory: int) -> BenchRecord:
     phases = {"update": PhaseSummary(0.1, 0.2, 1.0, gpu_ms=2.0),
               "env": PhaseSummary(0.5, 0.8, 1.0, gpu_ms=0.52)}
-    return BenchResult(name="learner", samples=(100.0,), steps_per_s=10000.0, phases=phases,
+    return BenchRecord(name="learner", samples=(100.0,), rate=10000.0, phases=phases,
                        memory={"peak_rss": 800 * 2**20, "processes": 1, **memory},
                        gpu={"sync": "edges"})
 
@@ -166,7 +167,7 @@ def test_phases_whose_cpu_wall_and_gpu_time_disagree_show_both() -> None:
         "learner: phase update: CPU wall 0.1 ms, GPU 2 ms per call (its kernels run after the "
         "CPU has moved on: the GPU time is what it costs)"]
     r = gpu_result()
-    diag = BenchResult(**{**r.__dict__, "gpu": {"sync": "phases"},
+    diag = BenchRecord(**{**r.__dict__, "gpu": {"sync": "phases"},
                           "phases": {"x": PhaseSummary(3.0, 1.0, 0.1, gpu_ms=1.0)}})
     assert gpu_lines(diag) == [
         "CUDA synchronised at every phase exit (PERFGATE_CUDA_SYNC=phases, for diagnosis): "
@@ -213,7 +214,7 @@ def test_gpu_memory_is_recorded_worded_exported_and_can_be_gated() -> None:
     entries = asv_entries(run, {})
     assert gpu_mem_series("learner") == "learner.gpu_mem"
     assert entries["learner.gpu_mem"]["unit"] == "bytes"
-    cpu = BenchResult(name="walk", samples=(1.0,), steps_per_s=1.0, memory={"peak_rss": 1})
+    cpu = BenchRecord(name="walk", samples=(1.0,), rate=1.0, memory={"peak_rss": 1})
     assert not any(k.endswith(".gpu_mem") for k in asv_entries(
         RunRecord("r", 1.7e9, "a" * 40, 0, None, False, "m", "f", {}, {"walk": cpu}), {}))
 

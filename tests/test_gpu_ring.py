@@ -8,8 +8,9 @@ import pytest
 from ring_fakes import SPEC
 
 from pytest_perfgate.core.judged import summarize
-from pytest_perfgate.core.measure import Measurement, RawWindow, Window
+from pytest_perfgate.core.measure import Measurement
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.window import RawWindow, Window
 from pytest_perfgate.gpu.cuda import CudaTimer, PendingPhases
 from pytest_perfgate.gpu.fakes import FakeCuda
 from pytest_perfgate.report.render import gpu_lines

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock, PhaseRecorder, phase
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.gpu.cuda import CudaTimer
 from pytest_perfgate.gpu.fakes import FakeCuda, fake_torch
 from pytest_perfgate.placement import child

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.core import files
-from pytest_perfgate.core.files import TMP_SUFFIX, atomic_write, sweep_stale_temps
+from pytest_perfgate.core import atomic
+from pytest_perfgate.core.atomic import TMP_SUFFIX, atomic_write, sweep_stale_temps
 from pytest_perfgate.core.names import safe_name
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
-from pytest_perfgate.history.asv import ASV_RESULT_COLUMNS, asv_name
+from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
+from pytest_perfgate.history.asv import asv_name
+from pytest_perfgate.history.asv_schema import ASV_RESULT_COLUMNS
 from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
 from pytest_perfgate.history.files import HistoryWarning, default_results_dir, strip_comments
 from pytest_perfgate.history.store import History, validate_path_name
@@ -27,9 +28,9 @@ META: dict[str, Any] = {"machine": "box", "cpu_model": "CPU X", "cpu_logical": 2
 C1, C2, C3, SIDE = "1" * 40, "2" * 40, "3" * 40, "5" * 40
 
 
-def bench(name: str = "walk", scale: float = 1.0, n: int = 6) -> BenchResult:
-    return BenchResult(name=name, samples=tuple(scale * (10.0 + i % 3 * 0.1) for i in range(n)),
-                       steps_per_s=1e5 / scale, phases={"physics": PhaseSummary(2.5, 0.7, 1.0)})
+def bench(name: str = "walk", scale: float = 1.0, n: int = 6) -> BenchRecord:
+    return BenchRecord(name=name, samples=tuple(scale * (10.0 + i % 3 * 0.1) for i in range(n)),
+                       rate=1e5 / scale, phases={"physics": PhaseSummary(2.5, 0.7, 1.0)})
 
 
 def run(run_id: str, commit: str = C1, started: float = 100.0, *, fp: str = "fpA",
@@ -126,7 +127,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_dies(
     def crash(src: str, dst: str) -> None:
         raise KeyboardInterrupt  # killed between write and rename
 
-    monkeypatch.setattr(files.os, "replace", crash)
+    monkeypatch.setattr(atomic.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         atomic_write(target, b'{"new": 1}' * 1000)
     assert target.read_bytes() == b'{"old": 1}'
@@ -136,7 +137,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_dies(
 def test_record_crash_leaves_history_readable(h: History, monkeypatch: pytest.MonkeyPatch) -> None:
     h.record(run("r1"))
     before = (h.results_dir / "benchmarks.json").read_bytes()
-    monkeypatch.setattr(files.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+    monkeypatch.setattr(atomic.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
     with pytest.raises(OSError):
         h.record(run("r2", C2, 200.0, benches=("walk", "jump")))
     monkeypatch.undo()
@@ -317,7 +318,7 @@ def test_describe_other_fingerprints() -> None:
 
 
 def test_non_finite_display_values_never_break_recording(h: History) -> None:
-    odd = BenchResult(name="walk", samples=(10.0,), steps_per_s=float("nan"),
+    odd = BenchRecord(name="walk", samples=(10.0,), rate=float("nan"),
                       phases={"physics": PhaseSummary(float("inf"), 0.5, 1.0)})
     r = RunRecord("r1", 1.0, C1, 0, None, False, "box", "fpA", {**META, "when": Path("/x")},
                   {"walk": odd})

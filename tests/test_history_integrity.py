@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
 from pytest_perfgate.history.files import HistoryWarning
 from pytest_perfgate.history.store import History
 
@@ -28,7 +28,7 @@ C1 = "1" * 40
 def run(run_id: str, started: float = 100.0, benches: tuple[str, ...] = ("walk",)
         ) -> RunRecord:
     return RunRecord(run_id, started, C1, 1_700_000_000_000, "main", False, "box", "fpA", META,
-                     {b: BenchResult(name=b, samples=(10.0, 10.1, 10.2), steps_per_s=1e5,
+                     {b: BenchRecord(name=b, samples=(10.0, 10.1, 10.2), rate=1e5,
                                      phases={"physics": PhaseSummary(2.5, 0.7, 1.0)})
                       for b in benches})
 

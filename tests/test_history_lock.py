@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.core import files
-from pytest_perfgate.core.files import LockTimeout
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core import atomic
+from pytest_perfgate.core.atomic import LockTimeout
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.store import BENCHMARKS_LOCK, MACHINE_LOCK, History
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ META = {"machine": "box", "python": "3.11.7", "arch": "x86_64", "cpu_model": "CP
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from pytest_perfgate.core.results import BenchResult, PhaseSummary, RunRecord
+    from pytest_perfgate.core.results import BenchRecord, PhaseSummary, RunRecord
     from pytest_perfgate.history.store import History
     results, proc, n, start_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     commits = [c * 40 for c in "1234"]
@@ -37,7 +37,7 @@ WRITER = textwrap.dedent("""
         time.sleep(0.001)
     for j in range(n):
         name = f"b{proc}_{j}"
-        bench = BenchResult(name=name, samples=(10.0, 10.1, 10.2), steps_per_s=1e5,
+        bench = BenchRecord(name=name, samples=(10.0, 10.1, 10.2), rate=1e5,
                             phases={"physics": PhaseSummary(2.5, 0.7, 1.0)})
         history.record(RunRecord(f"p{proc}-{j}", 100.0 + proc * 100 + j, commits[j % 4], 0,
                                  "main", False, "box", "fpA", meta, {name: bench}))
@@ -72,7 +72,7 @@ def test_concurrent_writers_lose_no_entry(tmp_path: Path) -> None:
         got = {k.rsplit(".", 1)[0] for k in rows["results"]}
         assert want - got == set(), f"asv file of {commit[:8]} lost rows"
     assert json.loads((results / "box" / "machine.json").read_text())["machine"] == "box"
-    leftovers = [p.name for p in results.rglob(f"*{files.TMP_SUFFIX}")]
+    leftovers = [p.name for p in results.rglob(f"*{atomic.TMP_SUFFIX}")]
     assert leftovers == []
 
 
@@ -95,9 +95,9 @@ def test_a_lock_held_too_long_is_an_infrastructure_error_naming_the_lock_file(
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(files, "LOCK_TIMEOUT_S", 0.3)
+        monkeypatch.setattr(atomic, "LOCK_TIMEOUT_S", 0.3)
         run = RunRecord("r1", 1.0, COMMITS[0], 0, None, False, "box", "fpA", META,
-                        {"walk": BenchResult(name="walk", samples=(1.0,), steps_per_s=1.0)})
+                        {"walk": BenchRecord(name="walk", samples=(1.0,), rate=1.0)})
         with pytest.raises(LockTimeout) as exc:
             history.record(run)
     finally:

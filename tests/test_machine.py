@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.history import machine
-from pytest_perfgate.history.machine import (
+from pytest_perfgate.history import machine_id
+from pytest_perfgate.history.machine_id import (
     asv_machine_json,
     cgroup_cpu_quota,
     collect_metadata,
@@ -105,8 +105,8 @@ PROBE = """
 import json, sys
 import pytest_perfgate.plugin.hooks
 after_plugin = sorted(m for m in HEAVY if m in sys.modules)
-from pytest_perfgate.history import machine
-meta = machine.collect_metadata(None)
+from pytest_perfgate.history import machine_id
+meta = machine_id.collect_metadata(None)
 print(json.dumps({"after_plugin": after_plugin,
                   "after_metadata": sorted(m for m in HEAVY if m in sys.modules),
                   "meta": meta}))
@@ -126,7 +126,7 @@ def test_plugin_import_and_live_metadata_leave_heavy_modules_unimported() -> Non
     meta = got["meta"]
     assert meta["cpu_logical"] >= 1 and meta["affinity_count"] >= 1
     assert meta["python"].count(".") == 2
-    assert set(meta["versions"]) == set(machine.VERSIONED)
+    assert set(meta["versions"]) == set(machine_id.VERSIONED)
     assert meta["versions"]["pytest"] == pytest.__version__
 
 

@@ -10,7 +10,7 @@ from fake_session import FAKE_CLOCK_CONFTEST
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.memory import decide_memory, memory_line, memory_result, not_sampled
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.asv import _asv_rows as asv_rows
 from pytest_perfgate.history.asv import asv_entries, rss_series
 from pytest_perfgate.report.render import explain, notes, row
@@ -20,8 +20,8 @@ MEM = {"peak_rss": 300 * MiB, "rss": 280 * MiB, "uss": 200 * MiB, "pss": 240 * M
        "processes": 5}
 
 
-def bench(memory=MEM) -> BenchResult:
-    return BenchResult(name="humanoid", samples=(100.0, 110.0), steps_per_s=9500.0,
+def bench(memory=MEM) -> BenchRecord:
+    return BenchRecord(name="humanoid", samples=(100.0, 110.0), rate=9500.0,
                        cores=1.83, memory=dict(memory))
 
 
@@ -56,16 +56,16 @@ def test_a_workload_without_memory_figures_is_named_not_passed() -> None:
 
 def test_memory_is_recorded_and_read_back_and_garbage_is_named() -> None:
     b = bench()
-    assert BenchResult.from_json(json.loads(json.dumps(b.to_json()))) == b
+    assert BenchRecord.from_json(json.loads(json.dumps(b.to_json()))) == b
     old = b.to_json()
     del old["memory"]
-    assert BenchResult.from_json(old).memory == {}  # records from before keep loading
+    assert BenchRecord.from_json(old).memory == {}  # records from before keep loading
     bad = {**b.to_json(), "memory": {"peak_rss": -5}}
     with pytest.raises(ValueError, match=r"benchmark 'humanoid': field 'memory' holds "
                        r"'peak_rss': -5, expected a byte count between 0 and 1e\+18"):
-        BenchResult.from_json(bad)
+        BenchRecord.from_json(bad)
     with pytest.raises(ValueError, match="field 'memory' is a str"):
-        BenchResult.from_json({**b.to_json(), "memory": "lots"})
+        BenchRecord.from_json({**b.to_json(), "memory": "lots"})
 
 
 def test_the_asv_series_is_the_peak_in_bytes() -> None:

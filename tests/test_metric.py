@@ -8,7 +8,7 @@ import pytest
 from pytest_perfgate.core.gate import Outcome, Rule, evaluate
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.metric import CALLS, ENV_STEPS, INSTRUCTIONS, metric_for, rate_unit
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.asv import asv_entries
 from pytest_perfgate.report.render import explain, table
 from pytest_perfgate.session.naming import readable_name
@@ -56,26 +56,26 @@ def test_a_noisy_history_says_what_each_metric_can_do() -> None:
 
 
 def test_the_report_shows_each_result_in_its_unit() -> None:
-    calls = BenchResult("t.parse", (2.0, 2.0), 5e5, cores=1.0, unit=CALLS.unit)
-    steps = BenchResult("t.walk", (1.0, 1.0), 1e6, cores=1.0)
-    counts = BenchResult("t.walk.counts", (1200.0,), 1e6 / 1200.0, unit=INSTRUCTIONS.unit)
+    calls = BenchRecord("t.parse", (2.0, 2.0), 5e5, cores=1.0, unit=CALLS.unit)
+    steps = BenchRecord("t.walk", (1.0, 1.0), 1e6, cores=1.0)
+    counts = BenchRecord("t.walk.counts", (1200.0,), 1e6 / 1200.0, unit=INSTRUCTIONS.unit)
     v = evaluate([2.0] * 4, [[1.0] * 4] * 3, RULE, metric=CALLS)
     j = Judged(calls, v, RULE, "t.py::test_parse", ["a" * 40], 1e6)
     rows = table([j, Judged(steps, None, RULE, "t"), Judged(counts, None, RULE, "c")])
     assert rows[0].split()[:3] == ["benchmark", "now", "baseline"]
-    assert rows[2].split()[:4] == ["t.parse", "500.0k", "calls/s", "1.00M"]
+    assert rows[2].split()[:4] == ["t.parse", "500k", "calls/s", "1.00M"]
     assert rows[3].split()[:3] == ["t.walk", "1.00M", "env-steps/s"]
-    assert rows[4].split()[:3] == ["t.walk.counts", "1200", "instructions/env-step"]
+    assert rows[4].split()[:3] == ["t.walk.counts", "1.20k", "instructions/env-step"]
     assert table([Judged(steps, None, RULE, "t")])[0].split()[1] == "steps/s"
     text = explain(j)
-    assert "  calls/s: 500.0k now (median window) vs 1.00M baseline (geometric mean" in text
+    assert "  calls/s: 500k now (median window) vs 1.00M baseline (geometric mean" in text
     assert "cores used 1.00" in text
 
 
 def test_asv_series_follow_the_metric() -> None:
     run = RunRecord("r", 0.0, "a" * 40, 0, None, False, "m", "fp", {}, {
-        "t.parse": BenchResult("t.parse", (2.0,), 5e5, unit=CALLS.unit),
-        "t.walk.counts": BenchResult("t.walk.counts", (1200.0,), 1e6 / 1200.0,
+        "t.parse": BenchRecord("t.parse", (2.0,), 5e5, unit=CALLS.unit),
+        "t.walk.counts": BenchRecord("t.walk.counts", (1200.0,), 1e6 / 1200.0,
                                      unit=INSTRUCTIONS.unit,
                                      extra={"est_cycles_per_step": 1500.0})})
     entries = asv_entries(run, {})
@@ -87,15 +87,15 @@ def test_asv_series_follow_the_metric() -> None:
 
 
 def test_a_recorded_unit_is_checked_and_old_counts_keep_theirs() -> None:
-    d = BenchResult("w", (1.0,), 1e6).to_json()
-    assert BenchResult.from_json(d).unit == ENV_STEPS.unit
+    d = BenchRecord("w", (1.0,), 1e6).to_json()
+    assert BenchRecord.from_json(d).unit == ENV_STEPS.unit
     with pytest.raises(ValueError, match=r"benchmark 'w': field 'unit' is 'furlongs', "
                        r"expected 'instructions/env-step' or a rate such as 'calls/s'"):
-        BenchResult.from_json({**d, "unit": "furlongs"})
+        BenchRecord.from_json({**d, "unit": "furlongs"})
     with pytest.raises(ValueError, match=r"field 'unit' is an integer \(3\), expected a string"):
-        BenchResult.from_json({**d, "unit": 3})
+        BenchRecord.from_json({**d, "unit": 3})
     old = {k: v for k, v in d.items() if k != "unit"} | {"source": "perfgate-counts"}
-    assert BenchResult.from_json(old).unit == INSTRUCTIONS.unit
+    assert BenchRecord.from_json(old).unit == INSTRUCTIONS.unit
 
 
 @pytest.mark.parametrize("bad", ["", "rows/s", "2rows", "a b", 3, None, "x" * 33])
@@ -126,7 +126,7 @@ def test_benchmark_names_stay_unique_and_short() -> None:
 
 
 def test_counts_of_a_call_are_per_call() -> None:
-    from pytest_perfgate.modes.counts.mode import counts_result
+    from pytest_perfgate.modes.counts.counts_mode import counts_result
     from pytest_perfgate.modes.counts.runner import Counts
 
     c = Counts("f", 1, (1200,), (1500,), {"Ir": 1200})
@@ -136,4 +136,4 @@ def test_counts_of_a_call_are_per_call() -> None:
     v = evaluate([20.0] * 4, BASE, RULE, metric=metric_for(per_call.unit))
     assert v.message.startswith("instruction counts: instructions per call grew by the "
                                 "equivalent of a throughput drop of 50.0%")
-    assert BenchResult.from_json(per_call.to_json()).unit == "instructions/call"
+    assert BenchRecord.from_json(per_call.to_json()).unit == "instructions/call"

@@ -15,17 +15,19 @@ import pytest
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.measure import LoopSource, RawWindow
-from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.results import BenchRecord
 from pytest_perfgate.core.timing import FakeClock, PhaseRecorder
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT, ABSetupError, start_ab
 from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, Side, SideError, SideSpec
 from pytest_perfgate.modes.ab.side import NOT_A_LOOP, NOT_CALIBRATING, ABSide
-from pytest_perfgate.modes.base import BenchCall
-from pytest_perfgate.modes.history import HistoryMode
+from pytest_perfgate.modes.history_mode import HistoryMode
+from pytest_perfgate.modes.mode import BenchCall
 from pytest_perfgate.modes.place import Place
+from pytest_perfgate.session.gate_session import GateSession
 from pytest_perfgate.session.options import Options
-from pytest_perfgate.session.session import GateSession, PerfGate
+from pytest_perfgate.session.perfgate import PerfGate
 
 
 def session(tmp_path: Path, on_verdict: Callable[[Judged], None] | None = None
@@ -37,8 +39,8 @@ def session(tmp_path: Path, on_verdict: Callable[[Judged], None] | None = None
     return s
 
 
-def result(name: str = "walk", level: float = 10.0) -> BenchResult:
-    return BenchResult(name, (level, level * 1.01, level * 0.99, level), 1e5)
+def result(name: str = "walk", level: float = 10.0) -> BenchRecord:
+    return BenchRecord(name, (level, level * 1.01, level * 0.99, level), 1e5)
 
 
 def test_history_session_picks_history_mode_and_records_its_tag(tmp_path: Path) -> None:
@@ -246,9 +248,9 @@ def test_the_baseline_shown_is_the_one_the_ratio_divides_by(tmp_path: Path) -> N
     v = j.verdict
     assert v is not None and v.evidence is not None and v.ratio is not None
     assert v.evidence.n_base == 3 == len(j.baseline_commits)
-    assert j.baseline_steps_per_s is not None
+    assert j.baseline_rate is not None
     now = 1e6 / j.result.value  # steps/s as a measurement gives it: of the median window
-    assert now / j.baseline_steps_per_s == pytest.approx(v.ratio)
+    assert now / j.baseline_rate == pytest.approx(v.ratio)
     assert "against 3 baseline run(s)" in v.message
 
 
@@ -257,7 +259,7 @@ def test_a_counts_variable_outside_a_counting_worker_is_no_worker(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str) -> None:
     """PERFGATE_COUNTS_OUT inherited by a nested pytest, or set by hand: a process that
     valgrind does not run is no counting worker (it measured nothing and exited early)."""
-    from pytest_perfgate.modes.counts.side import (
+    from pytest_perfgate.modes.counts.worker_mode import (
         ENV_OUT,
         is_counts_side,
         stray_counts_variable,

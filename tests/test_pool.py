@@ -16,7 +16,8 @@ pytest.importorskip("mujoco.batch")
 
 from pytest_perfgate.placement import cpus  # noqa: E402
 from pytest_perfgate.sim import models  # noqa: E402
-from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads  # noqa: E402
+from pytest_perfgate.sim.pool import MujocoPool, plan_threads  # noqa: E402
+from pytest_perfgate.sim.threads import OversubscriptionWarning  # noqa: E402
 
 TINY = models.tiny_xml()
 

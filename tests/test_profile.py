@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.profile import render
+from pytest_perfgate.profile import text as profile_text
 from pytest_perfgate.profile.attribute import Turn, attribute
 from pytest_perfgate.profile.changed import Changes
 from pytest_perfgate.profile.spy import ENV, ProfilerUnavailable, Recording, SpyConfig
@@ -167,7 +167,7 @@ def test_turns_that_did_not_show_the_drop_say_so_and_no_share_of_a_fall() -> Non
     (note,) = [n for n in att.notes if "did not show the drop" in n]
     assert note.startswith("these turns did not show the drop beyond their noise (each step "
                            "+0 ms [")
-    text = "\n".join(render.lines(att.to_json()))
+    text = "\n".join(profile_text.lines(att.to_json()))
     assert "the sampled time did not grow in these turns (-40 us/step sampled, +0 us/step " \
            "wall in these turns): the shares are of the growth the functions show" in text
     assert "of the sampled growth" not in text
@@ -209,14 +209,14 @@ def test_changes_from_git(tmp_path: Path) -> None:
 
 def test_rendered_lines() -> None:
     att = attribute(turns(Counter({(M, A, N, TANH): 30})), 100.0, changed_only(N))
-    text = "\n".join(render.lines({**att.to_json(), "files": {"base": "b.folded",
+    text = "\n".join(profile_text.lines({**att.to_json(), "files": {"base": "b.folded",
                                                               "diff": "d.folded"}}))
     assert "normalize_obs (policy.py:6)  0.4 -> 0.7 ms/step (+0.3 [" in text
     assert "of the growth, changed); in tanh_kernel (numpy/_core/_umath.so)" in text
     assert "b.folded, d.folded" in text
-    assert render.lines({"error": "py-spy is not installed"}) == [
+    assert profile_text.lines({"error": "py-spy is not installed"}) == [
         "no profile: py-spy is not installed"]
-    assert render.lines({}) == []
+    assert profile_text.lines({}) == []
 
 
 def test_the_option() -> None:

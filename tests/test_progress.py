@@ -9,17 +9,18 @@ import itertools
 import pytest
 from helpers import FakeStatus, Recorder
 
-from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.measure import MeasureConfig, Meter, RawWindow
+from pytest_perfgate.core.load import LoadSample, NullProbe
+from pytest_perfgate.core.measure import MeasureConfig, Meter
+from pytest_perfgate.core.metric import figure
 from pytest_perfgate.core.progress import (
     LiveProgress,
     Progress,
     StreamStatus,
-    rate,
     stream_progress,
     verdict_summary,
 )
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.window import RawWindow
 
 
 class Scripted:
@@ -58,24 +59,43 @@ def test_meter_reports_an_unsteady_warmup():
     assert rec.events[:2] == [("warmup_started", ""), ("warmup_ended", False, 1.0, "")]
 
 
-def test_meter_reports_a_window_measured_again(monkeypatch):
-    from pytest_perfgate.core import measure
+class Neighbour:
+    """A load probe on a 2-CPU machine whose other work runs as each window scripts it: the
+    scripted source adds the ticks of its own core plus the neighbour's to the counters."""
 
-    clock, rec = FakeClock(), Recorder()
+    def __init__(self) -> None:
+        self.busy = self.total = 0
+
+    def sample(self) -> LoadSample:
+        return LoadSample(self.busy, self.total, 2)
+
+    def ran(self, own_cores: float, other_cores: float) -> None:
+        self.total += 200
+        self.busy += round(100 * (own_cores + other_cores))
+
+
+class Loaded(Scripted):
+    """Scripted windows with a neighbour busy for ``others[i]`` cores during window i."""
+
+    def __init__(self, clock: FakeClock, rates: list[float], probe: Neighbour,
+                 others: list[float]) -> None:
+        super().__init__(clock, rates)
+        self.probe, self.others = probe, list(others)
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        raw = super().run_window(duration_s)
+        self.probe.ran(1.0, self.others.pop(0) if self.others else 0.0)
+        return raw
+
+
+def test_meter_reports_a_window_measured_again():
+    clock, rec, probe = FakeClock(), Recorder(), Neighbour()
     cfg = MeasureConfig(windows=2, window_s=0.5, warmup_window_s=0.25, warmup_span=1,
                         stability_tol=1.0, load_limit=0.5)
-    polluted = iter([False, True, False])
-    real = measure.Meter._window
-
-    def window(self, source, d):
-        w = real(self, source, d)
-        return measure.Window(*[getattr(w, f) for f in ("transitions", "wall_s", "cpu_s",
-                                                         "phases", "calls", "streams")],
-                              1.5, 1.2, next(polluted))
-
-    monkeypatch.setattr(measure.Meter, "_window", window)
-    m = Meter(cfg, clock=clock, load_probe=NullProbe(), progress=rec).measure(
-        Scripted(clock, [100]))
+    # two warm-up windows, then measured window 1 quiet, window 2 beside 1.2 busy cores,
+    # its re-measurement quiet
+    m = Meter(cfg, clock=clock, load_probe=probe, progress=rec).measure(
+        Loaded(clock, [100], probe, [0, 0, 0, 1.2, 0]))
     assert [e for e in rec.events if e[0] in ("window", "redone")] == [
         ("window", 1, 2, 100.0, ""), ("redone", 2, 2, 1.2), ("window", 2, 2, 100.0, "")]
     assert m.remeasured == 1
@@ -103,7 +123,7 @@ def _drive(p: Progress, clock: FakeClock) -> None:
     for k in (1, 2):
         clock.advance(1.0)
         p.window_done(k, 2, 653_210.0)
-    p.finished("perf.walk", "653.2k steps/s, OK")
+    p.finished("perf.walk", "653k steps/s, OK")
     p.started("perf.ab")
     clock.advance(2.0)
     p.warmup_ended(False, 2.0, "head")
@@ -119,14 +139,14 @@ def test_live_progress_on_a_terminal_rewrites_one_status_per_event():
         "perfgate: perf.walk: starting (0.0 s)",
         "perfgate: perf.walk: warm-up (0.0 s)",
         "perfgate: perf.walk: warm-up done in 1.0 s, steady (1.0 s)",
-        "perfgate: perf.walk: window 1/2 653.2k steps/s (2.0 s)",
-        "perfgate: perf.walk: window 2/2 653.2k steps/s (3.0 s)",
+        "perfgate: perf.walk: window 1/2 653k steps/s (2.0 s)",
+        "perfgate: perf.walk: window 2/2 653k steps/s (3.0 s)",
         "perfgate: perf.ab: starting (0.0 s)",
         "perfgate: perf.ab: head warm-up done in 2.0 s, NOT steady (2.0 s)",
-        "perfgate: perf.ab: turn 1/96 base 1.5k steps/s (2.0 s)",
-        "perfgate: perf.ab: turn 1/96 base 1.5k head 1.50M steps/s (2.0 s)",
+        "perfgate: perf.ab: turn 1/96 base 1.50k steps/s (2.0 s)",
+        "perfgate: perf.ab: turn 1/96 base 1.50k head 1.50M steps/s (2.0 s)",
     ]
-    assert out.done_lines == ["perfgate: perf.walk: 653.2k steps/s, OK (3.0 s)",
+    assert out.done_lines == ["perfgate: perf.walk: 653k steps/s, OK (3.0 s)",
                               "perfgate: perf.ab: 1.50M steps/s, REGRESSION (2.0 s)"]
 
 
@@ -145,15 +165,16 @@ def test_live_progress_of_a_sweep_shows_the_latest_configuration():
     p.started("batch sweep")
     p.window_done(1, 4, 2000.0, "256 pool")
     p.window_done(1, 4, 3000.0, "512 pool")
-    assert out.shown[-2:] == ["perfgate sweep: batch sweep: turn 1/4 256 pool 2.0k steps/s (0.0 s)",
-                              "perfgate sweep: batch sweep: turn 1/4 512 pool 3.0k steps/s (0.0 s)"]
+    assert out.shown[-2:] == [
+        "perfgate sweep: batch sweep: turn 1/4 256 pool 2.00k steps/s (0.0 s)",
+        "perfgate sweep: batch sweep: turn 1/4 512 pool 3.00k steps/s (0.0 s)"]
 
 
 def test_live_progress_in_a_log_writes_only_the_final_lines():
     clock, out = FakeClock(), FakeStatus(live=False)
     _drive(LiveProgress(out, clock), clock)
     assert out.shown == []
-    assert out.done_lines == ["perfgate: perf.walk: 653.2k steps/s, OK (3.0 s)",
+    assert out.done_lines == ["perfgate: perf.walk: 653k steps/s, OK (3.0 s)",
                               "perfgate: perf.ab: 1.50M steps/s, REGRESSION (2.0 s)"]
 
 
@@ -171,7 +192,7 @@ def test_stream_progress_on_a_terminal_rewrites_in_place():
     assert len(lines) == 3  # two final lines, each after its rewritten statuses
     first = lines[0].split("\r")
     assert first[1] == "perfgate sweep: perf.walk: starting (0.0 s)"
-    assert first[-1].rstrip() == "perfgate sweep: perf.walk: 653.2k steps/s, OK (3.0 s)"
+    assert first[-1].rstrip() == "perfgate sweep: perf.walk: 653k steps/s, OK (3.0 s)"
     # a shorter status blanks what the longer one before it left on screen
     assert all(len(a) <= len(b) for a, b in itertools.pairwise(first))
 
@@ -179,7 +200,7 @@ def test_stream_progress_on_a_terminal_rewrites_in_place():
 def test_stream_progress_in_a_log_is_one_line_per_benchmark():
     clock, err = FakeClock(), io.StringIO()  # not a terminal: CI logs, pipes
     _drive(stream_progress(err, "perfgate calibrate", clock), clock)
-    assert err.getvalue() == ("perfgate calibrate: perf.walk: 653.2k steps/s, OK (3.0 s)\n"
+    assert err.getvalue() == ("perfgate calibrate: perf.walk: 653k steps/s, OK (3.0 s)\n"
                               "perfgate calibrate: perf.ab: 1.50M steps/s, REGRESSION (2.0 s)\n")
 
 
@@ -192,17 +213,24 @@ def test_stream_status_blanks_a_longer_previous_status():
     assert out.getvalue() == "\rabcdef\rxy    \rz     \n"
 
 
-@pytest.mark.parametrize("value, text", [(999.94, "999.9"), (1500.0, "1.5k"),
-                                         (653_210.0, "653.2k"), (2_345_678.0, "2.35M")])
-def test_rate(value, text):
-    assert rate(value) == text
+@pytest.mark.parametrize("value, text", [
+    (0.0123, "0.0123"), (0.0, "0"), (42.0, "42.0"), (999.4, "999"), (999.96, "1.00k"),
+    (1500.0, "1.50k"), (16_000.0, "16.0k"), (653_210.0, "653k"), (999_960.0, "1.00M"),
+    (2_345_678.0, "2.35M"), (-1500.0, "-1.50k"), (3.2e9, "3.20G"), (None, "-"),
+    (float("nan"), "-"), (float("inf"), "-")])
+def test_figure(value, text):
+    assert figure(value) == text
+
+
+def test_figure_with_more_digits():
+    assert figure(4_704_321.0, 1) == "4.704M" and figure(12_346.0, 1) == "12.35k"
 
 
 def test_verdict_summary():
     from pytest_perfgate.core.gate import Outcome, Verdict
 
-    assert verdict_summary(1500.0, None) == "1.5k steps/s"
+    assert verdict_summary(1500.0, None) == "1.50k steps/s"
     assert verdict_summary(1500.0, Verdict(Outcome.NO_BASELINE, "x")) == \
-        "1.5k steps/s, NO BASELINE"
+        "1.50k steps/s, NO BASELINE"
     assert verdict_summary(1500.0, Verdict(Outcome.REGRESSION, "x", ratio=0.5312)) == \
-        "1.5k steps/s, REGRESSION, ratio 0.531"
+        "1.50k steps/s, REGRESSION, ratio 0.531"

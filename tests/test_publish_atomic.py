@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.store import History
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c",
@@ -39,7 +39,7 @@ def project(tmp_path: Path) -> Path:
         subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", f"c{i}"], check=True)
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True).stdout.strip()
-        b = BenchResult("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict="OK")
+        b = BenchRecord("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict="OK")
         History(repo / "results", "box").record(RunRecord(
             f"20240101T00000{i}-cccc0{i}", 1.7e9 + i, commit, 0, "main", False, "box", "fp",
             {"mode": "history", "python": "3.11.0"}, {"walk": b}))
@@ -166,7 +166,8 @@ def test_sigterm_ends_asv_and_its_children_and_leaves_nothing_behind(
 
 def test_a_killed_publishs_build_folder_is_swept_and_a_half_written_site_recognised(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_perfgate.cli.publish import is_asv_site, sweep_stale
+    from pytest_perfgate.cli._publish_site import sweep_stale
+    from pytest_perfgate.cli.publish import is_asv_site
 
     repo = project(tmp_path)
     html = repo / "html"
@@ -229,7 +230,7 @@ def test_the_time_axis_and_the_tooltip_are_edited_to_read_one_unit(tmp_path: Pat
 
 def test_publish_names_what_it_swept_and_an_asv_it_cannot_edit(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
-    from pytest_perfgate.cli import publish
+    from pytest_perfgate.cli import _publish_site
 
     repo = project(tmp_path)
     fake_site(repo / "html")
@@ -237,12 +238,12 @@ def test_publish_names_what_it_swept_and_an_asv_it_cannot_edit(
     stale.mkdir()
     (repo / ".perfgate-publish-999999999.x.json").write_text("{}")  # its config copy
 
-    def fake_asv(args: Any, config: Path, conf: Any, html: Path, work: Path) -> int:
+    def fake_asv(config: Path, conf: Any, html: Path, work: Path, asv_args: Any) -> int:
         html.mkdir()
         (html / "index.json").write_text('{"project": "new"}')  # no graphdisplay.js
         return 0
 
-    monkeypatch.setattr(publish, "_asv_publish", fake_asv)
+    monkeypatch.setattr(_publish_site, "_asv_publish", fake_asv)
     monkeypatch.chdir(repo)
     assert main(["publish", "--no-pull"]) == 0
     out = capsys.readouterr().out.splitlines()

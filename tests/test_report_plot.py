@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.report.changepoints import ChangePoint
 from pytest_perfgate.report.series import series
 
@@ -21,7 +21,7 @@ def runs(levels: list[tuple[float, str]]) -> list[RunRecord]:
         samples = (level * 0.98, level, level * 1.02, level)
         out.append(RunRecord(f"20240101T0000{i:02d}-ffff{i:02d}", float(i), str(i) * 40, 0,
                              "main", False, "box", "fp", {"mode": "history"},
-                             {"walk": BenchResult("walk", samples, 1e6 / level,
+                             {"walk": BenchRecord("walk", samples, 1e6 / level,
                                                   verdict=verdict)}))
     return out
 

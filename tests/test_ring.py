@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ring_steps import episode, obs_step, push_step
 
-from pytest_perfgate.ring.base import CONSUMED
+from pytest_perfgate.ring.base import CONSUMED, RingClosed
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring, RingClosed
+from pytest_perfgate.ring.shm_ring import Ring
 
 
 def _segments() -> set[str]:
@@ -396,7 +396,7 @@ def test_a_bad_party_count_is_refused_before_a_segment_exists(parties: object) -
 
 def test_an_entered_lock_outlives_a_close_in_between() -> None:
     ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
-    lock = ring._locked()
+    lock = ring._lock
     lock.__enter__()
     ring.close()  # another thread's close: the entered lock still holds the mapping
     lock.__exit__(None, None, None)

@@ -12,7 +12,7 @@ from helpers import load_file
 
 from pytest_perfgate.ring import batch as _batch
 from pytest_perfgate.ring.layout import RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 ROOT = Path(__file__).resolve().parents[1]
 

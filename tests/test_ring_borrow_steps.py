@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ring_steps import episode, push_step
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 Z3 = np.zeros((3, 1), np.float32)
 FLAGS = (np.zeros(3, np.float32), np.zeros(3, bool), np.zeros(3, bool))

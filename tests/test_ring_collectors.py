@@ -21,9 +21,10 @@ from pytest_perfgate.placement import numa
 from pytest_perfgate.placement.cpus import format_cpus, usable_cpus
 from pytest_perfgate.placement.workers import WorkerCrashed
 from pytest_perfgate.ring.layout import RingInputError
-from pytest_perfgate.ring.pair import RingPair, split_cpus
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.pair import RingPair
+from pytest_perfgate.ring.pair_placement import split_cpus
 from pytest_perfgate.ring.rings import Rings
+from pytest_perfgate.ring.shm_ring import Ring
 
 slow = pytest.mark.slow
 

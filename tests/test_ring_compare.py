@@ -10,7 +10,7 @@ from ring_fakes import SPEC, fake_collector, fake_learner
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.placement.cpus import usable_cpus
-from pytest_perfgate.ring.compare import compare, plan, table
+from pytest_perfgate.ring.pinning_table import compare, plan, table
 
 
 def test_plan_pins_the_learner_first_and_the_collector_on_the_rest() -> None:

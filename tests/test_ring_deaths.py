@@ -20,9 +20,9 @@ import numpy as np
 import psutil
 import pytest
 
-from pytest_perfgate.ring.base import CONSUMER, OBSERVER, PRODUCER
 from pytest_perfgate.ring.layout import RingSpec
-from pytest_perfgate.ring.ring import PeerDied, Ring
+from pytest_perfgate.ring.shm_ring import Ring
+from pytest_perfgate.ring.sync import CONSUMER, OBSERVER, PRODUCER, PeerDied
 
 slow = pytest.mark.slow
 SPEC = RingSpec(4, (3,), (2,), capacity=2)
@@ -149,7 +149,7 @@ ORPHAN = """
 import sys, time, multiprocessing as mp
 sys.path.insert(0, {tests!r})
 from test_ring_deaths import SPEC, orphan_consumer
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 if __name__ == "__main__":
     ring = Ring(SPEC)
     child = mp.get_context("spawn").Process(target=orphan_consumer, args=(ring, {out!r}))

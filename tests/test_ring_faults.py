@@ -20,7 +20,8 @@ import psutil
 import pytest
 
 from pytest_perfgate.ring.layout import RingSpec
-from pytest_perfgate.ring.ring import PeerDied, Ring
+from pytest_perfgate.ring.shm_ring import Ring
+from pytest_perfgate.ring.sync import PeerDied
 
 slow = pytest.mark.slow
 SPEC = RingSpec(4, (3,), (2,), capacity=2)
@@ -102,7 +103,7 @@ HELPER = """
 import sys, time, multiprocessing as mp
 sys.path.insert(0, {tests!r})
 from test_ring_faults import SPEC, _step, consume_forever
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 if __name__ == "__main__":
     ring = Ring(SPEC)
     child = None

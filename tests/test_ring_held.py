@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from ring_steps import check_batches, episode, keep_copy, obs_step, push_step
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import PeerDied, Ring
 from pytest_perfgate.ring.rings import Rings
+from pytest_perfgate.ring.shm_ring import Ring
+from pytest_perfgate.ring.sync import PeerDied
 
 
 @settings(max_examples=80, deadline=None)
@@ -200,11 +201,11 @@ def test_full_batches_move_one_held_row_per_lap_of_the_buffers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A learner that always waits for k steps: the batch never crosses the last row, and
     what is moved to the top to make room is the one row held, not a batch."""
-    from pytest_perfgate.ring import held
+    from pytest_perfgate.ring.buffers import Buffers
 
     moved: list[int] = []
-    real = held.compact
-    monkeypatch.setattr(held, "compact", lambda out: (moved.append(out.held), real(out)))
+    real = Buffers.compact
+    monkeypatch.setattr(Buffers, "compact", lambda out: (moved.append(out.held), real(out)))
     with Ring(RingSpec(4, (3,), (2,), capacity=8)) as r:
         out = r.buffers(3)  # 7 rows
         starts = []

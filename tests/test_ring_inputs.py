@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 SPEC = {"num_envs": 2, "obs_shape": (3,), "action_shape": (1,)}
 

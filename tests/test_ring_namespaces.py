@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring
 from pytest_perfgate.ring.segment import SHM_DIR, check_space
+from pytest_perfgate.ring.shm_ring import Ring
 
 ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -42,7 +42,7 @@ def test_a_ring_made_in_another_pid_namespace_does_not_sweep_a_live_one() -> Non
 def test_a_dead_creators_segment_is_still_swept(tmp_path: Path) -> None:
     """The lock goes with its process: a segment whose creator died is removed."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import os\n"
-            "from pytest_perfgate.ring.ring import Ring\n"
+            "from pytest_perfgate.ring.shm_ring import Ring\n"
             "from pytest_perfgate.ring.layout import RingSpec\n"
             "r = Ring(RingSpec(num_envs=2, obs_shape=(3,), action_shape=(1,)), parties=3)\n"
             "print(r.name, flush=True); os._exit(0)\n")

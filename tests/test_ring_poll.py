@@ -12,7 +12,7 @@ import pytest
 
 from pytest_perfgate.ring.base import PUBLISHED, SPIN_MISSES, W_CONS
 from pytest_perfgate.ring.layout import MAX_SPIN_US, RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 Z = np.zeros((2, 1), np.float32)
 FLAGS = (np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))

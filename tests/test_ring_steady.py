@@ -1,6 +1,7 @@
-"""The steady state's short paths: ``pop(out=)`` of one held step (ring/steady.py),
-``borrow()`` as a class (ring/borrow.py) and the mutex and bells as multiprocessing's C
-semaphore objects (ring/sync.py). Each must give exactly what the general path gives."""
+"""The steady state's short paths: ``pop(out=)`` of one held step (one step copied through
+views made once, ring/buffers.py), ``borrow()`` as a class (ring/borrow.py) and the mutex
+and bells as multiprocessing's C semaphore objects (ring/sync.py). Each must give exactly
+what the general path gives."""
 
 from __future__ import annotations
 
@@ -10,22 +11,23 @@ import numpy as np
 import pytest
 from ring_steps import check_batches, episode, keep_copy, obs_step, push_step
 
-from pytest_perfgate.ring import steady, sync
+from pytest_perfgate.ring import sync
+from pytest_perfgate.ring.buffers import Buffers
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How pop_one answered: a batch, None (timeout) or SLOW."""
-    seen = {"batch": 0, "none": 0, "slow": 0}
-    real = steady.pop_one
+    """How pops copied: one step at a time (the steady state) or runs of steps."""
+    seen = {"step": 0, "run": 0}
+    for name in ("step", "run"):
+        real = getattr(Buffers, f"copy_{name}")
 
-    def counted(ring: Any, out: Any, timeout: float | None) -> Any:
-        got = real(ring, out, timeout)
-        seen["slow" if got is steady.SLOW else "none" if got is None else "batch"] += 1
-        return got
+        def counted(out: Buffers, *args: Any, _real: Any = real, _name: str = name) -> None:
+            seen[_name] += 1
+            _real(out, *args)
 
-    monkeypatch.setattr(steady, "pop_one", counted)
+        monkeypatch.setattr(Buffers, f"copy_{name}", counted)
     return seen
 
 
@@ -52,7 +54,7 @@ def test_one_step_pops_take_the_short_path_and_stay_exact(
         assert ring.ended and ring.stats()["consumed"] == len(ref)
     check_batches(got, ref, critic)
     assert sum(bool(s["terminated"].any() or s["truncated"].any()) for s in ref) > 5
-    assert seen["batch"] == len(ref) - 2, seen  # all but the first pop, and finish()'s
+    assert seen["step"] == len(ref) - 2, seen  # all but the first pop's two, and finish()
 
 
 def test_a_short_pop_that_times_out_keeps_the_held_step(
@@ -65,16 +67,15 @@ def test_a_short_pop_that_times_out_keeps_the_held_step(
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 0
         assert r.pop(out=out, timeout=0.02) is None  # step 1 held, nothing new
-        assert seen == {"batch": 0, "none": 1, "slow": 0}
+        assert seen["step"] == 0
         assert r.stats()["consumed"] == 1 and r.stats()["pops"] == 1
         obs_step(r, 2)
         b = r.pop(out=out, timeout=0)
         assert b is not None and b.obs[0, 0, 0] == 1 and b.next_obs[0, 0, 0] == 2
-        assert seen["batch"] == 1 and r.stats()["pops"] == 2
+        assert seen["step"] == 1 and r.stats()["pops"] == 2
 
 
-def test_several_new_steps_or_a_wider_pop_take_the_general_path(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_several_new_steps_are_copied_as_one_run(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _counting(monkeypatch)
     with Ring(RingSpec(4, (3,), (2,), capacity=4)) as r:
         out = r.buffers(3)
@@ -83,14 +84,15 @@ def test_several_new_steps_or_a_wider_pop_take_the_general_path(
         assert r.pop(out=out, timeout=0) is not None
         for t in range(2, 4):
             obs_step(r, t)
-        b = r.pop(out=out, timeout=0)  # two new steps: a run, not the one-step path
+        runs = seen["run"]
+        b = r.pop(out=out, timeout=0)  # two new steps: a run, not the one-step copy
         assert b is not None and b.obs[:, 0, 0].tolist() == [1, 2]
-        assert seen["slow"] == 1 and seen["batch"] == 0
+        assert seen["run"] == runs + 1 and seen["step"] == 0
         obs_step(r, 4)
         obs_step(r, 5)
-        b = r.pop(out=out, timeout=0, min_steps=2)  # wants two: never the short path
+        b = r.pop(out=out, timeout=0, min_steps=2)
         assert b is not None and b.obs[:, 0, 0].tolist() == [3, 4]
-        assert seen["slow"] == 1 and seen["batch"] == 0
+        assert seen["run"] == runs + 2 and seen["step"] == 0
 
 
 def test_a_borrow_is_validated_when_called_and_entered_once_at_a_time() -> None:
@@ -149,9 +151,9 @@ def _glibc() -> str | None:
 
 
 def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
-    """The buffers keep the short path's closure; it must keep neither their ring (which
-    refers to the buffers while they hold a step) nor them alive past their last
-    reference."""
+    """The buffers keep views of the ring's mapping for their copies; they must keep
+    neither their ring (which refers to the buffers while they hold a step) nor themselves
+    alive past their last reference."""
     import gc
     import os
     import weakref
@@ -169,11 +171,11 @@ def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
                       np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
             if t:
                 assert ring.pop(out=out, timeout=0) is not None
-        assert out.fast is not None and ours() - before
+        assert out.src is not None and ours() - before
         del ring
         assert ours() == before
         gone = weakref.ref(out)
-        del out  # nor may the closure keep its buffers (and the mapping) in a cycle
+        del out  # nor may they sit in a cycle (keeping the mapping)
         assert gone() is None
     finally:
         gc.enable()
@@ -183,36 +185,39 @@ class _Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("short", [True, False])
-def test_an_interrupt_while_freeing_leaves_the_step_to_be_copied_again(
-        monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
-    """An exception (Ctrl-C) while a pop waits for the mutex after copying a step: the
-    learner that catches it and goes on gets every transition once, on either path."""
+@pytest.mark.parametrize("run", [False, True])
+def test_an_interrupt_while_freeing_leaves_the_steps_to_be_copied_again(run: bool) -> None:
+    """An exception (Ctrl-C) while a pop waits for the mutex after copying one step (the
+    steady state) or a run of steps: the learner that catches it and goes on gets every
+    transition once."""
     import signal
     import threading
     import time
 
-    if not short:
-        monkeypatch.setattr(steady, "pop_one", lambda *a: steady.SLOW)
-
     def interrupt(*_: object) -> None:
         raise _Interrupt
 
+    cap, first = (5, 5) if run else (3, 3)
     old = signal.signal(signal.SIGALRM, interrupt)
+    got: list[tuple[float, float]] = []
+
+    def keep(b: Any) -> None:
+        got.extend(zip(b.obs[:, 0, 0].tolist(), b.next_obs[:, 0, 0].tolist(), strict=True))
+
     try:
-        with Ring(RingSpec(1, (1,), (1,), capacity=3)) as r:
-            out = r.buffers(1)
+        with Ring(RingSpec(1, (1,), (1,), capacity=cap)) as r:
+            out = r.buffers(2 if run else 1)
 
             def push(t: float) -> None:
                 assert r.push(np.full((1, 1), t, np.float32), np.zeros((1, 1), np.float32),
                               np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool),
                               timeout=0)
 
-            for t in range(3):
+            for t in range(first):
                 push(t)
             b = r.pop(out=out, timeout=0)
             assert b is not None
-            got = [(b.obs.item(), b.next_obs.item())]
+            keep(b)
             held = threading.Event()
 
             def hold() -> None:  # the mutex held a moment, as a supervisor's stats() does
@@ -228,19 +233,18 @@ def test_an_interrupt_while_freeing_leaves_the_step_to_be_copied_again(
             with pytest.raises(_Interrupt):
                 r.pop(out=out, timeout=0)
             th.join()
-            assert r.stats()["consumed"] == 1 and out.held == 1
-            for t in range(3, 6):
+            assert r.stats()["consumed"] == len(got) and out.held == 1
+            for t in range(first, 8):
                 push(t)
-                b = r.pop(out=out, timeout=0)
-                if b is not None:
-                    got.append((b.obs.item(), b.next_obs.item()))
-            r.finish(np.full((1, 1), 6, np.float32))
+                if (b := r.pop(out=out, timeout=0)) is not None:
+                    keep(b)
+            r.finish(np.full((1, 1), 8, np.float32))
             while (b := r.pop(out=out, timeout=0)) is not None:
-                got.append((b.obs.item(), b.next_obs.item()))
+                keep(b)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert got == [(float(t), float(t + 1)) for t in range(6)]
+    assert got == [(float(t), float(t + 1)) for t in range(8)]
 
 
 def test_reading_a_ring_inside_its_own_open_borrow_is_refused() -> None:
@@ -264,16 +268,16 @@ def test_push_checks_inline_only_arrays_exactly_as_declared(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Exact ndarrays with no env ended skip check_array; anything else (a subclass, a
     wrong dtype, an ended env) takes the general path and its messages."""
-    from pytest_perfgate.ring import ring as ring_module
+    from pytest_perfgate.ring import producer
 
     calls: list[str] = []
-    real = ring_module.check_array
+    real = producer.check_array
 
     def counted(name: str, *args: Any) -> Any:
         calls.append(name)
         return real(name, *args)
 
-    monkeypatch.setattr(ring_module, "check_array", counted)
+    monkeypatch.setattr(producer, "check_array", counted)
 
     class Sub(np.ndarray):
         pass

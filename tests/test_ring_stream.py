@@ -16,7 +16,7 @@ from ring_steps import check_batches, episode, keep_copy, push_step
 
 from pytest_perfgate.ring import stream
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -196,3 +196,50 @@ def test_buffers_name_a_bad_stream_value() -> None:
     with Ring(RingSpec(2, (3,), (2,), capacity=2)) as ring, pytest.raises(
             RingInputError, match=r"stream='yes': pass True .* or False"):
         ring.buffers(2, stream="yes")  # type: ignore[arg-type]
+
+
+def test_the_copy_in_use_is_named_for_the_run_record(
+        fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """True (streaming stores), False (switched off) or "unavailable" (not built, or a
+    value buffers() refuses); in the run's metadata only once a ring was mapped here."""
+    assert stream.mode() is stream.available()
+    monkeypatch.setenv(stream.ENV, "0")
+    monkeypatch.setattr(stream, "_impl", False)
+    assert stream.mode() is False
+    monkeypatch.setenv(stream.ENV, "yes")
+    monkeypatch.setattr(stream, "_impl", False)
+    assert stream.mode() == "unavailable"
+    monkeypatch.delenv(stream.ENV)
+    monkeypatch.setattr(stream, "_impl", False)
+    monkeypatch.setitem(sys.modules, "pytest_perfgate.ring._stream", None)  # not built
+    assert stream.mode() == "unavailable"
+    monkeypatch.setattr(stream, "_mapped", False)
+    assert stream.run_metadata() == {}
+    Ring(RingSpec(2, (3,), (2,), capacity=2)).close()
+    assert stream.run_metadata() == {"ring_stream_copy": "unavailable"}
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_a_recorded_run_says_which_copy_its_rings_used(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mapped: bool) -> None:
+    from pytest_perfgate.core.results import BenchResult
+    from pytest_perfgate.core.timing import FakeClock
+    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.session.options import Options
+
+    monkeypatch.setattr(stream, "_mapped", mapped)
+    monkeypatch.setattr(stream, "mode", lambda: False)  # as with PERFGATE_STREAM_COPY=0
+    opts = Options(enabled=True, machine="box", results_dir=str(tmp_path / "results"))
+    s = GateSession(opts, tmp_path, FakeClock())
+    s.judge(BenchResult("walk", (10.0, 10.1, 9.9, 10.0), 1e5), "t::walk")
+    run = s.finish()
+    assert run is not None and run.metadata["mode"] == "history"
+    assert run.metadata.get("ring_stream_copy", "absent") == (False if mapped else "absent")
+
+
+def test_a_pair_records_the_copy_its_learner_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_perfgate.ring import pair
+
+    monkeypatch.setattr(pair, "stream_mode", lambda: "unavailable")
+    p = pair.RingPair(RingSpec(2, (3,), (2,), capacity=2))  # checked, not started
+    assert p.metadata()["ring_pair"]["stream_copy"] == "unavailable"

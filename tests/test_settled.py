@@ -17,7 +17,7 @@ from pytest_perfgate.sim.settled import CACHE_ENV, SettledCacheWarning, SettleKe
 pytest.importorskip("mujoco.batch")
 
 from pytest_perfgate.sim.models import load_model, tiny_xml
-from pytest_perfgate.sim.sweep import settled_state
+from pytest_perfgate.sim.thread_sweep import settled_state
 
 
 @pytest.fixture

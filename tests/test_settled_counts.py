@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_perfgate.sim.models import tiny_xml
-from pytest_perfgate.sim.sweep import settled_state
+from pytest_perfgate.sim.thread_sweep import settled_state
 
 
 def test_settle(perfgate, mujoco_pool):

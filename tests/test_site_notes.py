@@ -10,7 +10,7 @@ import pytest
 from pytest_perfgate.cli import main
 from pytest_perfgate.cli._site_notes import NOTES_ID, SERVE_PAGE, add_notes, history_notes
 from pytest_perfgate.cli.publish import parse_port
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.store import History
 from pytest_perfgate.session.options import OptionError
 
@@ -21,7 +21,7 @@ PAGE = "<!doctype html>\n<html>\n  <head>\n    <title>asv</title>\n  </head>\n  
 def _run(results: Path, i: int, commit: str, verdict: str, name: str = "walk") -> RunRecord:
     run = RunRecord(f"20240101T00000{i}-aa000{i}", 1704067200.0 + i, commit, 0, "main", False,
                     "box", "fp", {"mode": "history"},
-                    {name: BenchResult(name, (10.0, 10.0, 10.0), 1e5, verdict=verdict)})
+                    {name: BenchRecord(name, (10.0, 10.0, 10.0), 1e5, verdict=verdict)})
     History(results, "box").record(run)
     return run
 

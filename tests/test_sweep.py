@@ -9,8 +9,8 @@ import pytest
 
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.core.turns import turn_order
-from pytest_perfgate.sim import sweep
+from pytest_perfgate.core.turn_order import turn_order
+from pytest_perfgate.sim import thread_sweep
 
 
 def test_interleave_rotates_order_and_reports_per_call_medians():
@@ -25,7 +25,7 @@ def test_interleave_rotates_order_and_reports_per_call_medians():
 
     calls = {"a": work("a", 0.010, 0.020), "b": work("b", 0.030, 0.030),
              "c": work("c", 0.001, 0.0005)}
-    out = sweep.interleave(calls, turns=3, per_turn=2, warmup=1, clock=clock)
+    out = thread_sweep.interleave(calls, turns=3, per_turn=2, warmup=1, clock=clock)
     assert order[:3] == ["a", "b", "c"]  # warm-up, once each
     turns = order[3:]
     for t in range(3):  # each turn in the balanced design's order, per_turn calls in a row
@@ -35,7 +35,7 @@ def test_interleave_rotates_order_and_reports_per_call_medians():
     assert all(x != y for x, y in zip(turns[5::6], turns[6::6], strict=False))
     assert out["a"] == [pytest.approx((0.010, 2.0))] * 3
     assert out["c"] == [pytest.approx((0.001, 0.5))] * 3
-    assert sweep.median_ratio(out["b"], out["a"]) == pytest.approx(3.0)
+    assert thread_sweep.median_ratio(out["b"], out["a"]) == pytest.approx(3.0)
 
 
 def test_interleave_reports_each_call_to_progress():
@@ -43,7 +43,7 @@ def test_interleave_reports_each_call_to_progress():
 
     clock, rec = FakeClock(), Recorder()
     calls = {"1 unpinned": lambda: clock.advance(0.010), "2 unpinned": lambda: clock.advance(0.005)}
-    sweep.interleave(calls, turns=2, clock=clock, progress=rec, steps_per_call=100)
+    thread_sweep.interleave(calls, turns=2, clock=clock, progress=rec, steps_per_call=100)
     assert rec.events == [
         ("warmup_started", "1 unpinned"), ("warmup_ended", True, 0.01, "1 unpinned"),
         ("warmup_started", "2 unpinned"), ("warmup_ended", True, 0.005, "2 unpinned"),
@@ -53,27 +53,27 @@ def test_interleave_reports_each_call_to_progress():
 
 def test_interleave_rejects_zero_turns():
     with pytest.raises(ValueError, match=r"turns=0, per_turn=1: both must be >= 1"):
-        sweep.interleave({"a": lambda: None}, turns=0)
+        thread_sweep.interleave({"a": lambda: None}, turns=0)
 
 
 def test_median_ratio_is_paired():
     a = [(1.0, 1), (2.0, 1), (10.0, 1)]  # the machine slowed down 10x in the last turn
     b = [(2.0, 1), (4.0, 1), (20.0, 1)]
-    assert sweep.median_ratio(b, a) == 2.0
+    assert thread_sweep.median_ratio(b, a) == 2.0
 
 
 def test_default_thread_counts():
-    assert sweep.default_thread_counts(2, 1024) == [1, 2, 4, 8]
-    assert sweep.default_thread_counts(6, 1024) == [1, 2, 4, 6, 8, 16]
-    assert sweep.default_thread_counts(8, 3) == [1, 2]
+    assert thread_sweep.default_thread_counts(2, 1024) == [1, 2, 4, 8]
+    assert thread_sweep.default_thread_counts(6, 1024) == [1, 2, 4, 6, 8, 16]
+    assert thread_sweep.default_thread_counts(8, 3) == [1, 2]
 
 
 def _row(threads, pinned, ms, ratio, rule=False):
-    return sweep.SweepRow(threads, pinned, ms, 1.9, 1000 / ms * 1e3, ratio, rule)
+    return thread_sweep.SweepRow(threads, pinned, ms, 1.9, 1000 / ms * 1e3, ratio, rule)
 
 
 def test_table_marks_the_rule_and_names_the_fastest():
-    res = sweep.SweepResult(
+    res = thread_sweep.SweepResult(
         (_row(1, False, 20.0, 1.9), _row(2, False, 10.5, 1.0, rule=True),
          _row(2, True, 10.0, 0.95)), num_envs=1000, frame_skip=3, turns=7,
         metadata={"source": "g1.xml", "usable_cpus": "0-1",
@@ -113,7 +113,7 @@ def test_table_marks_the_rule_and_names_the_fastest():
     (["--settle", "-1"], "argument --settle: '-1' is negative: use a whole number >= 0"),
 ])
 def test_cli_argument_errors(args, message, capsys, monkeypatch):
-    from pytest_perfgate.sim import sweep as sw
+    from pytest_perfgate.sim import thread_sweep as sw
 
     monkeypatch.setattr(sw, "run_sweep", None)  # nothing may start
     with pytest.raises(SystemExit) as e:
@@ -138,8 +138,8 @@ pytest.importorskip("mujoco.batch")
 def test_settled_state_tiles_distinct_trajectories():
     from pytest_perfgate.sim.models import load_model
 
-    m = load_model(sweep.resolve_model("tiny"))
-    held = sweep.settled_state(m, 10, substeps=20, distinct=4)
+    m = load_model(thread_sweep.resolve_model("tiny"))
+    held = thread_sweep.settled_state(m, 10, substeps=20, distinct=4)
     assert held.shape[0] == 10 and np.array_equal(held[4:8], held[:4])
     assert np.array_equal(held[8:], held[:2]) and not np.array_equal(held[0], held[1])
 
@@ -148,8 +148,8 @@ def test_run_sweep_on_the_tiny_model():
     from helpers import Recorder
 
     rec = Recorder()
-    res = sweep.run_sweep(sweep.resolve_model("tiny"), 8, thread_counts=[1, 2], turns=2,
-                          settle_substeps=3, progress=rec)
+    res = thread_sweep.run_sweep(thread_sweep.resolve_model("tiny"), 8, thread_counts=[1, 2],
+                                 turns=2, settle_substeps=3, progress=rec)
     assert rec.events[0] == ("started", "thread sweep")
     assert rec.events[-1] == ("finished", "thread sweep", f"{len(res.rows)} configurations x "
                               "2 turns")
@@ -163,7 +163,7 @@ def test_run_sweep_on_the_tiny_model():
 
 
 def test_cli_writes_json(tmp_path, capsys):
-    out = tmp_path / "sweep.json"
+    out = tmp_path / "thread_sweep.json"
     rc = main(["sweep", "--model", "tiny", "--envs", "4", "--threads", "1,2", "--turns", "2",
                "--no-pinned", "--json", str(out)])
     assert rc == 0
@@ -171,7 +171,7 @@ def test_cli_writes_json(tmp_path, capsys):
     assert "| 2 | no |" in text and "<- sizing rule" in text
     data = json.loads(out.read_text())
     assert data["format"] == 1 and [r["threads"] for r in data["rows"]] == [1, 2]
-    assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]  # no temp file left
+    assert [p.name for p in tmp_path.iterdir()] == ["thread_sweep.json"]  # no temp file left
 
 
 def test_cli_bad_model_file(tmp_path, capsys):
@@ -186,16 +186,16 @@ def test_cli_g1_missing(monkeypatch):
 
     monkeypatch.setattr(models, "g1_scene_path", lambda: None)
     with pytest.raises(SystemExit) as e:
-        sweep.resolve_model("g1")
+        thread_sweep.resolve_model("g1")
     assert str(e.value) == models.G1_MISSING
 
 
 def test_jsonl_is_one_self_contained_line_per_configuration():
     import json
 
-    res = sweep.SweepResult((_row(1, False, 20.0, 1.9), _row(2, False, 10.5, 1.0, rule=True)),
-                            num_envs=1000, frame_skip=3, turns=7,
-                            metadata={"mujoco_version": "4.0.1", "model_sha256": "ab"})
+    res = thread_sweep.SweepResult(
+        (_row(1, False, 20.0, 1.9), _row(2, False, 10.5, 1.0, rule=True)), num_envs=1000,
+        frame_skip=3, turns=7, metadata={"mujoco_version": "4.0.1", "model_sha256": "ab"})
     lines = [json.loads(x) for x in res.jsonl().splitlines()]
     assert [(x["threads"], x["rule"], x["num_envs"], x["mujoco"]) for x in lines] == [
         (1, False, 1000, "4.0.1"), (2, True, 1000, "4.0.1")]

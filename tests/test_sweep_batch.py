@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import FakeClock
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.sim import batch_plan
 from pytest_perfgate.sim.batch_plan import BatchConfig, PlanError
 from pytest_perfgate.sim.batch_report import BatchRow, BatchSweepResult
@@ -65,7 +65,7 @@ def test_a_sweep_that_fails_ends_its_status_line(monkeypatch):
     pytest.importorskip("mujoco.batch")
     from helpers import Recorder
 
-    from pytest_perfgate.sim import batch_sweep, sweep
+    from pytest_perfgate.sim import batch_sweep, thread_sweep
 
     def boom(*a, **k):
         raise RuntimeError("no")
@@ -73,7 +73,7 @@ def test_a_sweep_that_fails_ends_its_status_line(monkeypatch):
     monkeypatch.setattr(batch_sweep, "interleave_windows", boom)
     rec = Recorder()
     with pytest.raises(RuntimeError):
-        batch_sweep.run_batch_sweep(sweep.resolve_model("tiny"), [BatchConfig(4)], turns=1,
+        batch_sweep.run_batch_sweep(thread_sweep.resolve_model("tiny"), [BatchConfig(4)], turns=1,
                                     settle_substeps=1, progress=rec)
     assert rec.events == [("started", "batch sweep"),
                           ("finished", "batch sweep", "stopped by RuntimeError")]
@@ -158,7 +158,7 @@ class Fixed:
 def test_interleave_windows_rotates_and_reports_progress():
     from helpers import Recorder
 
-    from pytest_perfgate.core.turns import turn_order
+    from pytest_perfgate.core.turn_order import turn_order
     from pytest_perfgate.sim.batch_sweep import interleave_windows, paired_ratio
 
     clock, log, rec = FakeClock(), [], Recorder()
@@ -220,7 +220,7 @@ def test_cli_refuses_a_sweep_that_does_not_fit_before_starting(monkeypatch, caps
     monkeypatch.setattr(batch_sweep, "run_batch_sweep", None)  # nothing may start
     monkeypatch.setattr(batch_plan, "available_memory", lambda: 1 << 30)
     from pytest_perfgate.sim.models import load_model
-    from pytest_perfgate.sim.sweep import resolve_model
+    from pytest_perfgate.sim.thread_sweep import resolve_model
 
     per_env = batch_sweep.per_env_bytes(load_model(resolve_model("tiny")))
     with pytest.raises(SystemExit) as e:
@@ -255,9 +255,9 @@ def test_cli_batch_sweep_on_the_tiny_model(tmp_path, capsys):
 @pytest.mark.slow  # spawns worker processes
 def test_batch_sweep_with_workers_on_the_tiny_model():
     pytest.importorskip("mujoco.batch")
-    from pytest_perfgate.sim import batch_sweep, sweep
+    from pytest_perfgate.sim import batch_sweep, thread_sweep
 
-    model = sweep.resolve_model("tiny")
+    model = thread_sweep.resolve_model("tiny")
     configs = batch_sweep.check(model, [4, 8], [1])
     res = batch_sweep.run_batch_sweep(model, configs, turns=2, turn_s=0.05, settle_substeps=3)
     assert [(r.num_envs, r.workers) for r in res.rows] == [(4, 0), (8, 0), (4, 1), (8, 1)]

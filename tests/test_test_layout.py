@@ -67,7 +67,7 @@ def test_the_layout_check_sees_every_form_of_import() -> None:
               "from tests.test_a import SPEC\n"
               "from helpers import need_tool\n"
               "from ring_steps import episode\n"
-              "from pytest_perfgate.ring.ring import Ring\n")
+              "from pytest_perfgate.ring.shm_ring import Ring\n")
     found = other_test_imports(source, "test_a", stems)
     assert [int(f.split(":")[0]) for f in found] == [1, 2, 3, 4, 5, 6, 7, 8, 10]
     assert "8: tests.conftest" in found

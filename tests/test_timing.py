@@ -5,15 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_perfgate.core.load import LoadSample, NullProbe, ProcStatProbe
-from pytest_perfgate.core.measure import (
-    LoopSource,
-    MeasureConfig,
-    MeasureError,
-    Meter,
-    RawWindow,
-    is_steady,
-)
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.measure import MeasureConfig, MeasureError, Meter, is_steady
 from pytest_perfgate.core.timing import FakeClock, PhaseRecorder, activate, phase
+from pytest_perfgate.core.window import RawWindow
 
 
 def test_phase_accumulates_wall_and_cpu() -> None:

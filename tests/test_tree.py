@@ -15,9 +15,11 @@ import psutil
 import pytest
 
 from pytest_perfgate.core.load import LoadSample
-from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter, RawWindow
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.timing import phase
 from pytest_perfgate.core.tree import MemorySample, PeakMemory, ProcessTree
+from pytest_perfgate.core.window import RawWindow
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 HOLD = ("import sys, time\nb = b'x' * {n}\nsys.stdout.write('ready\\n'); sys.stdout.flush()\n"

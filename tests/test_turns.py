@@ -1,4 +1,4 @@
-"""core/turns.py: the balanced order configurations take turns in."""
+"""core/turn_order.py: the balanced order configurations take turns in."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from pytest_perfgate.core.turns import turn_order, williams_rows
-from pytest_perfgate.sim.sweep import rotation
+from pytest_perfgate.core.turn_order import turn_order, williams_rows
+from pytest_perfgate.sim.thread_sweep import rotation
 
 
 @pytest.mark.parametrize("n", range(1, 10))

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pytest_perfgate.core.measure import LoopSource
+from pytest_perfgate.core.loop import LoopSource
 from pytest_perfgate.sim.models import mujoco_clash
 from pytest_perfgate.sim.vector_env import VectorEnvError, VectorEnvStep
 

@@ -110,7 +110,7 @@ def test_a_slower_commit_stays_regression_on_every_rerun_until_accepted(
     commit(repo.path, "C: on top of B")
     run(repo, monkeypatch, 2.0).assert_outcomes(failed=1)  # B's failed runs did not join
 
-    from pytest_perfgate.history.accept import accept
+    from pytest_perfgate.history.decisions import accept
 
     for rid in failed:
         assert accept(repo.path / "results", None, rid).startswith(f"accepted run {rid}")

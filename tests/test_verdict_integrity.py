@@ -15,9 +15,10 @@ import pytest
 from pytest_perfgate.core.evidence import median_slack
 from pytest_perfgate.core.gate import Outcome, Rule, evaluate
 from pytest_perfgate.core.load import NullProbe
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.core.timing import FakeClock
-from pytest_perfgate.history.accept import (
+from pytest_perfgate.history.baseline import select_baseline
+from pytest_perfgate.history.decisions import (
     AcceptError,
     Decisions,
     accept,
@@ -25,24 +26,18 @@ from pytest_perfgate.history.accept import (
     forget,
     load_decisions,
 )
-from pytest_perfgate.history.baseline import select_baseline
 from pytest_perfgate.history.files import HistoryWarning
+from pytest_perfgate.session.gate_session import GateSession, PerfgateUsageError, stable_root
+from pytest_perfgate.session.naming import derive_name, stable_nodeid
 from pytest_perfgate.session.options import Options
-from pytest_perfgate.session.session import (
-    GateSession,
-    PerfGate,
-    PerfgateUsageError,
-    derive_name,
-    stable_nodeid,
-    stable_root,
-)
+from pytest_perfgate.session.perfgate import PerfGate
 
 C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
 
 
 def _run(run_id: str, commit: str, started: float, *, dirty: bool = False,
          verdict: str | None = None) -> RunRecord:
-    b = BenchResult("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict=verdict)
+    b = BenchRecord("walk", (10.0, 10.1, 9.9, 10.0), 1e5, verdict=verdict)
     return RunRecord(run_id, started, commit, 0, "main", dirty, "box", "fp", {}, {"walk": b})
 
 
@@ -103,7 +98,7 @@ def test_accept_and_forget_write_a_sidecar_and_say_what_they_did(tmp_path: Path)
 
 def test_session_records_each_benchmarks_verdict(tmp_path: Path) -> None:
     s = _session(tmp_path)
-    s.judge(BenchResult("walk", (10.0, 10.0, 10.0, 10.0), 1e5), "t::walk")
+    s.judge(BenchRecord("walk", (10.0, 10.0, 10.0, 10.0), 1e5), "t::walk")
     run = s.finish()
     assert run is not None and run.benchmarks["walk"].verdict == "NO BASELINE"
     assert s.record_path is not None
@@ -162,7 +157,7 @@ def test_the_same_name_from_two_tests_is_an_error_naming_both(tmp_path: Path) ->
                             "other's numbers. Give one of them its own name "
                             "(measure(..., name='...')).")
     with pytest.raises(PerfgateUsageError, match="measured by two tests, t.py::a and t.py::c"):
-        s.judge(BenchResult("walk", (1.0, 1.0), 1e6), "t.py::c")  # pytest-benchmark's path
+        s.judge(BenchRecord("walk", (1.0, 1.0), 1e6), "t.py::c")  # pytest-benchmark's path
 
 
 # ---- 4. thin evidence and polluted windows -------------------------------------------------

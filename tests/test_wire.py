@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseStats
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.modes.ab import _decode, _encode
 
 W = RawWindow(4096, 1.0, 3.5, {"physics": PhaseStats(10, 900_000_000, 3_000_000_000),

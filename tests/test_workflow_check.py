@@ -14,7 +14,7 @@ from fake_session import FAKE_CLOCK_CONFTEST
 from pytest_perfgate.cli import main
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, BenchResult, RunRecord
 from pytest_perfgate.history.store import History
 from pytest_perfgate.report import render
 from pytest_perfgate.report.github import annotation, escape_data, escape_property
@@ -31,25 +31,25 @@ def test_annotations_are_escaped_by_githubs_rules() -> None:
 
 
 def test_location_round_trips_and_old_sidecars_still_read() -> None:
-    b = BenchResult("walk", (1.0, 2.0), 5.0, test_file="perf/test_walk.py", test_line=12)
-    assert BenchResult.from_json(json.loads(json.dumps(b.to_json()))) == b
+    b = BenchRecord("walk", (1.0, 2.0), 5.0, test_file="perf/test_walk.py", test_line=12)
+    assert BenchRecord.from_json(json.loads(json.dumps(b.to_json()))) == b
     old = {k: v for k, v in b.to_json().items() if k not in ("test_file", "test_line")}
-    assert BenchResult.from_json(old).test_file is None  # written before locations were kept
-    assert BenchResult.from_json({**b.to_json(), "test_line": 12.0}).test_line == 12
+    assert BenchRecord.from_json(old).test_file is None  # written before locations were kept
+    assert BenchRecord.from_json({**b.to_json(), "test_line": 12.0}).test_line == 12
     for bad, says in [({"test_line": 0}, "field 'test_line' is 0, expected a line number"),
                       ({"test_line": "7"}, "field 'test_line' is a string ('7')"),
                       ({"test_file": 3}, "field 'test_file' is an integer (3)")]:
         with pytest.raises(ValueError, match=r"benchmark 'walk': " + says.replace("(", r"\(")
                            .replace(")", r"\)")):
-            BenchResult.from_json({**b.to_json(), **bad})
+            BenchRecord.from_json({**b.to_json(), **bad})
 
 
 def _judged(name: str, outcome: Outcome, line: int = 7, **rule: str) -> Judged:
-    r = BenchResult(name, (10.0, 10.2, 9.9), 1e5, test_file="perf/test_x.py", test_line=line)
+    r = BenchResult(name, (10.0, 10.2, 9.9), 1e5)
     ratio = 0.8 if outcome is Outcome.REGRESSION else 1.0
     v = Verdict(outcome, f"{name} says {outcome.value}: 20%, p=1e-05", ratio, (0.7, 0.9), 1e-5)
     return Judged(r, v, Rule(threshold=0.02, **rule), f"perf/test_x.py::test_{name}", ["a" * 40],
-                  1.25e5)
+                  1.25e5, where=("perf/test_x.py", line))
 
 
 def _report(tmp_path: Path, *judged: Judged) -> str:
@@ -81,7 +81,7 @@ def test_a_regression_in_a_report_exits_1_with_an_error_at_the_test(
     text = summary.read_text()
     assert text.startswith("earlier step\n## perfgate: PR vs merge base: FAILED: 1 benchmark(s)"
                            " REGRESSION\n\n| benchmark | steps/s |")  # appended, not replaced
-    assert "| walk | 100.0k | 125.0k | 0.800 [0.700-0.900] | 1e-05 | REGRESSION |" in text
+    assert "| walk | 100k | 125k | 0.800 [0.700-0.900] | 1e-05 | REGRESSION |" in text
     # --no-github wins over the environment
     code, out = _check(capsys, "--report", rep, "--no-github")
     assert code == 1 and not any(line.startswith("::") for line in out)
@@ -144,7 +144,7 @@ def test_history_check_annotates_from_the_recorded_location(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = random.Random(3)
     for i, level in enumerate([10.0, 10.05, 9.95, 10.0, 10.02, 20.0]):
-        b = BenchResult("walk", tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8)),
+        b = BenchRecord("walk", tuple(level * (1 + rng.gauss(0, 0.005)) for _ in range(8)),
                         1e6 / level, verdict="OK", test_file="perf/test_walk.py", test_line=4)
         History(tmp_path, "box").record(RunRecord(
             f"20240101T0000{i:02d}-aaaa{i:02d}", float(i), str(i + 1) * 40, 0, "main", False,

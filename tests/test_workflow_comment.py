@@ -18,7 +18,7 @@ import pytest
 from pytest_perfgate.cli import _pr_comment as pc
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.results import BenchRecord
 from pytest_perfgate.report import render
 
 SHA = "a" * 40
@@ -26,7 +26,7 @@ SCRIPT = Path(pc.__file__)
 
 
 def _judged(name: str, outcome: Outcome, ratio: float = 1.0) -> Judged:
-    r = BenchResult(name, (10.0, 10.2, 9.9), 1e5, test_file="perf/test_x.py", test_line=3)
+    r = BenchRecord(name, (10.0, 10.2, 9.9), 1e5, test_file="perf/test_x.py", test_line=3)
     v = Verdict(outcome, f"{name}: {outcome.value}", ratio, (ratio - 0.01, ratio + 0.01), 1e-4)
     return Judged(r, v, Rule(threshold=0.05), f"perf/test_x.py::{name}", ["b" * 40], 1e5)
 

@@ -15,7 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from pytest_perfgate.core.measure import LoopSource
+from pytest_perfgate.core.loop import LoopSource
 from pytest_perfgate.core.timing import PhaseRecorder, phase
 
 

@@ -28,8 +28,9 @@ from mujoco.batch import Batch
 
 from pytest_perfgate.core.load import LoadSample, ProcStatProbe
 from pytest_perfgate.sim.models import humanoid_xml_path, load_model
-from pytest_perfgate.sim.pool import MujocoPool, OversubscriptionWarning, plan_threads
-from pytest_perfgate.sim.sweep import interleave, median_ratio, settled_state
+from pytest_perfgate.sim.pool import MujocoPool, plan_threads
+from pytest_perfgate.sim.thread_sweep import interleave, median_ratio, settled_state
+from pytest_perfgate.sim.threads import OversubscriptionWarning
 
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS

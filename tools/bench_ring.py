@@ -51,10 +51,10 @@ from typing import Any
 import numpy as np
 
 from pytest_perfgate.ring import batch as _batch
-from pytest_perfgate.ring import held as _held
 from pytest_perfgate.ring import stream
+from pytest_perfgate.ring.buffers import Buffers
 from pytest_perfgate.ring.layout import RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 
 # ---- push: 6 fields vs 8 -------------------------------------------------------------------
@@ -115,11 +115,11 @@ def bench_push(turns: int, per_turn: int) -> None:
 
 
 def _order(runs: dict[str, Any], turn: int) -> list[str]:
-    """This turn's order of the paths: a Williams design (core/turns.py), so each path
+    """This turn's order of the paths: a Williams design (core/turn_order.py), so each path
     follows each other one equally often. A rotation keeps the cycle, and the path after
     ``mp.Queue`` would always inherit its leftovers (its feeder thread, the freed
     pickles): measured 0.61 ms per step after the Queue against 0.48 after another path."""
-    from pytest_perfgate.core.turns import turn_order
+    from pytest_perfgate.core.turn_order import turn_order
 
     return turn_order(list(runs), turn)
 
@@ -448,7 +448,7 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
 
     def ring_turn(mode: str) -> float:
         # Held buffers on their own ring; the other read paths on the plain side's ring,
-        # so no held step of one path is handed to another (ring/held.py flush).
+        # so no held step of one path is handed to another (ring/held.py _flush).
         side = {"pop": ring, "pop still": still, "pop numpy": numpy_cp,
                 "borrow+copy": steps_side, "borrow+copy numpy": steps_side}.get(mode, kept)
         assert side.ring is not None
@@ -751,15 +751,14 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 t.setdefault(name, []).append(time.perf_counter_ns() - t0)
         return wrapped
 
-    saved = (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, _held.copy_in,
-             _held.deliver, Ring._take, Ring._free)
+    saved = (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, Buffers.copy_run,
+             Buffers.deliver, Ring._free)
     _batch.copy_rows = timed("ring: copy_rows (steps' fields)", _batch.copy_rows)
     _batch.finish = timed("ring: finish (successor obs row)", _batch.finish)
-    Ring._claim = timed("ring: claim (wait + mutex)", Ring._claim)  # type: ignore[method-assign]
+    Ring._claim = timed("ring: claim/take (wait + mutex)", Ring._claim)  # type: ignore[method-assign]
     Ring._release = timed("ring: release (mutex + bell)", Ring._release)  # type: ignore[method-assign]
-    _held.copy_in = timed("ring: copy_in (whole steps)", _held.copy_in)
-    _held.deliver = timed("ring: deliver (batch views)", _held.deliver)
-    Ring._take = timed("ring: take (wait + mutex)", Ring._take)  # type: ignore[method-assign]
+    Buffers.copy_run = timed("ring: copy_run (whole steps)", Buffers.copy_run)  # type: ignore[method-assign]
+    Buffers.deliver = timed("ring: deliver (batch views)", Buffers.deliver)  # type: ignore[method-assign]
     Ring._free = timed("ring: free (mutex + bell)", Ring._free)  # type: ignore[method-assign]
     ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows)
@@ -798,8 +797,8 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 th.append(hand_turn())
                 tr.append(ring.turn(steps)[0])
     finally:
-        (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, _held.copy_in,  # type: ignore[method-assign]
-         _held.deliver, Ring._take, Ring._free) = saved  # type: ignore[method-assign]
+        (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, Buffers.copy_run,  # type: ignore[method-assign]
+         Buffers.deliver, Ring._free) = saved  # type: ignore[method-assign]
         ring.close()
         hand.close()
     total = turns * steps
@@ -877,12 +876,13 @@ def _bw_one(n: int, steps: int, turns: int) -> None:
 
 
 def bench_pair(turns: int, envs: int) -> None:
-    from pytest_perfgate.ring import compare
+    from pytest_perfgate.ring import pinning_table
     from pytest_perfgate.ring.workloads import humanoid_spec
 
     spec = humanoid_spec(envs, 8)
-    rows = compare.compare(spec, compare.plan(), turns=turns, window_s=1.0, settle_s=0.5)
-    print(compare.table(rows, spec))
+    rows = pinning_table.compare(spec, pinning_table.plan(), turns=turns, window_s=1.0,
+                                 settle_s=0.5)
+    print(pinning_table.table(rows, spec))
 
 
 def main() -> None:

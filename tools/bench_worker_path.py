@@ -58,7 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, HERE)
 
-    from pytest_perfgate.core.measure import LoopSource
+    from pytest_perfgate.core.loop import LoopSource
     from pytest_perfgate.placement import cpus, numa
     from pytest_perfgate.placement.launchers import NumaWorkers
     from pytest_perfgate.placement.workers import WorkerGroup, WorkerSpec

@@ -108,7 +108,8 @@ def fingerprint(torch: Any) -> None:
 
 
 def measure(step: Any, cuda: bool, label: str) -> Any:
-    from pytest_perfgate.core.measure import LoopSource, MeasureConfig, Meter
+    from pytest_perfgate.core.loop import LoopSource
+    from pytest_perfgate.core.measure import MeasureConfig, Meter
 
     cfg = MeasureConfig(windows=6, window_s=0.5, warmup_max_s=5.0)
     m = Meter(cfg).measure(LoopSource(step, 4096, cuda=cuda))

@@ -13,7 +13,8 @@ removes each trial's median shift first: only the shape of the noise is kept, an
 rates come out optimistic. The two bracket the truth; the measured trials are the
 evidence (docs/ab.md).
 
-    python tools/sim_sequential.py docs/studies/2026-12-01/quiet2.json \
+    git show origin/study-data:2026-12-01/quiet2.json > quiet2.json   # docs/studies.md
+    python tools/sim_sequential.py quiet2.json \
         [--runs 20000] [--turns 192] [--looks 4] [--slowdowns 0,0.02,0.03]
 """
 
@@ -26,11 +27,12 @@ import sys
 from pathlib import Path
 
 from pytest_perfgate.core.gate import Outcome, Rule
-from pytest_perfgate.core.measure import Window
 from pytest_perfgate.core.sequential import plan
-from pytest_perfgate.modes.ab.turns import run_looks
-from pytest_perfgate.study.analysis import LOAD_CHANGE, Rate
-from pytest_perfgate.study.calibrate import load
+from pytest_perfgate.core.window import Window
+from pytest_perfgate.modes.ab.abba import run_looks
+from pytest_perfgate.study.analysis import LOAD_CHANGE
+from pytest_perfgate.study.findings import Rate
+from pytest_perfgate.study.studyfile import load
 
 
 def main() -> int:

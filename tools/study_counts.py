@@ -55,7 +55,7 @@ SIN_INSTR_PER_ELEMENT = 80.3
 STUDY_TEST = '''
 import os
 import numpy as np
-from pytest_perfgate.sim.sweep import settled_state
+from pytest_perfgate.sim.thread_sweep import settled_state
 
 EXTRA = {extra}  # extra np.sin elements per step: the slowdown
 

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_perfgate.study.analysis import Rate
+from pytest_perfgate.study.findings import Rate
 
 WORKLOADS = {
     "numpy": '''

@@ -28,7 +28,7 @@ import timeit
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.study.analysis import Rate
+from pytest_perfgate.study.findings import Rate
 
 FUNCTIONS = ("normalize_obs", "policy", "clip_actions", "reward", "update_stats")
 POLICY = '''

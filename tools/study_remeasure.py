@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_perfgate.study.analysis import Rate
+from pytest_perfgate.study.findings import Rate
 from pytest_perfgate.study.hog import hog_for
 
 STEP = """

@@ -1,8 +1,8 @@
 """The ``perfgate`` command line, laid out like asv's ``commands/``: one module per command.
 
-Each module in this package (other than ``common_args``) defines one :class:`Command`
-subclass; :func:`make_parser` imports them all, so a new command is one new file. The
-command line never imports pytest: commands that need pytest start it in side processes.
+Each module here (not ``common_args``, not the ``_`` helpers) defines one :class:`Command`
+and the typed ``run`` it calls; :func:`make_parser` imports them all, so a new command is one
+new file. It never imports pytest: commands that need pytest start it in side processes.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ class Command:
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        """Run on parsed arguments; return the exit status. Usage errors call
-        ``args.parser.error`` (exit 2, naming the value and the fix)."""
+        """The parsed arguments as one call of the module's ``run`` (Python's way in); its
+        exit status. A ``UsageError`` it raises is printed as argparse's (exit 2)."""
         raise NotImplementedError
 
 
@@ -71,13 +71,18 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script ``perfgate``: parse, then run the chosen command."""
     args = list(sys.argv[1:] if argv is None else argv)
-    ns = make_parser().parse_args(args)
-    ns.command_line = "perfgate " + " ".join(args)
+    parser = make_parser()
+    parser.set_defaults(command_line="perfgate " + " ".join(args))
+    ns = parser.parse_args(args)
+    from pytest_perfgate.cli._out import UsageError
     from pytest_perfgate.modes.ab.checkout import term_as_interrupt
 
     restore = term_as_interrupt()  # SIGTERM (a cancelled job) unwinds like Ctrl-C
     try:
         return int(ns.run(ns))
+    except UsageError as e:
+        sub: argparse.ArgumentParser = ns.parser
+        sub.error(str(e))
     except BrokenPipeError:  # `perfgate history X | head`: the reader has all it wants
         sys.stderr.close()
         return 0

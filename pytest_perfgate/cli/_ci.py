@@ -12,9 +12,10 @@ import argparse
 import os
 from pathlib import Path
 
-from pytest_perfgate.cli.common_args import argparse_type, parse_output_file
+from pytest_perfgate.cli._out import Reply
+from pytest_perfgate.cli.common_args import parse_output_file
 from pytest_perfgate.report.github import INFRA, PASS, REGRESSION, USAGE, GateResult
-from pytest_perfgate.session.options import OptionError, parse_path, parse_policy
+from pytest_perfgate.session.options import OptionError, argparse_type, parse_path, parse_policy
 
 PYTEST_EXITS = {0: "all tests passed", 1: "tests failed", 2: "interrupted",
                 3: "internal error: the run could not be recorded or a report written",
@@ -52,14 +53,14 @@ def _exit_status(text: str) -> int:
                           "number), e.g. --pytest-exit \"$status\"") from None
 
 
-def gate_report(args: argparse.Namespace) -> GateResult:
+def gate_report(report: str | Path, code: int | None) -> GateResult:
     """The verdicts of a pytest report plus pytest's exit status, as one gate outcome."""
     from pytest_perfgate.core.judged import failing
     from pytest_perfgate.report import render
     from pytest_perfgate.report.github import not_gated
     from pytest_perfgate.report.readback import read_report
 
-    path, code = Path(args.report), args.pytest_exit
+    path = Path(report)
     said = f"pytest exited {code} ({PYTEST_EXITS.get(code, 'unknown status')})" \
         if code is not None else ""
     if code == 4:
@@ -89,35 +90,33 @@ def gate_report(args: argparse.Namespace) -> GateResult:
     return GateResult(status, judged, problems, not_gated(judged))
 
 
-def emit(args: argparse.Namespace, gate: GateResult) -> int:
+def emit(gate: GateResult, reply: Reply, *, report: str | Path | None, no_baseline: str,
+         github: bool | None, summary: str | Path | None, title: str | None) -> int:
     """Apply the NO BASELINE policy, print the headline and the annotations, append the
     summary; return the exit status."""
-    from pytest_perfgate.report.github import annotation_lines, summary
+    from pytest_perfgate.report import github as gh
 
-    if gate.status == PASS and gate.not_gated and args.no_baseline == "fail":
+    if gate.status == PASS and gate.not_gated and no_baseline == "fail":
         gate.status = INFRA
         gate.problems.append(f"{len(gate.not_gated)} benchmark(s) have no baseline on this "
                              "machine, so nothing judged them (--no-baseline fail): record "
                              "runs of an earlier commit first (seed the history)")
     for text in gate.problems:
-        if text != getattr(args, "infra_problem", None):  # not printed where it was found
+        if text != reply.infra_problem:  # not printed where it was found
             print(f"perfgate check: infrastructure error: {text}")
-    title = args.title or ("report " + Path(args.report).name if args.report else "history")
-    print(f"perfgate check: {title}: {gate.headline}")
-    github = args.github if args.github is not None else \
-        os.environ.get("GITHUB_ACTIONS") == "true"
+    shown = title or ("report " + Path(report).name if report else "history")
+    print(f"perfgate check: {shown}: {gate.headline}")
+    if github is None:
+        github = os.environ.get("GITHUB_ACTIONS") == "true"
     if github:
-        for line in annotation_lines(gate, args.title or ""):
+        for line in gh.annotation_lines(gate, title or ""):
             print(line)
-    if args.summary is not None:
+    if summary is not None:
         try:
-            with open(args.summary, "a", encoding="utf-8") as f:
-                f.write(summary(gate, title))
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(gh.summary(gate, shown))
         except OSError as e:
             print(f"perfgate check: infrastructure error: could not append the summary to "
-                  f"{args.summary}: {e}")
+                  f"{summary}: {e}")
             return gate.status or INFRA
     return gate.status
-
-
-__all__ = ["PYTEST_EXITS", "add_ci_arguments", "emit", "gate_report"]

@@ -1,4 +1,4 @@
-"""What every history command prints: one rule per condition, one exit status per kind.
+"""What every command prints: one rule per condition, one exit status per kind.
 
 Exit statuses (the table in docs/cli.md): 0 done (``check``: passed), 1 ``check`` only: a
 verdict fails, 2 a usage error (argparse's: the value and the fix, before any work), 3 an
@@ -15,76 +15,70 @@ import contextlib
 import json
 import math
 import sys
-import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 
 OK, FAIL, USAGE, INFRA = 0, 1, 2, 3
-T = TypeVar("T")
 SCHEMA_VERSION = 1  # bump when a field of the --json documents changes meaning
 
 
-def infra(args: argparse.Namespace, message: str) -> int:
-    """Print an infrastructure error (kept on ``args`` for the CI outputs and --json)."""
-    print(f"{args.parser.prog}: infrastructure error: {message}", file=sys.stderr)
-    args.infra_problem = message
-    return INFRA
+class UsageError(Exception):
+    """A value to change (exit 2): ``perfgate`` prints it as argparse prints a bad flag; a
+    Python caller of a command's ``run`` gets the exception."""
 
 
-def find_history(args: argparse.Namespace) -> Any:
-    """The machine's runs (a :class:`~pytest_perfgate.history.lookup.MachineRuns`), or the
-    infrastructure status (printed); several machines and none named is a usage error."""
-    from pytest_perfgate.cli.common_args import history_location
-    from pytest_perfgate.history.lookup import HistoryMissing, MachineAmbiguous, machine_runs
+@dataclass
+class Reply:
+    """What one command run says besides its printed lines: the ``--json`` body, the
+    infrastructure problem that stopped it, the history warnings shown (each once)."""
 
-    results, machine = history_location(args)
-    try:
-        return warned(args, lambda: machine_runs(results, machine))
-    except MachineAmbiguous as e:
-        args.parser.error(str(e))
-    except HistoryMissing as e:
-        return infra(args, str(e))
+    prog: str  # "perfgate check": the prefix of every message
+    json: bool = False  # --json: one document on stdout, the printed lines on stderr
+    body: dict[str, Any] = field(default_factory=dict)
+    infra_problem: str | None = None
+    warned: set[str] = field(default_factory=set)
 
+    def infra(self, message: str) -> int:
+        """Print an infrastructure error (kept for the CI outputs and --json); its status."""
+        print(f"{self.prog}: infrastructure error: {message}", file=sys.stderr)
+        self.infra_problem = message
+        return INFRA
 
-def with_history_warnings(prog: str, call: Callable[[], T], seen: set[str] | None = None
-                          ) -> T:
-    """Run ``call``, printing each HistoryWarning (a skipped file, named) as one line on
-    stderr instead of Python's warning format; a message already in ``seen`` (the same file
-    read again) is not repeated."""
-    from pytest_perfgate.history.files import HistoryWarning
+    def emit(self, run: Callable[[], int]) -> int:
+        """``run()``; with ``json`` its printed lines go to stderr and stdout gets one JSON
+        document (``body``, and ``"error"`` on exit 3), so a script reads every outcome the
+        same way. A usage error leaves before any JSON (argparse's message)."""
+        if not self.json:
+            return run()
+        with contextlib.redirect_stdout(sys.stderr):
+            status = run()
+        doc: dict[str, Any] = dict(self.body)
+        if status == INFRA:  # "error" is set whenever the exit is 3, whichever path said so
+            problems = doc.get("problems")
+            problem = self.infra_problem or (
+                "; ".join(map(str, problems)) if isinstance(problems, list) and problems
+                else "not judged: see the messages on stderr")
+            doc["error"] = {"kind": "infrastructure", "message": problem}
+        from pytest_perfgate.cli import version
 
-    seen = set() if seen is None else seen
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", HistoryWarning)
-        try:
-            return call()
-        finally:
-            for w in caught:
-                if not issubclass(w.category, HistoryWarning):
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-                elif str(w.message) not in seen:
-                    seen.add(str(w.message))
-                    print(f"{prog}: warning: {w.message}", file=sys.stderr)
-
-
-def warned(args: argparse.Namespace, call: Any) -> Any:
-    """``call()`` with each skipped history file named once, as one line on stderr."""
-    if not hasattr(args, "warned"):
-        args.warned = set()
-    return with_history_warnings(args.parser.prog, call, args.warned)
+        doc = {"schema": SCHEMA_VERSION, "command": self.prog.split()[-1], "exit": status,
+               "error": None, "version": version(), **doc}
+        print(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
+        return status
 
 
-def _num(x: float | None) -> float | None:
+def number(x: float | None) -> float | None:
     """A JSON number (JSON has no inf or nan: those become null)."""
     return None if x is None or not math.isfinite(x) else float(x)
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:
     return {"run_id": run.run_id, "machine": run.machine, "commit": run.commit,
-            "dirty": run.dirty, "branch": run.branch, "started_at": _num(run.started_at)}
+            "dirty": run.dirty, "branch": run.branch, "started_at": number(run.started_at)}
 
 
 def verdict_json(j: Judged, run_id: str | None) -> dict[str, Any]:
@@ -99,68 +93,18 @@ def verdict_json(j: Judged, run_id: str | None) -> dict[str, Any]:
         "outcome": None if v is None else v.outcome.value,
         "fails": fails,
         "message": None if v is None else v.message,
-        "ratio": None if v is None else _num(v.ratio),
-        "ci": None if v is None or v.ci is None else [_num(v.ci[0]), _num(v.ci[1])],
-        "p_value": None if v is None else _num(v.p_value),
-        "threshold": _num(j.rule.threshold),
-        "steps_per_s": _num(j.result.steps_per_s),
-        "baseline_steps_per_s": _num(j.baseline_steps_per_s),
+        "ratio": None if v is None else number(v.ratio),
+        "ci": None if v is None or v.ci is None else [number(v.ci[0]), number(v.ci[1])],
+        "p_value": None if v is None else number(v.p_value),
+        "threshold": number(j.rule.threshold),
+        "steps_per_s": number(j.result.rate),
+        "baseline_steps_per_s": number(j.baseline_rate),
         "baseline_commits": list(j.baseline_commits),
         "accept": accept,
     }
-
-
-def version() -> str:
-    from pytest_perfgate.cli import version as _version
-
-    return _version()
-
-
-def emit_json(args: argparse.Namespace, body: dict[str, Any], status: int) -> None:
-    """Print the one JSON document of this command (stdout, nothing else on it)."""
-    doc = {"schema": SCHEMA_VERSION, "command": args.parser.prog.split()[-1],
-           "exit": status, "error": None, "version": version(), **body}
-    print(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
-
-
-def run_with_json(args: argparse.Namespace, body: Callable[[], int]) -> int:
-    """Run ``body``; with ``--json`` its human output goes to stderr and stdout gets one
-    JSON document: what ``body`` left in ``args.json_body`` (or, on an infrastructure
-    error, ``"error"``). A usage error exits 2 before any JSON (argparse's message)."""
-    if not getattr(args, "json", False):
-        return body()
-    args.json_body = {}
-    with contextlib.redirect_stdout(sys.stderr):
-        status = body()
-    doc: dict[str, Any] = dict(args.json_body)
-    if status == INFRA:  # "error" is set whenever the exit is 3, whichever path said so
-        problems = doc.get("problems")
-        problem = getattr(args, "infra_problem", None) or (
-            "; ".join(map(str, problems)) if isinstance(problems, list) and problems
-            else "not judged: see the messages on stderr")
-        doc["error"] = {"kind": "infrastructure", "message": problem}
-    emit_json(args, doc, status)
-    return status
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document on stdout (schema: docs/cli.md); "
                         "messages go to stderr")
-
-
-__all__ = [
-    "FAIL",
-    "INFRA",
-    "OK",
-    "SCHEMA_VERSION",
-    "USAGE",
-    "add_json_argument",
-    "emit_json",
-    "find_history",
-    "infra",
-    "run_json",
-    "run_with_json",
-    "verdict_json",
-    "warned",
-]

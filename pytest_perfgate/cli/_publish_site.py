@@ -1,4 +1,5 @@
-"""asv publish's site without the network: local copies of the scripts its page loads.
+"""Building asv publish's site: in a folder of its own, swapped in only when complete, and
+viewable without the network, with local copies of the scripts its page loads.
 
 asv 0.6's ``index.html`` loads jquery, flot, flot-orderbars, stupidtable, blueimp-md5 and
 bootstrap from public CDNs; a runner that cannot reach them shows only asv's "Can not
@@ -10,15 +11,26 @@ page at them. Other versions are refused: newer jquery/flot draw doubled axis la
 from __future__ import annotations
 
 import base64
+import contextlib
+import glob
 import hashlib
+import json
+import os
 import re
 import shutil
-from collections.abc import Mapping
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import atomic_write, load_json
+from pytest_perfgate.core.atomic import atomic_write, load_json
+
+PUBLISH_TIMEOUT_S = 1800.0  # asv publish of a long history takes minutes, never hours
+CONFIG_PREFIX = ".perfgate-publish-"  # asv's config copy, beside the config while asv runs
 
 VENDOR = "vendor"  # folder under html_dir that holds the copies
 BUNDLED = Path(__file__).parent / "asv_www"  # what npm does not serve (stupidtable 1.0.1)
@@ -226,18 +238,134 @@ def align_units(html_dir: Path) -> bool:
     return True
 
 
-__all__ = [
-    "ASSETS",
-    "NO_REGRESSIONS",
-    "NPM_INSTALL",
-    "NPM_PACKAGES",
-    "UNIT_EDITS",
-    "Asset",
-    "SiteError",
-    "Vendored",
-    "align_units",
-    "check_scripts",
-    "publish_config",
-    "source",
-    "vendor_site",
-]
+def build(config: Path, conf: dict[str, Any], html_dir: Path, scripts: Path | None,
+          asv_args: list[str]) -> Any:
+    """asv publish into a build folder, the scripts copied in, then the swap: the site
+    in ``html_dir`` changes only when everything succeeded. Returns the vendoring
+    result (None without ``scripts``) or the failure's exit status."""
+    from pytest_perfgate.cli._site_notes import add_notes, history_notes
+
+    with building(html_dir) as work:
+        code = _asv_publish(config, conf, work / "html", work, asv_args)
+        if code != 0:
+            print(f"perfgate publish: the site in {html_dir} is left as it was")
+            return code
+        if not align_units(work / "html"):
+            print("perfgate publish: this asv's graphdisplay.js is not the one perfgate "
+                  "knows: its time axis may read nanoseconds with ticks like 1.00e+3 "
+                  "while the tooltip says μs (docs/history-asv-site.md)")
+        results = conf.get("results_dir", "results")
+        notes = history_notes((config.parent / str(results)).resolve())
+        for note in notes:
+            print(f"perfgate publish: note on the site: {note}")
+        add_notes(work / "html", notes, html_dir)
+        done_v = None
+        if scripts is not None:
+            try:
+                done_v = vendor_site(work / "html", scripts)
+            except (SiteError, OSError) as exc:
+                print(f"perfgate publish: infrastructure error: {exc}; the site in "
+                      f"{html_dir} is left as it was", file=sys.stderr)
+                return 3
+        swap(work, html_dir)
+    return done_v
+
+
+def _work_prefix(html_dir: Path) -> str:
+    return f".{html_dir.name}.perfgate-publish-"
+
+
+def sweep_stale(html_dir: Path, config_dir: Path | None = None) -> list[Path]:
+    """Remove the build folders and config copies of publishes that were killed (their
+    process is gone): names carry the publishing process's pid."""
+    import psutil
+
+    gone: list[Path] = []
+    found: list[Path] = []
+    if html_dir.parent.is_dir():
+        found += html_dir.parent.glob(glob.escape(_work_prefix(html_dir)) + "*")
+    if config_dir is not None and config_dir.is_dir():
+        found += config_dir.glob(glob.escape(CONFIG_PREFIX) + "*.json")
+    for p in sorted(set(found)):
+        pid = p.name.rsplit("-", 1)[-1].split(".")[0]
+        if pid.isdigit() and psutil.pid_exists(int(pid)):
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        gone.append(p)
+    return gone
+
+
+@contextlib.contextmanager
+def building(html_dir: Path) -> Iterator[Path]:
+    """A build folder beside ``html_dir`` (one filesystem: the swap is a rename), removed
+    however the publish ends; SIGTERM unwinds like Ctrl-C so that it is."""
+    from pytest_perfgate.modes.ab.checkout import term_as_interrupt
+
+    html_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=html_dir.parent,
+                                 prefix=f"{_work_prefix(html_dir)}{os.getpid()}."))
+    restore = term_as_interrupt()
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        restore()
+
+
+def swap(work: Path, html_dir: Path) -> None:
+    """Put the new site in place of the old one: two renames, the old site removed after."""
+    if html_dir.exists():
+        html_dir.rename(work / "old")
+    (work / "html").rename(html_dir)
+
+
+def _asv_publish(config: Path, conf: dict[str, Any], html_dir: Path, work: Path,
+                 asv_args: list[str]) -> int:
+    """Run asv publish into ``html_dir`` on a copy of the config in ``work`` (asv runs in
+    the config's folder) that keeps the higher-is-better series out of asv's regression
+    list. asv runs in its own process group, ended with it on Ctrl-C or SIGTERM."""
+    # beside the config: asv changes into the config's folder and reads paths from there
+    fd, name = tempfile.mkstemp(dir=config.parent, suffix=".json",
+                                prefix=f"{CONFIG_PREFIX}{os.getpid()}.")
+    copy = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(publish_config(conf), fh, indent=2)
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(copy),
+               "--html-dir", str(html_dir), *asv_args]
+        print(f"perfgate publish: asv publish (config {config}) into a new site", flush=True)
+        proc = subprocess.Popen(cmd, cwd=config.parent, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            code = proc.wait(timeout=PUBLISH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _end(proc)
+            print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
+                  "stopped: publish a range (e.g. HEAD~200..HEAD)")
+            return 3
+        except BaseException:
+            _end(proc)
+            raise
+    finally:
+        copy.unlink(missing_ok=True)
+    if code != 0:
+        print(f"perfgate publish: asv publish failed (exit {code}); its output is above")
+        return 3
+    return 0
+
+
+def _end(proc: subprocess.Popen[Any]) -> None:
+    """End asv and every process it started (its process group), then reap it."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.atomic import atomic_write
 
 SERVE_PAGE = "perfgate-serve.html"
 NOTES_ID = "perfgate-notes"
@@ -28,8 +28,8 @@ def serve_hint(html_dir: Path) -> str:
 def history_notes(results_dir: Path) -> list[str]:
     """The notes the history calls for: runs of one commit only; benchmarks whose newest
     history-mode run failed the gate (the list shows that run's value)."""
-    from pytest_perfgate.history.accept import FAILED_VERDICTS, load_decisions
     from pytest_perfgate.history.context import is_history_run
+    from pytest_perfgate.history.decisions import FAILED_VERDICTS, load_decisions
     from pytest_perfgate.history.store import History, recorded_machines
 
     notes: list[str] = []
@@ -112,6 +112,3 @@ def add_notes(html_dir: Path, notes: list[str], final_dir: Path | None = None) -
              f"<p>Serve it: <code>{hint}</code>.</p>\n</body></html>\n")
     atomic_write(html_dir / SERVE_PAGE, serve.encode("utf-8"))
     (html_dir / SERVE_PAGE).chmod(0o644)
-
-
-__all__ = ["NOTES_ID", "SERVE_PAGE", "add_notes", "history_notes", "serve_hint"]

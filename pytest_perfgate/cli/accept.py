@@ -11,30 +11,36 @@ import argparse
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import add_history_arguments, history_location
+from pytest_perfgate.cli._found import Where, add_history_arguments
+from pytest_perfgate.cli._out import Reply, UsageError
 
 
-def decide(args: argparse.Namespace, what: str) -> int:
+def run(run_id: str, *, where: Where | None = None) -> int:
+    """``perfgate accept``: the exit status."""
+    return decide("accept", run_id, where or Where())
+
+
+def decide(what: str, run_id: str, where: Where) -> int:
     """Run history.accept's ``what`` ("accept" or "forget") and print its answer."""
-    from pytest_perfgate.cli._out import infra
-    from pytest_perfgate.history import accept as decisions
+    from pytest_perfgate.history import decisions
     from pytest_perfgate.history.lookup import HistoryMissing, check_results_dir
 
-    results, machine = history_location(args)
-    if not args.run_id.strip():
-        args.parser.error("RUN_ID is empty: give an id printed as 'recorded run RUN_ID'")
+    reply = Reply(f"perfgate {what}")
+    results, machine = where.resolve()
+    if not run_id.strip():
+        raise UsageError("RUN_ID is empty: give an id printed as 'recorded run RUN_ID'")
     try:  # a missing history is the same condition, and status, in every command
         check_results_dir(results)
     except HistoryMissing as e:
-        return infra(args, str(e))
+        return reply.infra(str(e))
     try:
-        print(getattr(decisions, what)(results, machine, args.run_id))
+        print(getattr(decisions, what)(results, machine, run_id))
     except decisions.AcceptError as e:
-        args.parser.error(str(e))
+        raise UsageError(str(e)) from None
     except decisions.DecisionsUnreadable as e:
-        return infra(args, str(e))
+        return reply.infra(str(e))
     except OSError as e:
-        return infra(args, f"cannot write the decision into {results}: {e}")
+        return reply.infra(f"cannot write the decision into {results}: {e}")
     return 0
 
 
@@ -54,4 +60,4 @@ class Accept(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        return decide(args, "accept")
+        return run(args.run_id, where=Where.from_args(args))

@@ -15,13 +15,13 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import UsageError
 from pytest_perfgate.cli.common_args import (
-    argparse_type,
     parse_count,
     parse_cpu_set,
     parse_fractions,
@@ -31,13 +31,15 @@ from pytest_perfgate.cli.common_args import (
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.progress import stream_progress
 from pytest_perfgate.session.options import (
+    argparse_type,
     parse_fraction,
     parse_looks,
     parse_positive_int,
     parse_seconds,
 )
 from pytest_perfgate.study import analysis as ana
-from pytest_perfgate.study import calibrate as cal
+from pytest_perfgate.study import studyfile, tables
+from pytest_perfgate.study import trials as cal
 
 DEFAULT_NODEID = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
 
@@ -104,37 +106,57 @@ class Calibrate(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
+        shown: dict[str, Any] = {"estimator": args.estimator, "levers": args.levers or ()}
         try:
             if args.analyse is not None:
-                cfg, trials, meta = cal.merge([(p, *cal.load(p)) for p in args.analyse])
-                if not trials:
-                    raise cal.StudyError(f"--analyse {' '.join(map(str, args.analyse))}: "
-                                         "the study holds no trials (it was stopped before "
-                                         "the first one ended): measure again with --save "
-                                         "FILE")
-                over = {k: v for k, v in (("threshold", args.threshold),
-                                          ("alpha", args.alpha)) if v is not None}
-                if over:
-                    cfg = cal.StudyConfig(**{**asdict(cfg), **over})
-            else:
-                cfg = config_from(args)
-                trials, meta = measure(args, cfg)
-            lines = report(cfg, trials, meta, args.estimator, args.levers or ())
+                return analyse(args.analyse, threshold=args.threshold, alpha=args.alpha,
+                               **shown)
+            return run(args.nodeid, config=config_from(args), pin=args.pin, probe=args.probe,
+                       save=args.save, cwd=args.cwd, command=args.command_line, **shown)
         except cal.StudyError as exc:
-            args.parser.error(str(exc))
-        except KeyboardInterrupt:  # every side is closed by then (measure()'s ExitStack)
-            print(interrupted(args.save), file=sys.stderr)
-            return EXIT_INTERRUPTED
-        for line in lines:
-            print(line)
-        if args.analyse is None and args.save is not None:
-            try:
-                cal.save(args.save, cfg, trials, meta)
-            except OSError as exc:  # the study is printed above: only the file is lost
-                print(f"perfgate calibrate: error: could not save the study to {args.save}: "
-                      f"{exc}", file=sys.stderr)
-                return 3
-        return 0
+            raise UsageError(str(exc)) from None
+
+
+def run(nodeid: str = DEFAULT_NODEID, *, config: cal.StudyConfig | None = None,
+        estimator: str = "trimmed", levers: Sequence[int] = (), pin: set[int] | None = None,
+        probe: bool = False, save: Path | None = None, cwd: Path | None = None,
+        command: str = "perfgate calibrate") -> int:
+    """``perfgate calibrate``: the exit status; a value the study refuses raises
+    ``StudyError``."""
+    cfg = config or cal.StudyConfig()
+    try:
+        trials, meta = measure(nodeid, cfg, cwd or Path.cwd(), pin, probe, save, command)
+        lines = report(cfg, trials, meta, estimator, levers)
+    except KeyboardInterrupt:  # every side is closed by then (measure()'s ExitStack)
+        print(interrupted(save), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    for line in lines:
+        print(line)
+    if save is not None:
+        try:
+            studyfile.save(save, cfg, trials, meta)
+        except OSError as exc:  # the study is printed above: only the file is lost
+            print(f"perfgate calibrate: error: could not save the study to {save}: "
+                  f"{exc}", file=sys.stderr)
+            return 3
+    return 0
+
+
+def analyse(files: Sequence[Path], *, threshold: float | None = None,
+            alpha: float | None = None, estimator: str = "trimmed",
+            levers: Sequence[int] = ()) -> int:
+    """``perfgate calibrate --analyse``: the exit status; a file the study refuses raises
+    ``StudyError``."""
+    cfg, trials, meta = studyfile.merge([(p, *studyfile.load(p)) for p in files])
+    if not trials:
+        raise cal.StudyError(f"--analyse {' '.join(map(str, files))}: the study holds no "
+                             "trials (it was stopped before the first one ended): measure "
+                             "again with --save FILE")
+    over: dict[str, Any] = {"threshold": threshold, "alpha": alpha}
+    cfg = replace(cfg, **{k: v for k, v in over.items() if v is not None})
+    for line in report(cfg, trials, meta, estimator, levers):
+        print(line)
+    return 0
 
 
 EXIT_INTERRUPTED = 130  # Ctrl-C, as perfgate bisect
@@ -161,7 +183,8 @@ def config_from(ns: argparse.Namespace) -> cal.StudyConfig:
     return cal.StudyConfig.quick(**kw) if ns.quick else cal.StudyConfig(**kw)
 
 
-def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
+def measure(nodeid: str, cfg: cal.StudyConfig, cwd: Path, pin: set[int] | None, probe: bool,
+            save: Path | None, command: str
             ) -> tuple[list[cal.TrialRecord], dict[str, Any]]:
     """Start one pair of sides of the same checkout and run the study on it."""
     import pytest_perfgate
@@ -169,24 +192,23 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
     from pytest_perfgate.modes.ab import START_TIMEOUT_S, RemoteSource, Side, SideSpec
     from pytest_perfgate.study.hog import hog_for
 
-    root = ns.cwd.resolve()
-    if not (root / ns.nodeid.split("::")[0]).exists():
-        raise cal.StudyError(f"{ns.nodeid!r} is not a test file under {root}: give a perf "
+    root = cwd.resolve()
+    if not (root / nodeid.split("::")[0]).exists():
+        raise cal.StudyError(f"{nodeid!r} is not a test file under {root}: give a perf "
                              "test's node id relative to --cwd, e.g. " + DEFAULT_NODEID)
-    if ns.pin:
-        os.sched_setaffinity(0, ns.pin)  # the sides inherit it: their pools size to it
+    if pin:
+        os.sched_setaffinity(0, pin)  # the sides inherit it: their pools size to it
     plugin_root = str(Path(pytest_perfgate.__file__).resolve().parent.parent)
-    meta: dict[str, Any] = {"nodeid": ns.nodeid, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                            "loadavg_before": os.getloadavg(), "pin": sorted(ns.pin or ()),
-                            "command": getattr(ns, "command_line", "perfgate calibrate"),
-                            "load": cfg.load}
+    meta: dict[str, Any] = {"nodeid": nodeid, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                            "loadavg_before": os.getloadavg(), "pin": sorted(pin or ()),
+                            "command": command, "load": cfg.load}
     hog = hog_for(cfg.load, cfg.seed)
     # Every side is closed on every way out, each on its own (an interrupt while one closes
     # must not skip the others): registered on the stack as soon as it exists.
     with contextlib.ExitStack() as stack:
 
         def start(role: str) -> Side:
-            side = Side(SideSpec(role, root, calibration=True), ns.nodeid, plugin_root)
+            side = Side(SideSpec(role, root, calibration=True), nodeid, plugin_root)
             stack.callback(side.log.close)
             stack.callback(side.close)
             return side
@@ -197,15 +219,15 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
         aa = start("A/A head") if cfg.aa_trials and cfg.trials and cfg.slowdowns else None
         sides = [base_side, head_side] + ([aa] if aa is not None else [])
         meta["aa_head"] = "separate" if aa is not None else "head"
-        names = [side.recv(START_TIMEOUT_S, f"its measure() call in {ns.nodeid}")
+        names = [side.recv(START_TIMEOUT_S, f"its measure() call in {nodeid}")
                  for side in sides]
         if any(m[0] != "bench" for m in names) or len({m[1] for m in names}) != 1:
-            raise cal.StudyError(f"the sides of {ns.nodeid} did not all reach one measure() "
+            raise cal.StudyError(f"the sides of {nodeid} did not all reach one measure() "
                                  f"call (got {', '.join(repr(m[:2]) for m in names)})")
         meta["bench"] = names[0][1]
         base, head = RemoteSource(base_side), RemoteSource(head_side)
         control = RemoteSource(aa) if aa is not None else None
-        probe = cal.system_probe([s.proc.pid for s in sides]) if ns.probe else None
+        rates = cal.system_probe([s.proc.pid for s in sides]) if probe else None
         t0 = time.monotonic()
         done: list[cal.TrialRecord] = []
 
@@ -213,10 +235,10 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
 
         def progress(t: cal.TrialRecord, total: int) -> None:
             done.append(t)
-            if ns.save is not None:  # keep what is measured if a long study is interrupted
-                cal.save(ns.save, cfg, done, {**meta, "partial": True})
+            if save is not None:  # keep what is measured if a long study is interrupted
+                studyfile.save(save, cfg, done, {**meta, "partial": True})
             measured = (f"measured {math.expm1(statistics.fmean(t.diffs)):+.2%}" if t.diffs
-                        else ana.NONE_KEPT)
+                        else tables.NONE_KEPT)
             live.finished(f"trial {t.index + 1}/{total}",
                           f"{time.monotonic() - t0:.0f} s into the study, injected "
                           f"{t.slowdown:+.0%}, {measured}, base "
@@ -226,7 +248,7 @@ def measure(ns: argparse.Namespace, cfg: cal.StudyConfig
         if hog is not None:
             hog.start()
             stack.callback(hog.stop)  # first out: before the sides close
-        trials = cal.run_study(base, head, cfg, progress, probe=probe, progress=live,
+        trials = cal.run_study(base, head, cfg, progress, probe=rates, progress=live,
                                load_probe=ProcStatProbe(), control=control)
         for side in sides:
             with contextlib.suppress(OSError):
@@ -265,7 +287,7 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
              + {"separate": "; A/A trials on a head process of their own, never slowed",
                 "head": "; A/A trials on the same head process as the injected trials"}
              .get(meta.get("aa_head", ""), ""),
-             "", *ana.render(reps), "",
+             "", *tables.render(reps), "",
              f"Cost of a sequential verdict: {seq.wall:.1f} s wall (both sides, warm-up "
              f"included), {seq.pairs:.0f} turn pairs measured on average of at most "
              f"{cfg.turns} (plus re-measured ones)"
@@ -276,29 +298,29 @@ def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[s
              "too).", "",
              "Injected slowdown as measured by the interleaved turns (pooled over trials, "
              "load-changed pairs left out):",
-             *ana.render_measured(fixed),
+             *tables.render_measured(fixed),
              f"Noise: per-turn spread of base speed {noise['base_turn_sd']:.1%}, of the paired "
              f"log ratio {noise['pair_diff_sd']:.1%}; base speed across trials varied "
              f"{noise['trial_speed_range']:.2f}x.", ""]
     if levers:
         lines += ["Offline levers (same trials, first N turns, each estimator):",
-                  *ana.lever_table(trials, rule, cal.ESTIMATORS, levers), "",
+                  *tables.lever_table(trials, rule, cal.ESTIMATORS, levers), "",
                   "Sequential designs replayed on the same trials (at most N turns, K looks):",
-                  *ana.sequential_levers(trials, rule, levers), ""]
+                  *tables.sequential_levers(trials, rule, levers), ""]
     if any(ana.outside_load(t) for t in trials):
         guarded = [ana.analyse(trials, rule, e, guard=0.5) for e in ("trimmed", "t")]
         lines += ["Noise guard (turn pairs with > 0.5 outside busy cores dropped, /proc/stat):",
-                  *ana.render(guarded)[2:], ""]
+                  *tables.render(guarded)[2:], ""]
     corr = ana.probe_correlations(trials)
     if corr:
         lines.append("Noise guard: Spearman correlation of probe rates with the base turn's "
                      "slowness: " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(corr.items())))
         lines.append("")
-    met = ana.meets_targets(seq)
+    met = tables.meets_targets(seq)
     lines.append("Targets: " + ", ".join(
         f"{k} {'not measured' if v is None else 'met' if v else 'MISSED'}"
         for k, v in met.items()))
-    lines.append(ana.conclusion(seq))
+    lines.append(tables.conclusion(seq))
     return lines
 
 

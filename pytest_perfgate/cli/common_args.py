@@ -7,17 +7,15 @@ argparse by :func:`argparse_type`.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_perfgate.cli._out import UsageError
 from pytest_perfgate.session.options import (
     OptionError,
-    argparse_type,
     parse_fraction,
-    parse_machine,
     parse_path,
     parse_positive_int,
 )
@@ -66,30 +64,7 @@ def parse_cpu_set(text: str) -> set[int]:
     return set(got)
 
 
-__all__ = ["argparse_type", "parse_count", "parse_cpu_set", "parse_fractions",
-           "parse_int_list"]
-
-
-def add_history_arguments(parser: argparse.ArgumentParser) -> None:
-    """--results-dir and --machine, resolved as the plugin resolves them."""
-    parser.add_argument("--results-dir", type=argparse_type(parse_path), default=None,
-                        help="the history folder (default: $PERFGATE_RESULTS_DIR, else where "
-                        "pytest --perfgate started here keeps it: the perfgate_results_dir of "
-                        "pytest's ini file, else asv.conf.json's results_dir, else "
-                        ".perfgate/results, beside the ini file or at the git checkout's "
-                        "top)")
-    parser.add_argument("-c", "--config-file", type=argparse_type(parse_path), default=None,
-                        metavar="FILE", dest="ini_file",
-                        help="the ini file pytest was given with -c, to find the history "
-                        "where that run kept it")
-    parser.add_argument("--rootdir", type=argparse_type(parse_path), default=None,
-                        help="the --rootdir pytest was given, likewise")
-    parser.add_argument("--machine", type=argparse_type(parse_machine), default=None,
-                        help="the machine folder (default: $PERFGATE_MACHINE, else every "
-                        "machine folder is searched)")
-
-
-def from_env(args: argparse.Namespace, var: str, parse: Callable[[str], Any]) -> Any:
+def from_env(var: str, parse: Callable[[str], Any]) -> Any:
     """The parsed value of environment variable ``var`` (None when unset or empty); a bad
     value is a usage error naming the variable."""
     raw = os.environ.get(var)
@@ -98,43 +73,7 @@ def from_env(args: argparse.Namespace, var: str, parse: Callable[[str], Any]) ->
     try:
         return parse(raw)
     except OptionError as e:
-        args.parser.error(f"environment variable {var}: {e}")
-
-
-def history_location(args: argparse.Namespace) -> tuple[Path, str | None]:
-    """(results dir, machine or None) from the arguments, the environment, then defaults;
-    a bad environment value is a usage error naming the variable."""
-    from pytest_perfgate.history.files import default_results_dir
-
-    results = args.results_dir or from_env(args, "PERFGATE_RESULTS_DIR", parse_path)
-    machine = args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine)
-    if results is None:
-        from pytest_perfgate.session.naming import project_root
-
-        ini, rootdir = pytest_place(args)
-        root, settings = project_root(Path.cwd(), ini, rootdir)
-        value = settings.get("perfgate_results_dir")
-        if isinstance(value, str) and value.strip():
-            return root / Path(value.strip()).expanduser(), machine
-        try:
-            return default_results_dir(root), machine
-        except (OSError, ValueError) as e:
-            args.parser.error(f"cannot find the history folder: {e}; pass --results-dir")
-    return Path(results), machine
-
-
-def pytest_place(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
-    """-c and --rootdir as pytest was given them (None where not given); a missing file or
-    folder is a usage error naming it."""
-    ini = getattr(args, "ini_file", None)
-    rootdir = getattr(args, "rootdir", None)
-    if ini is not None and not Path(ini).is_file():
-        args.parser.error(f"-c {ini!r}: no such file; give the ini file pytest --perfgate "
-                          "was run with")
-    if rootdir is not None and not Path(rootdir).is_dir():
-        args.parser.error(f"--rootdir {rootdir!r}: no such folder; give the one pytest "
-                          "--perfgate was run with")
-    return (Path(ini) if ini else None), (Path(rootdir) if rootdir else None)
+        raise UsageError(f"environment variable {var}: {e}") from None
 
 
 def parse_repo(text: str) -> Path:
@@ -154,8 +93,6 @@ def folder_problem(path: Path, shown: str, example: str) -> str | None:
     """Why ``path`` cannot become a folder this command writes (None: it can; missing
     folders are made): it is a file, it lies below a file, or its nearest existing folder
     is not writable."""
-    import os
-
     if path.exists() and not path.is_dir():
         return f"{shown} is a file, not a folder: give a folder, e.g. {example}"
     parent = path
@@ -171,11 +108,10 @@ def folder_problem(path: Path, shown: str, example: str) -> str | None:
 def parse_output_file(text: str) -> Path:
     """A file the command writes when it is done: refused now if it never could be (a
     folder, a path under a file, no permission), so a long run never ends in a traceback."""
-    from pytest_perfgate.core.files import output_problem
+    from pytest_perfgate.core.atomic import output_problem
 
     path = Path(parse_path(text)).expanduser()
     why = output_problem(path, repr(text), str(path / "out.json"))
     if why is not None:
         raise OptionError(why)
     return path
-

@@ -13,39 +13,30 @@ import dataclasses
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._out import add_json_argument
-from pytest_perfgate.cli.check import (
-    add_rule_arguments,
-    describe,
-    judge_run,
-    machine_runs,
-    pick_run,
-    warned,
-)
+from pytest_perfgate.cli._found import Judging, Where, add_rule_arguments, describe
+from pytest_perfgate.cli._out import Reply, UsageError, add_json_argument
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
+from pytest_perfgate.report.series import MachineHistory
+
+PROG = "perfgate compare"
 
 
-def failed_base_runs(args: argparse.Namespace, runs: list[RunRecord], base: RunRecord
-                     ) -> dict[str, list[str]]:
+def failed_base_runs(h: MachineHistory, base: RunRecord) -> dict[str, list[str]]:
     """{benchmark: ids of the base commit's runs that failed the gate and wait to be
     accepted}: such runs never serve as a baseline (docs/design.md §2)."""
-    from pytest_perfgate.history.accept import FAILED_VERDICTS, load_decisions
-    from pytest_perfgate.modes.history import is_history_run
+    from pytest_perfgate.history.decisions import FAILED_VERDICTS, load_decisions
+    from pytest_perfgate.modes.history_mode import is_history_run
 
-    decisions = load_decisions(base_results(args), base.machine)
+    decisions = load_decisions(h.results_dir, base.machine)
     out: dict[str, list[str]] = {}
-    for r in runs:
+    for r in h.runs:
         if r.commit != base.commit or not is_history_run(r) or r.run_id in decisions.accepted:
             continue
         for name, b in r.benchmarks.items():
             if b.verdict in FAILED_VERDICTS and r.run_id not in decisions.forgotten:
                 out.setdefault(name, []).append(r.run_id)
     return out
-
-
-def base_results(args: argparse.Namespace) -> Any:
-    return args.found_results
 
 
 def explain_failed_base(j: Judged, base: RunRecord, failed: list[str],
@@ -99,51 +90,54 @@ class Compare(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import run_with_json
+        reply = Reply(PROG, args.json)
+        return reply.emit(lambda: run(
+            args.base, args.head, where=Where.from_args(args),
+            judging=Judging.from_args(args), failed_base=args.failed_base, reply=reply))
 
-        return run_with_json(args, lambda: cls.compare(args))
 
-    @classmethod
-    def compare(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import run_json, verdict_json
-        from pytest_perfgate.report import render
+def run(base: str, head: str | None = None, *, where: Where | None = None,
+        judging: Judging | None = None, failed_base: bool = False,
+        reply: Reply | None = None) -> int:
+    """``perfgate compare``: the exit status; ``reply.body`` gets the --json fields."""
+    from pytest_perfgate.cli._found import judge_run, pick_run, read_history, warned
+    from pytest_perfgate.cli._out import run_json, verdict_json
+    from pytest_perfgate.modes.history_mode import is_history_run
+    from pytest_perfgate.report import render
 
-        found = machine_runs(args)
-        if isinstance(found, int):
-            return found
-        results, machine, runs = found
-        args.found_results = results
-        base = pick_run(args, runs, machine, args.base, "BASE")
-        if isinstance(base, int):
-            return base
-        head = pick_run(args, runs, machine, args.head, "HEAD")
-        if isinstance(head, int):
-            return head
-        if head.commit == base.commit:
-            args.parser.error(f"BASE and HEAD are the same commit ({base.commit[:10]}): "
-                              "compare two different commits")
-        failed = failed_base_runs(args, runs, base)
-        if args.failed_base:
-            args.serve_anyway = sorted({i for ids in failed.values() for i in ids})
-        judged = warned(args, lambda: judge_run(args, results, head, base.commit,
-                                                before=False))
-        if not args.failed_base:
-            from pytest_perfgate.modes.history import is_history_run
-
-            mine = [r for r in runs if r.commit == base.commit and is_history_run(r)]
-            judged = [explain_failed_base(j, base, failed.get(j.result.name, []), mine)
-                      for j in judged]
-        print(f"perfgate compare: {describe(head)} against the runs of commit "
-              f"{base.commit[:10]}" + (" (its failed runs included: --failed-base)"
-                                       if args.failed_base and failed else ""))
-        for line in render.table(judged) + render.notes(judged):
-            print(line)
-        for j in judged:
-            if j.verdict is not None and j.baseline_commits:
-                print()
-                print(render.explain(j))
-        args.json_body = {"base": {"commit": base.commit, "runs": [
-            r.run_id for r in runs if r.commit == base.commit]}, "head": run_json(head),
-            "failed_base": bool(args.failed_base),
-            "benchmarks": [verdict_json(j, None) for j in judged]}
-        return 0
+    judging, reply = judging or Judging(), reply or Reply(PROG)
+    h = read_history(where or Where(), reply)
+    if isinstance(h, int):
+        return h
+    base_run = pick_run(h, judging.repo, base, "BASE", reply)
+    if isinstance(base_run, int):
+        return base_run
+    head_run = pick_run(h, judging.repo, head, "HEAD", reply)
+    if isinstance(head_run, int):
+        return head_run
+    if head_run.commit == base_run.commit:
+        raise UsageError(f"BASE and HEAD are the same commit ({base_run.commit[:10]}): "
+                         "compare two different commits")
+    failed = failed_base_runs(h, base_run)
+    anyway = sorted({i for ids in failed.values() for i in ids}) if failed_base else []
+    judged = warned(reply, lambda: judge_run(judging, h.results_dir, head_run,
+                                             base_run.commit, PROG, before=False,
+                                             serve_anyway=anyway))
+    if not failed_base:
+        mine = [r for r in h.runs if r.commit == base_run.commit and is_history_run(r)]
+        judged = [explain_failed_base(j, base_run, failed.get(j.result.name, []), mine)
+                  for j in judged]
+    print(f"perfgate compare: {describe(head_run)} against the runs of commit "
+          f"{base_run.commit[:10]}" + (" (its failed runs included: --failed-base)"
+                                       if failed_base and failed else ""))
+    for line in render.table(judged) + render.notes(judged):
+        print(line)
+    for j in judged:
+        if j.verdict is not None and j.baseline_commits:
+            print()
+            print(render.explain(j))
+    reply.body = {"base": {"commit": base_run.commit, "runs": [
+        r.run_id for r in h.runs if r.commit == base_run.commit]}, "head": run_json(head_run),
+        "failed_base": bool(failed_base),
+        "benchmarks": [verdict_json(j, None) for j in judged]}
+    return 0

@@ -6,8 +6,13 @@ import argparse
 from typing import Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._found import Where, add_history_arguments
 from pytest_perfgate.cli.accept import decide
-from pytest_perfgate.cli.common_args import add_history_arguments
+
+
+def run(run_id: str, *, where: Where | None = None) -> int:
+    """``perfgate forget``: the exit status."""
+    return decide("forget", run_id, where or Where())
 
 
 class Forget(Command):
@@ -25,4 +30,4 @@ class Forget(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        return decide(args, "forget")
+        return run(args.run_id, where=Where.from_args(args))

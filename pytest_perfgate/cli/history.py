@@ -19,57 +19,22 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._out import add_json_argument, with_history_warnings
-from pytest_perfgate.cli.common_args import add_history_arguments, history_location
+from pytest_perfgate.cli._found import Where, add_history_arguments, no_meter
+from pytest_perfgate.cli._out import Reply, UsageError, add_json_argument
+from pytest_perfgate.core.metric import figure
 from pytest_perfgate.report.series import GATED, MachineHistory, Series
 
 if TYPE_CHECKING:
     from pytest_perfgate.core.results import RunRecord
 
-INFRA = 3
-T = TypeVar("T")
-
-
-def fmt(x: float) -> str:
-    """A figure with 4 significant digits and a k/M suffix for large ones."""
-    if x >= 1e6:
-        return f"{x / 1e6:.4g}M"
-    if x >= 1e4:
-        return f"{x / 1e3:.4g}k"
-    return f"{x:.4g}"
+PROG = "perfgate history"
 
 
 def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
-
-
-def load(args: argparse.Namespace, prog: str, seen: set[str] | None = None
-         ) -> MachineHistory | int:
-    """The machine's history-mode runs, or the infrastructure exit status (printed); an
-    unknown or ambiguous machine is a usage error. ``seen``: see with_history_warnings."""
-    from pytest_perfgate.cli._out import infra
-    from pytest_perfgate.history.context import is_history_run
-    from pytest_perfgate.history.lookup import HistoryMissing, MachineAmbiguous
-
-    results, machine = history_location(args)
-    try:
-        return with_history_warnings(
-            prog, lambda: MachineHistory.load(results, machine, keep=is_history_run), seen)
-    except MachineAmbiguous as e:
-        args.parser.error(str(e))
-    except HistoryMissing as e:
-        return infra(args, str(e))
-    raise AssertionError("unreachable")  # parser.error exits
-
-
-def no_history_run(where: str, skipped: int) -> str:
-    """The one wording of 'this machine has runs, but none of the history mode'."""
-    return (f"{where} has no readable history-mode run"
-            + (f" ({skipped} A/B run(s) are not a history)" if skipped else "")
-            + ": record runs with `pytest --perfgate` first")
 
 
 def table(s: Series, marks: dict[int, str]) -> Iterator[str]:
@@ -79,7 +44,7 @@ def table(s: Series, marks: dict[int, str]) -> Iterator[str]:
     for p in s.points:
         r = p.run
         rows.append([r.commit[:10] + ("+" if r.dirty else ""), when(r.started_at), r.run_id,
-                     fmt(s.display(p.value)) if s.kind == GATED else "", fmt(p.value),
+                     figure(s.display(p.value), 1) if s.kind == GATED else "", figure(p.value, 1),
                      "-" if p.spread is None else f"{p.spread:.0%}", p.verdict or "-"])
     if s.kind != GATED:  # no second unit: drop the display column
         head, rows = head[:3] + head[4:], [r[:3] + r[4:] for r in rows]
@@ -123,62 +88,62 @@ class HistoryCommand(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import run_with_json
+        reply = Reply(PROG, args.json)
+        return reply.emit(lambda: run(args.benchmark, where=Where.from_args(args),
+                                      series=args.series, reply=reply))
 
-        return run_with_json(args, lambda: cls.show(args))
 
-    @classmethod
-    def show(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import infra
-        from pytest_perfgate.report import changepoints
-        from pytest_perfgate.report.series import (
-            SeriesError,
-            benchmark_names,
-            parse_kind,
-            resolve_benchmark,
-            series,
-        )
+def run(benchmark: str | None, *, where: Where | None = None, series: str = GATED,
+        reply: Reply | None = None) -> int:
+    """``perfgate history``: the exit status; ``reply.body`` gets the --json fields."""
+    from pytest_perfgate.cli._found import no_history_run, read_history, warned
+    from pytest_perfgate.report import changepoints
+    from pytest_perfgate.report.series import (
+        SeriesError,
+        benchmark_names,
+        parse_kind,
+        resolve_benchmark,
+    )
+    from pytest_perfgate.report.series import series as series_of
 
-        prog = "perfgate history"
-        try:
-            kind = parse_kind(args.series)
-        except ValueError as e:
-            args.parser.error(f"--series: {e}")
-        found = load(args, prog)
-        if isinstance(found, int):
-            return found
-        where = f"machine {found.machine!r} in {found.results_dir}"
-        names = benchmark_names(found.runs)
-        if not names:
-            return infra(args, no_history_run(where, found.skipped))
-        if args.benchmark is None:
-            shown = ", ".join(names[:MAX_LISTED]) + (
-                f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
-            args.parser.error(f"name the benchmark to show (BENCH, or a part of its name): "
-                              f"{where} has {shown}")
-        try:
-            bench = resolve_benchmark(args.benchmark, names)
-            s = with_history_warnings(prog, lambda: series(found.runs, bench, kind))
-        except SeriesError as e:
-            args.parser.error(f"{e} ({where})")
-        try:
-            cps = changepoints.detect(s.values)
-        except changepoints.MissingLibrary as e:
-            return infra(args, str(e))
-        noise = with_history_warnings(prog, lambda: gate_noise(found, s, Path.cwd()))
-        for line in render(s, cps, where, noise):
-            print(line)
-        args.json_body = series_json(s, cps, found.machine, str(found.results_dir), noise)
-        return 0
+    reply = reply or Reply(PROG)
+    try:
+        kind = parse_kind(series)
+    except ValueError as e:
+        raise UsageError(f"--series: {e}") from None
+    found = read_history(where or Where(), reply, history_only=True)
+    if isinstance(found, int):
+        return found
+    place = f"machine {found.machine!r} in {found.results_dir}"
+    names = benchmark_names(found.runs)
+    if not names:
+        return reply.infra(no_history_run(place, found.skipped))
+    if benchmark is None:
+        shown = ", ".join(names[:MAX_LISTED]) + (
+            f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+        raise UsageError(f"name the benchmark to show (BENCH, or a part of its name): "
+                         f"{place} has {shown}")
+    try:
+        bench = resolve_benchmark(benchmark, names)
+        s = warned(reply, lambda: series_of(found.runs, bench, kind))
+    except SeriesError as e:
+        raise UsageError(f"{e} ({place})") from None
+    try:
+        cps = changepoints.detect(s.values)
+    except changepoints.MissingLibrary as e:
+        return reply.infra(str(e))
+    noise = warned(reply, lambda: gate_noise(found, s, Path.cwd()))
+    for line in render(s, cps, place, noise):
+        print(line)
+    reply.body = series_json(s, cps, found.machine, str(found.results_dir), noise)
+    return 0
 
 
 def series_json(s: Series, cps: list[Any], machine: str, results_dir: str,
                 noise: float | None = None) -> dict[str, Any]:
     """The --json document of ``perfgate history`` (schema: docs/cli.md)."""
+    from pytest_perfgate.cli._out import number as num
     from pytest_perfgate.report.changepoints import MIN_POINTS
-
-    def num(x: float) -> float | None:
-        return float(x) if x == x and abs(x) != float("inf") else None
 
     enough = len(s.points) >= MIN_POINTS
     return {
@@ -208,7 +173,7 @@ def describe_change(s: Series, cp: Any) -> str:
     p = s.points[cp.index]
     a, b = s.display(cp.before), s.display(cp.after)
     why = cause(s, cp.index)
-    return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({fmt(a)} -> {fmt(b)}), "
+    return (f"change point: {b / a - 1:+.1%} {s.display_unit} ({figure(a, 1)} -> {figure(b, 1)}), "
             f"began at commit {p.run.commit[:10]} (run {p.run.run_id})"
             + (f"; {why}" if why else ""))
 
@@ -311,7 +276,7 @@ def _test_name(benchmark: str, test_file: str | None) -> str | None:
 def gate_spread(values: Sequence[float]) -> tuple[float, int]:
     """The standard deviation of the log run medians of the newest SPREAD_RUNS runs, and
     how many: the figure shown where the gate has no judgement of the newest run to read."""
-    from pytest_perfgate.modes.history import SPREAD_RUNS
+    from pytest_perfgate.modes.history_mode import SPREAD_RUNS
 
     logs = [math.log(v) for v in values[-SPREAD_RUNS:] if v > 0 and math.isfinite(v)]
     return (statistics.stdev(logs) if len(logs) >= 2 else 0.0), len(logs)
@@ -324,7 +289,7 @@ def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
     with no baseline to judge it by."""
     from pytest_perfgate.core.gate import Rule
     from pytest_perfgate.history.context import HistoryContext
-    from pytest_perfgate.modes.history import HistoryMode
+    from pytest_perfgate.modes.history_mode import HistoryMode
     from pytest_perfgate.session.options import Options
 
     if s.kind != GATED or not s.points:
@@ -334,17 +299,13 @@ def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
     if result is None:
         return None
     ctx = HistoryContext.for_run(found.results_dir, run, repo)
-    mode = HistoryMode(False, _no_meter, lambda _: None, lambda: ctx, Options().baseline_runs,
+    mode = HistoryMode(False, no_meter, lambda _: None, lambda: ctx, Options().baseline_runs,
                        None, records=None)
     verdict = mode.judge(result, s.benchmark, Rule()).verdict
     ev = verdict.evidence if verdict is not None else None
     if ev is None or ev.method != "history" or (ev.between is None and ev.within is None):
         return None
     return max(ev.between or 0.0, ev.within or 0.0)
-
-
-def _no_meter(**_: Any) -> Any:
-    raise AssertionError("perfgate history measures nothing")
 
 
 def render(s: Series, cps: list[Any], where: str, noise: float | None = None) -> list[str]:
@@ -379,6 +340,3 @@ def render(s: Series, cps: list[Any], where: str, noise: float | None = None) ->
         elif got is not None:
             out.append(f"    (no bisect command: {got})")
     return out
-
-
-__all__ = ["HistoryCommand", "fmt", "load", "render"]

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import argparse_type, from_env
-from pytest_perfgate.session.options import parse_machine, parse_path
+from pytest_perfgate.cli._out import UsageError
+from pytest_perfgate.cli.common_args import from_env
+from pytest_perfgate.session.options import argparse_type, parse_machine, parse_path
 
 
 class Machine(Command):
@@ -43,47 +44,52 @@ class Machine(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.history import machine
+        return run(args.machine, as_json=args.json, asv_machine_file=args.asv_machine_file)
 
-        try:  # every value is checked before anything is collected or written
-            name = machine.machine_name(
-                args.machine or from_env(args, "PERFGATE_MACHINE", parse_machine))
-        except ValueError as exc:
-            args.parser.error(str(exc))
-        target = None
-        if args.asv_machine_file is not None:
-            target = Path(args.asv_machine_file).expanduser()
-            problem = machine.asv_machine_file_problem(target)
-            if problem is not None:
-                args.parser.error(problem)
-        meta = machine.collect_metadata(name)
-        fields = machine.fingerprint_fields(meta)
-        fp = machine.fingerprint(meta)
-        if target is not None:
-            try:
-                path = machine.write_asv_machine_file(meta, target)
-            except (OSError, ValueError) as exc:
-                print(f"perfgate machine: infrastructure error: {exc}", file=sys.stderr)
-                return 3
-            print(f"wrote machine {meta['machine']!r} to {path}: record with "
-                  f"`asv run --machine {meta['machine']}`")
-        if args.json:
-            print(json.dumps({"fingerprint": fp, "fingerprint_fields": fields,
-                              "metadata": meta}, indent=2, sort_keys=True, default=str))
-            return 0
-        print(f"machine      {meta.get('machine')}")
-        print(f"fingerprint  {fp}")
-        print("fingerprint fields (a baseline must match all of them):")
-        for k in sorted(fields):
-            print(f"  {k:<22} {fields[k]}")
-        from pytest_perfgate.gpu.fingerprint import describe
 
-        print("GPUs (name, memory, compute capability and SMs match; settings are recorded):")
-        for line in describe(meta.get("gpu")):
-            print(f"  {line}")
-        rest = sorted(k for k in meta if k not in fields and k not in ("machine", "gpu"))
-        if rest:
-            print("other metadata (recorded, not matched):")
-            for k in rest:
-                print(f"  {k:<22} {meta[k]}")
+def run(machine: str | None = None, *, as_json: bool = False,
+        asv_machine_file: str | Path | None = None) -> int:
+    """``perfgate machine``: the exit status."""
+    from pytest_perfgate.history import machine_id as info
+
+    try:  # every value is checked before anything is collected or written
+        name = info.machine_name(machine or from_env("PERFGATE_MACHINE", parse_machine))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    target = None
+    if asv_machine_file is not None:
+        target = Path(asv_machine_file).expanduser()
+        problem = info.asv_machine_file_problem(target)
+        if problem is not None:
+            raise UsageError(problem)
+    meta = info.collect_metadata(name)
+    fields = info.fingerprint_fields(meta)
+    fp = info.fingerprint(meta)
+    if target is not None:
+        try:
+            path = info.write_asv_machine_file(meta, target)
+        except (OSError, ValueError) as exc:
+            print(f"perfgate machine: infrastructure error: {exc}", file=sys.stderr)
+            return 3
+        print(f"wrote machine {meta['machine']!r} to {path}: record with "
+              f"`asv run --machine {meta['machine']}`")
+    if as_json:
+        print(json.dumps({"fingerprint": fp, "fingerprint_fields": fields,
+                          "metadata": meta}, indent=2, sort_keys=True, default=str))
         return 0
+    print(f"machine      {meta.get('machine')}")
+    print(f"fingerprint  {fp}")
+    print("fingerprint fields (a baseline must match all of them):")
+    for k in sorted(fields):
+        print(f"  {k:<22} {fields[k]}")
+    from pytest_perfgate.gpu.fingerprint import describe
+
+    print("GPUs (name, memory, compute capability and SMs match; settings are recorded):")
+    for line in describe(meta.get("gpu")):
+        print(f"  {line}")
+    rest = sorted(k for k in meta if k not in fields and k not in ("machine", "gpu"))
+    if rest:
+        print("other metadata (recorded, not matched):")
+        for k in rest:
+            print(f"  {k:<22} {meta[k]}")
+    return 0

@@ -13,10 +13,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
+from pytest_perfgate.cli._out import UsageError
 from pytest_perfgate.session.options import argparse_type, parse_path, parse_rev, parse_turns
 
 EXIT_PROFILED = 0  # every benchmark measured has its profile
@@ -55,49 +57,46 @@ class Profile(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.history.vcs import git_info, resolve_commit, toplevel
-
-        repo = Path.cwd()
-        if not git_info(repo).available:
-            args.parser.error(f"{repo} is not a git checkout: perfgate profile checks the "
-                              "revisions out with git")
-        head = None if args.head == "." else resolve_commit(repo, parse_rev(args.head))
-        if args.head != "." and head is None:
-            args.parser.error(f"HEAD {args.head!r}: not a commit of this repository; give a "
-                              "branch, tag or hash that git rev-parse resolves, or '.' for "
-                              "the working tree")
-        if resolve_commit(repo, args.base) is None:
-            args.parser.error(f"BASE {args.base!r}: not a commit of this repository; give a "
-                              "branch, tag or hash that git rev-parse resolves")
-        label = f"{args.base}..{args.head if head is None else head[:10]}"
-        out = Path(args.out) if args.out else \
-            (toplevel(repo) or repo) / ".perfgate" / "profiles" / _safe(label)
-        out.mkdir(parents=True, exist_ok=True)
-        return run(args, repo, head, out)
+        return run(args.base, args.head, args.pytest_args, out=args.out, turns=args.turns)
 
 
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:120]
-
-
-def run(args: argparse.Namespace, repo: Path, head: str | None, out: Path) -> int:
-    from pytest_perfgate.profile.render import lines
+def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
+        out: str | Path | None = None, turns: int = 16) -> int:
+    """``perfgate profile``, in the git checkout here: the exit status."""
+    from pytest_perfgate.history.vcs import git_info, resolve_commit, toplevel
+    from pytest_perfgate.profile.text import lines
     from pytest_perfgate.report.readback import read_report
 
-    report = out / "report.json"
+    repo = Path.cwd()
+    if not git_info(repo).available:
+        raise UsageError(f"{repo} is not a git checkout: perfgate profile checks the "
+                         "revisions out with git")
+    commit = None if head == "." else resolve_commit(repo, parse_rev(head))
+    if head != "." and commit is None:
+        raise UsageError(f"HEAD {head!r}: not a commit of this repository; give a "
+                         "branch, tag or hash that git rev-parse resolves, or '.' for "
+                         "the working tree")
+    if resolve_commit(repo, base) is None:
+        raise UsageError(f"BASE {base!r}: not a commit of this repository; give a "
+                         "branch, tag or hash that git rev-parse resolves")
+    label = f"{base}..{head if commit is None else commit[:10]}"
+    folder = Path(out) if out else \
+        (toplevel(repo) or repo) / ".perfgate" / "profiles" / _safe(label)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = folder / "report.json"
     report.unlink(missing_ok=True)
-    opts = ["--perfgate", f"--perfgate-ab={args.base}", f"--perfgate-ab-turns={args.turns}",
+    opts = ["--perfgate", f"--perfgate-ab={base}", f"--perfgate-ab-turns={turns}",
             "--perfgate-ab-looks=1", "--perfgate-profile", "--perfgate-record=false",
-            f"--perfgate-profile-dir={out}", f"--perfgate-json={report}"]
-    print(f"perfgate profile: {args.base} against "
-          f"{'the working tree' if head is None else head[:10]}; the report and flame graphs "
-          f"go to {out}", flush=True)
-    if head is None:
-        done = subprocess.run([sys.executable, "-m", "pytest", *opts, *args.pytest_args],
+            f"--perfgate-profile-dir={folder}", f"--perfgate-json={report}"]
+    print(f"perfgate profile: {base} against "
+          f"{'the working tree' if commit is None else commit[:10]}; the report and flame "
+          f"graphs go to {folder}", flush=True)
+    if commit is None:
+        done = subprocess.run([sys.executable, "-m", "pytest", *opts, *pytest_args],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
         output = done.stdout + done.stderr
     else:
-        output = _in_worktree(repo, head, opts, args.pytest_args)
+        output = _in_worktree(repo, commit, opts, pytest_args)
     try:
         judged = read_report(report) if report.exists() else []
     except (OSError, ValueError) as e:
@@ -120,7 +119,11 @@ def run(args: argparse.Namespace, repo: Path, head: str | None, out: Path) -> in
     return status
 
 
-def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: list[str]) -> str:
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:120]
+
+
+def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: Sequence[str]) -> str:
     """pytest at the same place in a worktree of ``head`` as here; its output."""
     from pytest_perfgate.history.vcs import toplevel
     from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT, worktree

@@ -2,35 +2,26 @@
 
 asv's page loads its scripts from public CDNs (docs/design.md §6); with ``--scripts`` the
 exact versions are copied from a local npm folder into the site, so an offline runner (or an
-artifact opened later behind a firewall) draws the same graphs.
+artifact opened later behind a firewall) draws the same graphs. What would stop asv half-way
+is refused here before it runs; the site is built in :mod:`._publish_site`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
-import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import argparse_type
-from pytest_perfgate.session.options import OptionError, parse_path
+from pytest_perfgate.cli._out import UsageError
+from pytest_perfgate.session.options import OptionError, argparse_type, parse_path
 
-PUBLISH_TIMEOUT_S = 1800.0  # asv publish of a long history takes minutes, never hours
 # What asv publish copies into the html dir before anything else (asv/www): a folder with
 # these and no index.json is a site a stopped publish left half-written.
 ASV_PAGE_FILES = ("index.html", "asv.js", "swallow.ico")
-CONFIG_PREFIX = ".perfgate-publish-"  # asv's config copy, beside the config while asv runs
+
 
 
 def parse_scripts_dir(text: str) -> Path:
@@ -91,89 +82,63 @@ class Publish(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        config, conf = _read_config(args)
-        problem = _branch_problem(config, conf)
-        if problem is not None:
-            args.parser.error(problem)
-        if args.html_dir is not None:
-            html_dir = Path(args.html_dir).expanduser().resolve()
-        else:  # asv runs in the config's folder, so its html_dir is relative to that
-            html = conf.get("html_dir", "html")
-            if not isinstance(html, str) or not html:
-                args.parser.error(f"{config}: html_dir {html!r} is not a folder name")
-            html_dir = (config.parent / Path(html).expanduser()).resolve()
-        problem = _html_dir_problem(config, conf, html_dir) or _range_problem(
-            config, conf, args.range)
-        if problem is not None:
-            args.parser.error(problem)
-        problem = _history_problem(config, conf)
-        if problem is not None:
-            print(f"perfgate publish: infrastructure error: {problem}", file=sys.stderr)
-            return 3
-        swept = sweep_stale(html_dir, config.parent)
-        if swept:
-            print("perfgate publish: removed what an interrupted publish left: "
-                  + ", ".join(str(p) for p in swept))
-        try:
-            done_v = cls.build(args, config, conf, html_dir)
-        except KeyboardInterrupt:
-            print(f"perfgate publish: stopped (Ctrl-C or SIGTERM): asv was ended, the site in "
-                  f"{html_dir} is left as it was", file=sys.stderr)
-            return 130
-        if isinstance(done_v, int):
-            return done_v
-        from pytest_perfgate.cli._site_notes import serve_hint
+        return run(config=args.config, html_dir=args.html_dir, scripts=args.scripts,
+                   no_pull=args.no_pull, port=args.serve, commit_range=args.range)
 
-        if done_v is None:
-            print(f"perfgate publish: site in {html_dir}; its page loads scripts from "
-                  "public CDNs (pass --scripts DIR to view it offline)")
-        else:
-            print(f"perfgate publish: site in {html_dir}, {done_v.files} files (scripts, "
-                  f"styles, fonts, licenses) copied into {html_dir / 'vendor'}; the page's "
-                  f"integrity hashes hold for {len(done_v.verified)} of them (the CDN's "
-                  "exact bytes)" + (f", and were dropped for {', '.join(done_v.unverified)} "
-                                    "(same version, unminified sources)"
-                                    if done_v.unverified else ""))
-        if args.serve is not None:
-            return serve(html_dir, args.serve)
-        print("perfgate publish: open it over http (a browser refuses its data files from "
-              f"file://): {serve_hint(html_dir)}")
-        return 0
 
-    @classmethod
-    def build(cls, args: argparse.Namespace, config: Path, conf: dict[str, Any],
-              html_dir: Path) -> Any:
-        """asv publish into a build folder, the scripts copied in, then the swap: the site
-        in ``html_dir`` changes only when everything succeeded. Returns the vendoring
-        result (None without --scripts) or the failure's exit status."""
-        from pytest_perfgate.cli._publish_site import SiteError, align_units, vendor_site
+def run(*, config: str | Path | None = None, html_dir: str | Path | None = None,
+        scripts: Path | None = None, no_pull: bool = False, port: int | None = None,
+        commit_range: str | None = None) -> int:
+    """``perfgate publish`` (``port``: ``--serve``): the exit status."""
+    from pytest_perfgate.cli._publish_site import build, sweep_stale
+    from pytest_perfgate.cli._site_notes import serve_hint
 
-        with building(html_dir) as work:
-            code = _asv_publish(args, config, conf, work / "html", work)
-            if code != 0:
-                print(f"perfgate publish: the site in {html_dir} is left as it was")
-                return code
-            if not align_units(work / "html"):
-                print("perfgate publish: this asv's graphdisplay.js is not the one perfgate "
-                      "knows: its time axis may read nanoseconds with ticks like 1.00e+3 "
-                      "while the tooltip says μs (docs/history-asv-site.md)")
-            from pytest_perfgate.cli._site_notes import add_notes, history_notes
-
-            results = conf.get("results_dir", "results")
-            notes = history_notes((config.parent / str(results)).resolve())
-            for note in notes:
-                print(f"perfgate publish: note on the site: {note}")
-            add_notes(work / "html", notes, html_dir)
-            done_v = None
-            if args.scripts is not None:
-                try:
-                    done_v = vendor_site(work / "html", args.scripts)
-                except (SiteError, OSError) as exc:
-                    print(f"perfgate publish: infrastructure error: {exc}; the site in "
-                          f"{html_dir} is left as it was", file=sys.stderr)
-                    return 3
-            swap(work, html_dir)
+    path, conf = read_config(config)
+    problem = branch_problem(path, conf)
+    if problem is not None:
+        raise UsageError(problem)
+    if html_dir is not None:
+        site = Path(html_dir).expanduser().resolve()
+    else:  # asv runs in the config's folder, so its html_dir is relative to that
+        html = conf.get("html_dir", "html")
+        if not isinstance(html, str) or not html:
+            raise UsageError(f"{path}: html_dir {html!r} is not a folder name")
+        site = (path.parent / Path(html).expanduser()).resolve()
+    problem = html_dir_problem(path, conf, site) or range_problem(path, conf, commit_range)
+    if problem is not None:
+        raise UsageError(problem)
+    problem = history_problem(path, conf)
+    if problem is not None:
+        print(f"perfgate publish: infrastructure error: {problem}", file=sys.stderr)
+        return 3
+    swept = sweep_stale(site, path.parent)
+    if swept:
+        print("perfgate publish: removed what an interrupted publish left: "
+              + ", ".join(str(p) for p in swept))
+    asv_args = ["--no-pull"] * no_pull + ([commit_range] if commit_range is not None else [])
+    try:
+        done_v = build(path, conf, site, scripts, asv_args)
+    except KeyboardInterrupt:
+        print(f"perfgate publish: stopped (Ctrl-C or SIGTERM): asv was ended, the site in "
+              f"{site} is left as it was", file=sys.stderr)
+        return 130
+    if isinstance(done_v, int):
         return done_v
+    if done_v is None:
+        print(f"perfgate publish: site in {site}; its page loads scripts from "
+              "public CDNs (pass --scripts DIR to view it offline)")
+    else:
+        print(f"perfgate publish: site in {site}, {done_v.files} files (scripts, "
+              f"styles, fonts, licenses) copied into {site / 'vendor'}; the page's "
+              f"integrity hashes hold for {len(done_v.verified)} of them (the CDN's "
+              "exact bytes)" + (f", and were dropped for {', '.join(done_v.unverified)} "
+                                "(same version, unminified sources)"
+                                if done_v.unverified else ""))
+    if port is not None:
+        return serve(site, port)
+    print("perfgate publish: open it over http (a browser refuses its data files from "
+          f"file://): {serve_hint(site)}")
+    return 0
 
 
 def parse_port(text: str) -> int:
@@ -212,26 +177,27 @@ def serve(html_dir: Path, port: int) -> int:
     return 0
 
 
-def _read_config(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The asv config path and its contents; a usage error when it is missing or not JSON."""
+def read_config(given: str | Path | None) -> tuple[Path, dict[str, Any]]:
+    """The asv config path (``given``, else asv's names here) and its contents; a usage
+    error when it is missing or not JSON."""
     from pytest_perfgate.history.files import load_jsonc
 
-    names = [args.config] if args.config else ["asv.conf.json", "asv.conf.jsonc"]  # asv's
+    names = [given] if given else ["asv.conf.json", "asv.conf.jsonc"]  # asv's
     found = [p for p in (Path(n).expanduser().resolve() for n in names) if p.is_file()]
     if not found:
-        args.parser.error(f"no asv config at {str(Path(names[0]).resolve())!r}: run from the "
-                          "folder of asv.conf.json or pass --config PATH")
+        raise UsageError(f"no asv config at {str(Path(names[0]).resolve())!r}: run from the "
+                         "folder of asv.conf.json or pass --config PATH")
     config = found[0]
     try:
         conf = load_jsonc(config)
     except (OSError, ValueError) as exc:
-        args.parser.error(f"cannot read {config}: {exc}")
+        raise UsageError(f"cannot read {config}: {exc}") from None
     if not isinstance(conf, dict):
-        args.parser.error(f"{config} holds {type(conf).__name__}, not asv's JSON object")
+        raise UsageError(f"{config} holds {type(conf).__name__}, not asv's JSON object")
     return config, conf
 
 
-def _html_dir_problem(config: Path, conf: dict[str, Any], html_dir: Path) -> str | None:
+def html_dir_problem(config: Path, conf: dict[str, Any], html_dir: Path) -> str | None:
     """asv publish deletes its html dir before writing it: refuse one that holds the
     project, the history, or files that are not an earlier asv site, and one it cannot
     make (a file, below a file, not writable: asv would stop with a traceback)."""
@@ -263,7 +229,7 @@ def is_asv_site(folder: Path) -> bool:
         (folder / name).is_file() for name in ASV_PAGE_FILES)
 
 
-def _range_problem(config: Path, conf: dict[str, Any], text: str | None) -> str | None:
+def range_problem(config: Path, conf: dict[str, Any], text: str | None) -> str | None:
     """Every revision of the range must be one git knows, asked before asv runs: asv stops
     with a traceback (git rev-list ... status 128) after it has begun the site."""
     from pytest_perfgate.history.vcs import resolve_commit
@@ -283,9 +249,9 @@ def _range_problem(config: Path, conf: dict[str, Any], text: str | None) -> str 
     return None
 
 
-def _history_problem(config: Path, conf: dict[str, Any]) -> str | None:
+def history_problem(config: Path, conf: dict[str, Any]) -> str | None:
     """What would stop asv after it began: no history, or a machine file asv cannot read."""
-    from pytest_perfgate.core.files import load_json
+    from pytest_perfgate.core.atomic import load_json
     from pytest_perfgate.history.lookup import HistoryMissing, find_machine
 
     results = conf.get("results_dir", "results")
@@ -313,77 +279,7 @@ def _history_problem(config: Path, conf: dict[str, Any]) -> str | None:
     return None
 
 
-def _work_prefix(html_dir: Path) -> str:
-    return f".{html_dir.name}.perfgate-publish-"
-
-
-def sweep_stale(html_dir: Path, config_dir: Path | None = None) -> list[Path]:
-    """Remove the build folders and config copies of publishes that were killed (their
-    process is gone): names carry the publishing process's pid."""
-    import shutil
-
-    import psutil
-
-    gone: list[Path] = []
-    found: list[Path] = []
-    if html_dir.parent.is_dir():
-        found += html_dir.parent.glob(glob.escape(_work_prefix(html_dir)) + "*")
-    if config_dir is not None and config_dir.is_dir():
-        found += config_dir.glob(glob.escape(CONFIG_PREFIX) + "*.json")
-    for p in sorted(set(found)):
-        pid = p.name.rsplit("-", 1)[-1].split(".")[0]
-        if pid.isdigit() and psutil.pid_exists(int(pid)):
-            continue
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-        gone.append(p)
-    return gone
-
-
-@contextlib.contextmanager
-def building(html_dir: Path) -> Iterator[Path]:
-    """A build folder beside ``html_dir`` (one filesystem: the swap is a rename), removed
-    however the publish ends; SIGTERM unwinds like Ctrl-C so that it is."""
-    import shutil
-
-    html_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=html_dir.parent,
-                                 prefix=f"{_work_prefix(html_dir)}{os.getpid()}."))
-    restore = _term_as_interrupt()
-    try:
-        yield work
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        restore()
-
-
-def swap(work: Path, html_dir: Path) -> None:
-    """Put the new site in place of the old one: two renames, the old site removed after."""
-    if html_dir.exists():
-        html_dir.rename(work / "old")
-    (work / "html").rename(html_dir)
-
-
-def _term_as_interrupt() -> Callable[[], None]:
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt("SIGTERM: publish stopped; the site is left as it was")
-
-    signal.signal(signal.SIGTERM, handler)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-    return restore
-
-
-def _branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
+def branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
     """asv stops with a traceback when a branch of ``branches`` is not in a local repo: say
     which, and what the repository's branch is."""
     from pytest_perfgate.history.vcs import git_info, resolve_commit
@@ -401,55 +297,3 @@ def _branch_problem(config: Path, conf: dict[str, Any]) -> str | None:
     fix = f'"branches": ["{here}"]' if here else "the branch your history is recorded on"
     return (f"{config}: branches {', '.join(map(repr, missing))} not found in the repository "
             f"{path}: asv publish draws only the listed branches; set {fix}")
-
-
-def _asv_publish(args: argparse.Namespace, config: Path, conf: dict[str, Any],
-                 html_dir: Path, work: Path) -> int:
-    """Run asv publish into ``html_dir`` on a copy of the config in ``work`` (asv runs in
-    the config's folder) that keeps the higher-is-better series out of asv's regression
-    list. asv runs in its own process group, ended with it on Ctrl-C or SIGTERM."""
-    from pytest_perfgate.cli._publish_site import publish_config
-
-    # beside the config: asv changes into the config's folder and reads paths from there
-    fd, name = tempfile.mkstemp(dir=config.parent, suffix=".json",
-                                prefix=f"{CONFIG_PREFIX}{os.getpid()}.")
-    copy = Path(name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(publish_config(conf), fh, indent=2)
-        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(copy),
-               "--html-dir", str(html_dir)]
-        cmd += ["--no-pull"] * args.no_pull + [args.range] * (args.range is not None)
-        print(f"perfgate publish: asv publish (config {config}) into a new site", flush=True)
-        proc = subprocess.Popen(cmd, cwd=config.parent, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        try:
-            code = proc.wait(timeout=PUBLISH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            _end(proc)
-            print(f"perfgate publish: asv publish ran past {PUBLISH_TIMEOUT_S:.0f} s and was "
-                  "stopped: publish a range (e.g. HEAD~200..HEAD)")
-            return 3
-        except BaseException:
-            _end(proc)
-            raise
-    finally:
-        copy.unlink(missing_ok=True)
-    if code != 0:
-        print(f"perfgate publish: asv publish failed (exit {code}); its output is above")
-        return 3
-    return 0
-
-
-def _end(proc: subprocess.Popen[Any]) -> None:
-    """End asv and every process it started (its process group), then reap it."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._out import add_json_argument, with_history_warnings
-from pytest_perfgate.cli.check import add_rule_arguments, judge_run
+from pytest_perfgate.cli._found import Judging, Where, add_rule_arguments
+from pytest_perfgate.cli._out import Reply, UsageError, add_json_argument
 from pytest_perfgate.cli.common_args import folder_problem
-from pytest_perfgate.cli.history import load
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series, hidden_message
@@ -27,11 +26,6 @@ from pytest_perfgate.report.series import COUNTS_SUFFIX, MachineHistory, Series,
 REPORT = "report.md"
 SUMMARY = "summary.md"
 PROG = "perfgate report"
-
-
-def out_dir_problem(path: Path, shown: str) -> str | None:
-    """Why ``path`` cannot be the report folder (None: it can; missing folders are made)."""
-    return folder_problem(path, f"--out {shown}", "perfgate-report")
 
 
 def png_name(bench: str, taken: set[str]) -> str:
@@ -46,23 +40,23 @@ def png_name(bench: str, taken: set[str]) -> str:
     return name
 
 
-def pick(args: argparse.Namespace, h: MachineHistory) -> RunRecord:
+def pick(run_id: str | None, h: MachineHistory) -> RunRecord:
     """The newest run, the run with id ``--run``, or the newest run of that commit prefix."""
-    if args.run_id is None:
+    if run_id is None:
         return max(h.runs, key=lambda r: r.started_at)
-    if not args.run_id.strip():
-        args.parser.error("--run is empty: give a run id printed as 'recorded run RUN_ID' or "
-                          "a commit prefix")
-    found = [r for r in h.runs if r.run_id == args.run_id] or \
-        [r for r in h.runs if r.commit.startswith(args.run_id.lower())]
+    if not run_id.strip():
+        raise UsageError("--run is empty: give a run id printed as 'recorded run RUN_ID' or "
+                         "a commit prefix")
+    found = [r for r in h.runs if r.run_id == run_id] or \
+        [r for r in h.runs if r.commit.startswith(run_id.lower())]
     if not found:
         newest = ", ".join(r.run_id for r in sorted(h.runs, key=lambda r: -r.started_at)[:5])
-        args.parser.error(f"--run {args.run_id!r}: no history-mode run of machine {h.machine!r} "
-                          f"has that id or commit; newest runs: {newest}")
+        raise UsageError(f"--run {run_id!r}: no history-mode run of machine {h.machine!r} "
+                         f"has that id or commit; newest runs: {newest}")
     commits = sorted({r.commit for r in found})
     if len(commits) > 1:
-        args.parser.error(f"--run {args.run_id!r} matches several recorded commits ("
-                          f"{', '.join(c[:12] for c in commits[:5])}): give more digits")
+        raise UsageError(f"--run {run_id!r} matches several recorded commits ("
+                         f"{', '.join(c[:12] for c in commits[:5])}): give more digits")
     return max(found, key=lambda r: r.started_at)
 
 
@@ -70,20 +64,20 @@ def band_of(j: Judged, s: Series, current: int | None) -> Any:
     """The gate's baseline as drawn: level ± threshold over the runs it used."""
     from pytest_perfgate.report.plots import Band
 
-    if j.baseline_steps_per_s is None or not j.baseline_commits:
+    if j.baseline_rate is None or not j.baseline_commits:
         return None
     end = current if current is not None else len(s.points)
     used = [i for i in range(end) if s.points[i].run.commit in set(j.baseline_commits)]
     used = used[-len(j.baseline_commits):]
     if not used:
         return None
-    return Band(j.baseline_steps_per_s, j.rule.threshold, used[0], used[-1], tuple(used))
+    return Band(j.baseline_rate, j.rule.threshold, used[0], used[-1], tuple(used))
 
 
 def entries(h: MachineHistory, run: RunRecord, judged: list[Judged], out: Path) -> list[Any]:
     """One :class:`~pytest_perfgate.report.markdown.Entry` per benchmark, plots drawn."""
-    from pytest_perfgate.history.accept import load_decisions
     from pytest_perfgate.history.asv import COUNTS_SOURCE
+    from pytest_perfgate.history.decisions import load_decisions
     from pytest_perfgate.report import changepoints, plots
     from pytest_perfgate.report.markdown import Counts, Entry
     from pytest_perfgate.report.series import COUNTS, series
@@ -140,59 +134,57 @@ class Report(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import run_with_json
+        reply = Reply(PROG, args.json)
+        return reply.emit(lambda: run(args.out, run_id=args.run_id, where=Where.from_args(args),
+                                      judging=Judging.from_args(args), reply=reply))
 
-        return run_with_json(args, lambda: cls.write(args))
 
-    @classmethod
-    def write(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.cli._out import infra, run_json, verdict_json
-        from pytest_perfgate.cli.history import no_history_run
-        from pytest_perfgate.core.files import atomic_write
-        from pytest_perfgate.report import changepoints, markdown
+def run(out: str | Path, *, run_id: str | None = None, where: Where | None = None,
+        judging: Judging | None = None, reply: Reply | None = None) -> int:
+    """``perfgate report``: the exit status; ``reply.body`` gets the --json fields."""
+    from pytest_perfgate.cli._found import judge_run, no_history_run, read_history, warned
+    from pytest_perfgate.cli._out import run_json, verdict_json
+    from pytest_perfgate.core.atomic import atomic_write
+    from pytest_perfgate.report import changepoints, markdown
 
-        out = Path(args.out).expanduser()
-        why = ("--out is empty: give a folder, e.g. perfgate-report" if not args.out.strip()
-               else out_dir_problem(out, repr(args.out)))
-        if why is not None:
-            args.parser.error(why)
-        for need in ("matplotlib", "ruptures"):
-            try:
-                __import__(need)
-            except ImportError:
-                fix = changepoints.INSTALL.replace("ruptures", need)
-                return infra(args, f"{need} is not installed: {fix}")
-        seen: set[str] = set()  # each bad file is named once, though read twice
-        h = load(args, PROG, seen)
-        if isinstance(h, int):
-            return h
-        where = f"machine {h.machine!r} in {h.results_dir}"
-        if not h.runs:
-            return infra(args, no_history_run(where, h.skipped))
-        run = pick(args, h)
-        hidden = h.hidden_newest(run) if args.run_id is None else None
-        if hidden is not None:
-            return infra(args, hidden_message(hidden, run))
-        judged = with_history_warnings(
-            PROG, lambda: judge_run(args, h.results_dir, run, None), seen)
+    reply, text = reply or Reply(PROG), str(out)
+    folder = Path(text).expanduser()
+    why = ("--out is empty: give a folder, e.g. perfgate-report" if not text.strip()
+           else folder_problem(folder, f"--out {text!r}", "perfgate-report"))
+    if why is not None:
+        raise UsageError(why)
+    for need in ("matplotlib", "ruptures"):
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            made = with_history_warnings(PROG, lambda: entries(h, run, judged, out), seen)
-            atomic_write(out / SUMMARY, markdown.summary(run, made, where).encode())
-            atomic_write(out / REPORT, markdown.report(run, made, where).encode())
-            for f in (out / SUMMARY, out / REPORT):
-                f.chmod(0o644)  # an artifact others read; atomic_write makes 0600 files
-        except OSError as e:
-            return infra(args, f"cannot write the report in {out}: {e}")
-        pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
-        files = [out / REPORT, out / SUMMARY] + [out / e.png for e in made if e.png] + [
-            out / e.counts_series.png for e in made if e.counts_series is not None]
-        args.json_body = {"run": run_json(run), "out": str(out),
-                          "files": [str(f) for f in files],
-                          "benchmarks": [verdict_json(j, run.run_id) for j in judged]}
-        print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
-              f"wrote {out / REPORT}, {out / SUMMARY} and {pngs} PNG(s)")
-        return 0
-
-
-__all__ = ["REPORT", "SUMMARY", "Report", "out_dir_problem", "png_name"]
+            __import__(need)
+        except ImportError:
+            fix = changepoints.INSTALL.replace("ruptures", need)
+            return reply.infra(f"{need} is not installed: {fix}")
+    h = read_history(where or Where(), reply, history_only=True)
+    if isinstance(h, int):
+        return h
+    place = f"machine {h.machine!r} in {h.results_dir}"
+    if not h.runs:
+        return reply.infra(no_history_run(place, h.skipped))
+    run = pick(run_id, h)
+    hidden = h.hidden_newest(run) if run_id is None else None
+    if hidden is not None:
+        return reply.infra(hidden_message(hidden, run))
+    judged = warned(reply, lambda: judge_run(judging or Judging(), h.results_dir, run, None,
+                                             PROG))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        made = warned(reply, lambda: entries(h, run, judged, folder))
+        atomic_write(folder / SUMMARY, markdown.summary(run, made, place).encode())
+        atomic_write(folder / REPORT, markdown.report(run, made, place).encode())
+        for f in (folder / SUMMARY, folder / REPORT):
+            f.chmod(0o644)  # an artifact others read; atomic_write makes 0600 files
+    except OSError as e:
+        return reply.infra(f"cannot write the report in {folder}: {e}")
+    pngs = len(made) + sum(1 for e in made if e.counts_series is not None)
+    files = [folder / REPORT, folder / SUMMARY] + [folder / e.png for e in made if e.png] + [
+        folder / e.counts_series.png for e in made if e.counts_series is not None]
+    reply.body = {"run": run_json(run), "out": str(folder), "files": [str(f) for f in files],
+                  "benchmarks": [verdict_json(j, run.run_id) for j in judged]}
+    print(f"{PROG}: run {run.run_id} ({run.commit[:10]}), {len(made)} benchmark(s): "
+          f"wrote {folder / REPORT}, {folder / SUMMARY} and {pngs} PNG(s)")
+    return 0

@@ -11,8 +11,13 @@ import sys
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import argparse_type, parse_count, parse_int_list
-from pytest_perfgate.session.options import OptionError, parse_positive_int, parse_seconds
+from pytest_perfgate.cli.common_args import parse_count, parse_int_list
+from pytest_perfgate.session.options import (
+    OptionError,
+    argparse_type,
+    parse_positive_int,
+    parse_seconds,
+)
 
 
 def parse_count_list(text: str) -> tuple[int, ...]:
@@ -55,22 +60,29 @@ class RingCompare(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.ring import compare
-        from pytest_perfgate.ring.layout import RingInputError
-        from pytest_perfgate.sim.models import MujocoUnavailable
+        return run(envs=args.envs, capacity=args.capacity, learner_cores=args.learner_cores,
+                   collectors=args.collectors, turns=args.turns, window=args.window)
 
-        try:
-            from pytest_perfgate.ring.workloads import humanoid_spec
 
-            configs = compare.plan(args.learner_cores, collectors=args.collectors)
-            for c in args.collectors:
-                if args.envs < c:
-                    raise RingInputError(f"--envs {args.envs} for {c} collectors: give each "
-                                         "collector one env at least")
-            spec = humanoid_spec(args.envs, args.capacity)
-            rows = compare.compare(spec, configs, turns=args.turns, window_s=args.window)
-        except (MujocoUnavailable, RingInputError, ValueError, FileNotFoundError) as exc:
-            print(f"perfgate ring-compare: error: {exc}", file=sys.stderr)
-            return 2
-        print(compare.table(rows, spec))
-        return 0
+def run(*, envs: int = 256, capacity: int = 8, learner_cores: tuple[int, ...] | None = None,
+        collectors: tuple[int, ...] = (1,), turns: int = 6, window: float = 1.0) -> int:
+    """``perfgate ring-compare``: the exit status."""
+    from pytest_perfgate.ring import pinning_table
+    from pytest_perfgate.ring.layout import RingInputError
+    from pytest_perfgate.sim.models import MujocoUnavailable
+
+    try:
+        from pytest_perfgate.ring.workloads import humanoid_spec
+
+        configs = pinning_table.plan(learner_cores, collectors=collectors)
+        for c in collectors:
+            if envs < c:
+                raise RingInputError(f"--envs {envs} for {c} collectors: give each "
+                                     "collector one env at least")
+        spec = humanoid_spec(envs, capacity)
+        rows = pinning_table.compare(spec, configs, turns=turns, window_s=window)
+    except (MujocoUnavailable, RingInputError, ValueError, FileNotFoundError) as exc:
+        print(f"perfgate ring-compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(pinning_table.table(rows, spec))
+    return 0

@@ -15,24 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli.common_args import (
-    argparse_type,
-    parse_count,
-    parse_int_list,
-    parse_output_file,
-)
-from pytest_perfgate.session.options import OptionError, parse_positive_int, parse_seconds
-from pytest_perfgate.sim.batch_plan import PlanError
-from pytest_perfgate.sim.batch_plan import parse_envs as _parse_envs
+from pytest_perfgate.cli._out import UsageError
+from pytest_perfgate.cli.common_args import parse_count, parse_int_list, parse_output_file
+from pytest_perfgate.session.options import argparse_type, parse_positive_int, parse_seconds
+from pytest_perfgate.sim.batch_plan import PlanError, parse_envs
 
 THREAD_ONLY = ("threads", "no_pinned", "per_turn")  # flags the batch sweep does not take
-
-
-def parse_envs(text: str) -> tuple[int, ...]:
-    try:
-        return _parse_envs(text)
-    except PlanError as e:
-        raise OptionError(str(e)) from None
 
 
 class Sweep(Command):
@@ -50,7 +38,7 @@ class Sweep(Command):
         ap = super().setup_arguments(subparsers)
         ap.add_argument("--model", default="humanoid",
                         help="humanoid, g1, tiny or a model path (default humanoid)")
-        ap.add_argument("--envs", type=argparse_type(parse_envs), default=(1024,),
+        ap.add_argument("--envs", type=argparse_type(parse_envs, (PlanError,)), default=(1024,),
                         help="number of simulations (default 1024); several, e.g. "
                         "256,1024 or 256..8192 (doubling), sweep the batch size")
         ap.add_argument("--workers", type=argparse_type(parse_int_list), default=(),
@@ -83,85 +71,83 @@ class Sweep(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        from pytest_perfgate.core.measure import MeasureError
-        from pytest_perfgate.core.progress import stream_progress
-        from pytest_perfgate.sim import sweep
-        from pytest_perfgate.sim.models import MujocoUnavailable
-
-        batch = len(args.envs) > 1 or bool(args.workers)
-        _check_flags(args, batch)
-        progress = stream_progress(sys.stderr, "perfgate sweep")
-        try:
-            model = sweep.resolve_model(args.model)
-            if batch:
-                result: Any = _batch(args, model, progress)
-            else:
-                _check_thread_sweep(args, model)
-                result = sweep.run_sweep(
-                    model, args.envs[0], frame_skip=args.frame_skip,
-                    thread_counts=args.threads, pinned=not args.no_pinned, turns=args.turns,
-                    per_turn=args.per_turn or 1, settle_substeps=args.settle,
-                    keyframe=args.keyframe, progress=progress)
-        except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
-            print(f"perfgate sweep: error: {exc}", file=sys.stderr)
-            return 2
-        except MeasureError as exc:
-            print(f"perfgate sweep: error: {exc} (here: raise --turn-time)", file=sys.stderr)
-            return 3
-        except RuntimeError as exc:  # a worker crashed or hung: infrastructure, not a result
-            print(f"perfgate sweep: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 3
-        print(result.table())
-        for path, write in ((args.json, lambda p: sweep.write_json(str(p), result.to_dict())),
-                            (args.jsonl, lambda p: _append(p, result.jsonl()))):
-            if path is None:
-                continue
-            try:
-                write(path)
-            except OSError as exc:  # the table is printed above: only the file is lost
-                print(f"perfgate sweep: error: could not write {path}: {exc}", file=sys.stderr)
-                return 3
-        return 0
+        return run(model=args.model, envs=args.envs, workers=args.workers,
+                   frame_skip=args.frame_skip, threads=args.threads, no_pinned=args.no_pinned,
+                   turns=args.turns, per_turn=args.per_turn, turn_time=args.turn_time,
+                   settle=args.settle, keyframe=args.keyframe, json=args.json,
+                   jsonl=args.jsonl)
 
 
-def _check_flags(args: argparse.Namespace, batch: bool) -> None:
-    """Flags of the other sweep are usage errors, not silently ignored."""
-    given = {"threads": args.threads is not None, "no_pinned": args.no_pinned,
-             "per_turn": args.per_turn is not None}
-    if batch:
+def run(*, model: str = "humanoid", envs: tuple[int, ...] = (1024,),
+        workers: tuple[int, ...] = (), frame_skip: int = 1,
+        threads: tuple[int, ...] | None = None, no_pinned: bool = False, turns: int = 20,
+        per_turn: int | None = None, turn_time: float | None = None, settle: int = 300,
+        keyframe: str | None = None, json: Path | None = None, jsonl: Path | None = None
+        ) -> int:
+    """``perfgate sweep``: the exit status."""
+    from pytest_perfgate.core.measure import MeasureError
+    from pytest_perfgate.core.progress import stream_progress
+    from pytest_perfgate.sim import batch_sweep, thread_sweep
+    from pytest_perfgate.sim.models import MujocoUnavailable
+
+    batch = len(envs) > 1 or bool(workers)
+    given = {"threads": threads is not None, "no_pinned": no_pinned,
+             "per_turn": per_turn is not None}
+    if batch and any(given.values()):  # a flag of the other sweep is never ignored
         wrong = [f"--{k.replace('_', '-')}" for k in THREAD_ONLY if given[k]]
-        if wrong:
-            args.parser.error(f"{', '.join(wrong)} belong(s) to the thread sweep (one --envs "
-                              "value, no --workers); the batch sweep sizes each pool by the "
-                              "rule: drop it, or sweep one batch size")
-    elif args.turn_time is not None:
-        args.parser.error("--turn-time belongs to the batch sweep (several --envs values or "
-                          "--workers); the thread sweep times single steps: use --per-turn")
+        raise UsageError(f"{', '.join(wrong)} belong(s) to the thread sweep (one --envs "
+                         "value, no --workers); the batch sweep sizes each pool by the "
+                         "rule: drop it, or sweep one batch size")
+    if not batch and turn_time is not None:
+        raise UsageError("--turn-time belongs to the batch sweep (several --envs values or "
+                         "--workers); the thread sweep times single steps: use --per-turn")
+    progress = stream_progress(sys.stderr, "perfgate sweep")
+    try:
+        model = thread_sweep.resolve_model(model)
+        result: Any
+        if batch:
+            result = batch_sweep.run_batch_sweep(
+                model, _plan(model, envs, workers), frame_skip=frame_skip, turns=turns,
+                turn_s=turn_time or 0.25, settle_substeps=settle, keyframe=keyframe,
+                progress=progress)
+        else:  # one pool per configuration held at once: refuse what cannot fit
+            configs = thread_sweep.thread_configs(envs[0], threads, not no_pinned)
+            _plan(model, envs, (), len(configs))
+            result = thread_sweep.run_sweep(
+                model, envs[0], frame_skip=frame_skip, thread_counts=threads,
+                pinned=not no_pinned, turns=turns, per_turn=per_turn or 1,
+                settle_substeps=settle, keyframe=keyframe, progress=progress)
+    except (MujocoUnavailable, ValueError, FileNotFoundError) as exc:
+        print(f"perfgate sweep: error: {exc}", file=sys.stderr)
+        return 2
+    except MeasureError as exc:
+        print(f"perfgate sweep: error: {exc} (here: raise --turn-time)", file=sys.stderr)
+        return 3
+    except RuntimeError as exc:  # a worker crashed or hung: infrastructure, not a result
+        print(f"perfgate sweep: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
+    print(result.table())
+    for path, write in ((json, lambda p: thread_sweep.write_json(str(p), result.to_dict())),
+                        (jsonl, lambda p: _append(p, result.jsonl()))):
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:  # the table is printed above: only the file is lost
+            print(f"perfgate sweep: error: could not write {path}: {exc}", file=sys.stderr)
+            return 3
+    return 0
 
 
-def _batch(args: argparse.Namespace, model: str, progress: Any) -> Any:
-    """Check everything (a bad plan is a usage error), then run the batch sweep."""
+def _plan(model: str, envs: tuple[int, ...], workers: tuple[int, ...], copies: int = 1
+          ) -> Any:
+    """The batch sweep's configurations, checked to fit (a bad plan is a usage error)."""
     from pytest_perfgate.sim import batch_sweep
 
     try:
-        configs = batch_sweep.check(model, args.envs, args.workers)
+        return batch_sweep.check(model, envs, workers, copies)
     except PlanError as e:
-        args.parser.error(str(e))
-    return batch_sweep.run_batch_sweep(
-        model, configs, frame_skip=args.frame_skip, turns=args.turns,
-        turn_s=args.turn_time or 0.25, settle_substeps=args.settle, keyframe=args.keyframe,
-        progress=progress)
-
-
-def _check_thread_sweep(args: argparse.Namespace, model: str) -> None:
-    """The thread sweep holds one pool per configuration at once: refuse what cannot fit."""
-    from pytest_perfgate.sim import batch_sweep, sweep
-
-    copies = len(sweep.thread_configs(args.envs[0], args.threads, not args.no_pinned))
-    try:
-        batch_sweep.check(model, args.envs, (), copies)
-    except PlanError as e:
-        args.parser.error(str(e))
+        raise UsageError(str(e)) from None
 
 
 def _append(path: Path, text: str) -> None:

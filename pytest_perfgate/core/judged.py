@@ -26,8 +26,9 @@ class Judged:
     rule: Rule
     test_id: str
     baseline_commits: list[str] = field(default_factory=list)
-    baseline_steps_per_s: float | None = None
+    baseline_rate: float | None = None  # the baseline's level, as BenchResult.rate
     baseline_phases: dict[str, float] = field(default_factory=dict)  # median ms per call
+    where: tuple[str, int] | None = None  # the test's file and line, for CI annotations
 
 
 def summarize(name: str, m: Measurement, transitions: int,
@@ -37,7 +38,7 @@ def summarize(name: str, m: Measurement, transitions: int,
     share = m.phase_share()
     phases = {n: PhaseSummary(st.ms_per_call, share.get(n, 0.0), st.cores, st.gpu_ms_per_call)
               for n, st in m.phases.items()}
-    return BenchResult(name=name, samples=tuple(m.samples), steps_per_s=m.steps_per_s,
+    return BenchResult(name=name, samples=tuple(m.samples), rate=m.steps_per_s,
                        cores=m.cores, steady=m.steady, warmup_s=m.warmup_s,
                        warmup_windows=m.warmup_windows, remeasured=m.remeasured,
                        polluted_kept=m.polluted_kept, transitions=transitions, phases=phases,

@@ -72,9 +72,8 @@ def gpu_memory_result(result: BenchResult) -> BenchResult | None:
     if peak is None:
         return None
     return BenchResult(name=result.name + GPU_SUFFIX, samples=(float(peak),),
-                       steps_per_s=0.0, transitions=result.transitions, source=MEMORY_SOURCE,
-                       memory={k: v for k, v in result.memory.items() if k.startswith("gpu_")},
-                       test_file=result.test_file, test_line=result.test_line)
+                       rate=0.0, transitions=result.transitions, source=MEMORY_SOURCE,
+                       memory={k: v for k, v in result.memory.items() if k.startswith("gpu_")})
 
 
 def memory_result(result: BenchResult) -> BenchResult | None:
@@ -82,16 +81,15 @@ def memory_result(result: BenchResult) -> BenchResult | None:
     peak = result.memory.get("peak_rss")
     if not peak:
         return None
-    return BenchResult(name=result.name + SUFFIX, samples=(float(peak),), steps_per_s=0.0,
+    return BenchResult(name=result.name + SUFFIX, samples=(float(peak),), rate=0.0,
                        transitions=result.transitions, source=MEMORY_SOURCE,
-                       memory=dict(result.memory), test_file=result.test_file,
-                       test_line=result.test_line)
+                       memory=dict(result.memory))
 
 
 def not_sampled(result: BenchResult) -> tuple[BenchResult, Verdict, list[str]]:
     """The memory verdict of a workload whose memory was not sampled (a ring pair): named,
     never a silent pass."""
-    placeholder = BenchResult(name=result.name + SUFFIX, samples=(1.0,), steps_per_s=0.0,
+    placeholder = BenchResult(name=result.name + SUFFIX, samples=(1.0,), rate=0.0,
                               source=MEMORY_SOURCE)
     return placeholder, Verdict(Outcome.NO_BASELINE, "this workload's memory was not "
                                 "sampled (only perfgate.measure steps and worker groups "
@@ -120,8 +118,3 @@ def decide_memory(peak: float, baseline: Sequence[float], rule: Rule,
                        ratio=ref / peak)
     return Verdict(Outcome.OK, f"{what} within {t:.0%} ({change:+.1%}: {figures})",
                    ratio=ref / peak)
-
-
-__all__ = ["GPU_SUFFIX", "MEMORY_SOURCE", "SUFFIX", "decide_memory", "gpu_memory_line",
-           "gpu_memory_result", "gpu_peak", "memory_line", "memory_result", "mib",
-           "not_sampled"]

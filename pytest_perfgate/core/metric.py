@@ -12,10 +12,27 @@ so the gate, the report and the asv export take one path for every metric
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 RATE_SCALE = 1e6  # a rate's sample is seconds per million units
+
+
+def figure(x: float | None, more: int = 0) -> str:
+    """``x`` to 3 (+ ``more``) significant digits, trailing zeros kept, with a k/M/G suffix:
+    '653k', '16.0k', '2.35M', '42.0', '0.0123'; '-' for None or a value that is not finite.
+    The one way a figure is shown: the status line, the verdict table, the report, its
+    plot's axes and the history view agree."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    digits = 3 + more
+    if abs(x) < 1:
+        return f"{x:.{digits}g}"
+    r = abs(float(f"{x:.{digits}g}"))  # 999.96 rounds to 1000: the suffix follows
+    div, suffix = next(d for d in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")) if r >= d[0])
+    whole = int(math.log10(r / div)) + 1  # digits before the point
+    return f"{x / div:.{max(0, digits - whole)}f}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -38,7 +55,7 @@ class Metric:
     asv_scale: float = 1 / RATE_SCALE  # sample -> asv value (seconds per unit)
 
     def shown(self, rate: float | None) -> float | None:
-        """The number a user reads, from a result's ``steps_per_s`` (RATE_SCALE / sample)."""
+        """The number a user reads, from a result's ``rate`` (RATE_SCALE / sample)."""
         if rate is None or rate <= 0:
             return None
         return rate if self.higher_is_better else RATE_SCALE / rate
@@ -112,7 +129,3 @@ def rate_unit(unit: object, where: str, example: str) -> str:
         raise ValueError(f"{where}{unit!r} is not a unit of work: use {UNIT_RULE}, the "
                          f"plural of what one call does, e.g. {example}")
     return f"{unit}/s"
-
-
-__all__ = ["CALLS", "COUNTS_PREFIX", "ENV_STEPS", "INSTRUCTIONS", "RATE_SCALE", "UNIT_RULE",
-           "Metric", "counted_per", "counts_metric", "is_unit", "metric_for", "rate_unit"]

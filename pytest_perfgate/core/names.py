@@ -30,6 +30,3 @@ def safe_name(text: object, what: str, example: str, shown: str | None = None) -
                          f"{what}: {RULE}, e.g. {example}")
     assert isinstance(text, str)
     return text
-
-
-__all__ = ["RULE", "is_safe_name", "safe_name"]

@@ -8,13 +8,14 @@ that measures never checks whether anyone listens. :class:`LiveProgress` turns t
 into text on a :class:`StatusLine`: on a terminal one status line rewritten in place, then
 one final line per benchmark; in a log (CI, a pipe) only the final line, so logs do not
 scroll. The pytest plugin supplies a status line over pytest's terminal reporter
-(``plugin/progress.py``); the command line one over stderr (:class:`StreamStatus`).
+(``plugin/status_line.py``); the command line one over stderr (:class:`StreamStatus`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, TextIO
 
+from pytest_perfgate.core.metric import figure
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
@@ -67,20 +68,11 @@ class StatusLine(Protocol):
         """Replace the status line with ``text`` for good (one line per benchmark)."""
 
 
-def rate(steps_per_s: float) -> str:
-    """653210.0 -> '653.2k': the figure readable at a glance, as the verdict table shows it."""
-    if steps_per_s >= 1e6:
-        return f"{steps_per_s / 1e6:.2f}M"
-    if steps_per_s >= 1e3:
-        return f"{steps_per_s / 1e3:.1f}k"
-    return f"{steps_per_s:.1f}"
-
-
 def verdict_summary(steps_per_s: float, verdict: Verdict | None,
                     unit: str = "env-steps/s") -> str:
     """A benchmark's final progress words: its median-window rate (in its unit, env-steps
     read as steps/s), and its verdict if any."""
-    text = f"{rate(steps_per_s)} {'steps/s' if unit == 'env-steps/s' else unit}"
+    text = f"{figure(steps_per_s)} {'steps/s' if unit == 'env-steps/s' else unit}"
     if verdict is None:
         return text
     text += f", {verdict.outcome.value}"
@@ -124,12 +116,12 @@ class LiveProgress(Progress):
 
     def window_done(self, k: int, total: int, steps_per_s: float, side: str = "") -> None:
         if not side:
-            self._show(f"window {k}/{total} {rate(steps_per_s)} steps/s")
+            self._show(f"window {k}/{total} {figure(steps_per_s)} steps/s")
             return
         self._rates[side] = steps_per_s
         ab = set(self._rates) <= {"base", "head"}
         shown = self._rates.items() if ab else [(side, steps_per_s)]
-        now = " ".join(f"{s} {rate(r)}" for s, r in shown)  # A/B: both; a sweep: the latest
+        now = " ".join(f"{s} {figure(r)}" for s, r in shown)  # A/B: both; a sweep: the latest
         self._show(f"turn {k}/{total} {now} steps/s")
 
     def window_redone(self, k: int, total: int, other_load: float) -> None:
@@ -181,15 +173,3 @@ def stream_progress(stream: TextIO, prefix: str = "perfgate",
                     clock: Clock = SYSTEM_CLOCK) -> LiveProgress:
     """Progress for a command: live on a terminal, one line per benchmark in a log."""
     return LiveProgress(StreamStatus(stream), clock, prefix)
-
-
-__all__ = [
-    "NULL_PROGRESS",
-    "LiveProgress",
-    "Progress",
-    "StatusLine",
-    "StreamStatus",
-    "rate",
-    "stream_progress",
-    "verdict_summary",
-]

@@ -1,8 +1,8 @@
 """The data one run leaves behind: plain, JSON-ready records shared by recording and gating.
 
 A *run* is one session of the suite on one machine at one commit; it holds one
-:class:`BenchResult` per benchmark. The run, not the window, is the unit the gate
-replicates over (docs/design.md §1).
+:class:`BenchRecord` per benchmark: the :class:`BenchResult` measured, and the verdict it
+got. The run, not the window, is the unit the gate replicates over (docs/design.md §1).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from pytest_perfgate.core.metric import is_unit
 
@@ -45,11 +45,15 @@ class PhaseSummary:
 
 @dataclass(frozen=True)
 class BenchResult:
-    """One benchmark's outcome in one run."""
+    """One benchmark's measurement in one run: what was measured, never what was decided
+    about it (that is :class:`BenchRecord`'s, once the gate has judged it)."""
 
     name: str
     samples: tuple[float, ...]  # per-window seconds per million env-steps (lower is better)
-    steps_per_s: float  # display: median-window env-steps/s
+    # RATE_SCALE / the median sample: units of work per second for a rate (env-steps/s,
+    # calls/s, a user's unit), env-steps per million instructions for counts; a person reads
+    # ``metric_for(unit).shown(rate)`` (core/metric.py). Its sidecar key is "steps_per_s".
+    rate: float
     cores: float = 0.0
     steady: bool = True
     warmup_s: float = 0.0
@@ -59,21 +63,10 @@ class BenchResult:
     transitions: int = 0  # env-steps per call of the step
     phases: Mapping[str, PhaseSummary] = field(default_factory=dict)
     source: str = "perfgate"  # or "pytest-benchmark"
-    # what steps_per_s counts, and so how the gate words it and which way is better:
+    # what rate counts, and so how the gate words it and which way is better:
     # "env-steps/s", "calls/s", a user's "<unit>/s", "instructions/env-step" (core/metric.py)
     unit: str = "env-steps/s"
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata (placement...)
-    # The gate's outcome for this run ("OK", "REGRESSION"...; None: not judged). A run
-    # whose benchmark failed the gate serves no baseline until accepted (docs/design.md §2).
-    verdict: str | None = None
-    # The threshold that verdict was reached at (the test's marker, else the session's
-    # option): ``perfgate check``/``report`` judge the run again at it (None: older records).
-    threshold: float | None = None
-    # Where the test that measured it is defined: file relative to the git checkout's top
-    # level (posix), 1-based line; None in records written before they were kept. CI
-    # annotations point at it (docs/design.md §12).
-    test_file: str | None = None
-    test_line: int | None = None
     # The workload process tree's memory in bytes (peak_rss, rss, uss, pss, processes;
     # core/tree.py); empty where it was not sampled (older records, pytest-benchmark's).
     memory: Mapping[str, int] = field(default_factory=dict)
@@ -91,7 +84,7 @@ class BenchResult:
         return statistics.median(self.samples)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {_FILE_KEYS.get(k, k): v for k, v in asdict(self).items()}
         d["samples"] = list(self.samples)
         if not self.gpu:  # a CPU-only run records no GPU field at all
             del d["gpu"]
@@ -103,7 +96,7 @@ class BenchResult:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> BenchResult:
+    def from_json(cls, d: Mapping[str, Any]) -> Self:
         """Read one benchmark of a sidecar, checking every field it carries (ValueError names
         the field). Unknown keys are ignored and absent optional fields take their defaults,
         so older and newer sidecars stay readable."""
@@ -124,10 +117,11 @@ class BenchResult:
         kw: dict[str, Any] = {}
         for key, f in cls.__dataclass_fields__.items():
             required = f.default is MISSING and f.default_factory is MISSING
-            if key in ("samples", "phases") or (key not in d and not required):
+            at = _FILE_KEYS.get(key, key)
+            if key in ("samples", "phases") or (at not in d and not required):
                 continue  # absent optional fields take their defaults
             kind = _BENCH_KINDS.get(key)
-            kw[key] = d[key] if kind is None else _get(d, key, kind, where)
+            kw[key] = d[at] if kind is None else _get(d, at, kind, where)
         line = kw.get("test_line")
         if line is not None and line < 1:
             raise ValueError(f"{where}field 'test_line' is {line!r}, expected a line number >= 1")
@@ -151,13 +145,48 @@ class BenchResult:
         return cls(samples=tuple(float(x) for x in raw), phases=phases, **kw)
 
 
+@dataclass(frozen=True)
+class BenchRecord(BenchResult):
+    """One benchmark as a run records it: its measurement, the verdict the gate gave it and
+    where its test is. A sidecar holds these, flat, one per benchmark."""
+
+    # The gate's outcome for this run ("OK", "REGRESSION"...; None: not judged). A run
+    # whose benchmark failed the gate serves no baseline until accepted (docs/design.md §2).
+    verdict: str | None = None
+    # The threshold that verdict was reached at (the test's marker, else the session's
+    # option): ``perfgate check``/``report`` judge the run again at it (None: older records).
+    threshold: float | None = None
+    # Where the test that measured it is defined: file relative to the git checkout's top
+    # level (posix), 1-based line; None in records written before they were kept. CI
+    # annotations point at it (docs/design.md §12).
+    test_file: str | None = None
+    test_line: int | None = None
+
+    @classmethod
+    def of(cls, result: BenchResult, verdict: str | None = None,
+           threshold: float | None = None, where: tuple[str, int] | None = None
+           ) -> BenchRecord:
+        """The record of a measurement the gate judged (``verdict`` None: it did not)."""
+        fields = {k: getattr(result, k) for k in BenchResult.__dataclass_fields__}
+        return cls(**fields, verdict=verdict, threshold=threshold,
+                   test_file=where[0] if where else None, test_line=where[1] if where else None)
+
+    @property
+    def where(self) -> tuple[str, int] | None:
+        """(file, line) of the test that measured it, when the record kept it."""
+        if self.test_file is None or self.test_line is None:
+            return None
+        return self.test_file, self.test_line
+
+
 # The JSON type of each BenchResult field; a field missing here is passed through as read.
 _BENCH_KINDS: dict[str, Any] = {
-    "name": str, "steps_per_s": float, "cores": float, "steady": bool, "warmup_s": float,
+    "name": str, "rate": float, "cores": float, "steady": bool, "warmup_s": float,
     "warmup_windows": int, "remeasured": int, "polluted_kept": int, "transitions": int,
     "source": str, "extra": dict, "verdict": (str, None), "test_file": (str, None),
     "test_line": (int, None), "threshold": (float, None), "memory": dict, "unit": str,
     "gpu": dict, "warmup_load": (float, None)}
+_FILE_KEYS = {"rate": "steps_per_s"}  # a field whose sidecar key is older than its name
 MEMORY_LIMIT = 1e18  # bytes: a larger figure in a sidecar is garbage
 LEGACY_COUNTS_SOURCE = "perfgate-counts"  # its results carry their unit since it was kept
 
@@ -175,7 +204,7 @@ class RunRecord:
     machine: str
     fingerprint: str
     metadata: Mapping[str, Any]
-    benchmarks: Mapping[str, BenchResult]
+    benchmarks: Mapping[str, BenchRecord]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -208,9 +237,9 @@ class RunRecord:
         commit = _get(d, "commit", str, "")
         if not re.fullmatch(r"[0-9a-fA-F]{4,64}", commit):
             raise ValueError(f"field 'commit' is {_shorten(commit)}, expected a hex commit hash")
-        benches: dict[str, BenchResult] = {}
+        benches: dict[str, BenchRecord] = {}
         for name, b in _get(d, "benchmarks", dict, "").items():
-            bench = BenchResult.from_json(_obj(b, f"benchmark {name!r}", ""))
+            bench = BenchRecord.from_json(_obj(b, f"benchmark {name!r}", ""))
             if bench.name != name:
                 raise ValueError(f"benchmark {name!r}: field 'name' is {bench.name!r}, expected "
                                  "the benchmark's key")

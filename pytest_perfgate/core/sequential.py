@@ -133,6 +133,3 @@ def plan(max_turns: int, looks: int, alpha: float) -> Design:
     k = max(1, min(looks, max_turns // MIN_LOOK_TURNS))
     at = tuple(sorted({math.ceil(max_turns * (i + 1) / k) for i in range(k)}))
     return Design(max_turns, at, alpha)
-
-
-__all__ = ["GRID", "MAX_LOOKS", "MIN_LOOK_TURNS", "Design", "boundaries", "obf_spent", "plan"]

@@ -260,6 +260,3 @@ class PeakMemory:
         if s.pss:
             out["pss"] = s.pss
         return out
-
-
-__all__ = ["MemorySample", "PeakMemory", "ProcessTree"]

@@ -200,8 +200,3 @@ def timer_if_active(modules: Mapping[str, Any] | None = None,
     if cuda is None:
         return None
     return CudaTimer(cuda, sync_phases=sync_mode(env) == "phases")
-
-
-__all__ = ["DISAGREE", "EVENTS_ONLY", "SYNC_ENV", "SYNC_MODES", "CudaEvent", "CudaTimer",
-           "PendingPhases", "active_cuda", "phase_note", "sync_mode", "sync_note",
-           "timer_if_active"]

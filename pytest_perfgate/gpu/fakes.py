@@ -252,6 +252,3 @@ class FakeNvml(types.ModuleType):
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return self.cuda_driver
-
-
-__all__ = ["FakeCuda", "FakeDevice", "FakeEvent", "FakeNvml", "NVMLError", "fake_torch"]

@@ -185,7 +185,3 @@ def describe(gpu: Mapping[str, Any] | None) -> list[str]:
                  f"{gpu.get('cuda_driver') or 'unknown'}, CUDA runtime (torch) "
                  f"{gpu.get('cuda_runtime') or 'none'}; read through {gpu.get('source')}")
     return lines
-
-
-__all__ = ["DRIVER_FILE", "FINGERPRINT_KEYS", "describe", "driver_from_proc",
-           "fingerprint_fields", "gpu_metadata", "torch_cuda_runtime", "visible_indices"]

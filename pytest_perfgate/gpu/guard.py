@@ -166,7 +166,3 @@ class GpuGuard:
             return None
         return (f"{extra} other compute context(s) on GPU {device} (NVML lists {len(pids)} "
                 f"processes, none with a pid of this workload: another PID namespace)")
-
-
-__all__ = ["CAP_DROP", "POWER_CAP", "THROTTLE_REASONS", "GpuGuard", "GpuProbe", "GpuSample",
-           "throttle_names", "tree_pids"]

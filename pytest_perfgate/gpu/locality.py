@@ -86,6 +86,3 @@ def locate(device: int | str, sysfs_root: str | os.PathLike[str] = "/sys",
     except OSError:
         cpulist = None
     return GpuLocality(name, bus, node if node >= 0 else None, cpulist)
-
-
-__all__ = ["GpuLocality", "LocalityError", "bus_id_of", "locate", "normalize_bus_id"]

@@ -145,6 +145,3 @@ def shared() -> Nvml | None:
 def forget() -> None:
     """Open NVML afresh on the next :func:`shared` (tests swap the module)."""
     _SHARED.clear()
-
-
-__all__ = ["NVML_CLOCK_MEM", "NVML_CLOCK_SM", "DeviceState", "Nvml", "forget", "shared"]

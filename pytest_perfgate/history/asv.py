@@ -27,21 +27,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_perfgate.core.atomic import atomic_write
 from pytest_perfgate.core.memory import GPU_SUFFIX, gpu_peak
 from pytest_perfgate.core.metric import ENV_STEPS, INSTRUCTIONS, Metric, metric_for
 from pytest_perfgate.core.results import LEGACY_COUNTS_SOURCE, BenchResult, RunRecord
-from pytest_perfgate.history.files import (
-    atomic_write,
-    describe,
-    dump_json,
-    keep_valid,
-    read_object,
+from pytest_perfgate.history.asv_schema import (
+    ASV_RESULT_COLUMNS,
+    asv_result_problem,
+    bench_entry_problem,
+    benchmarks_json_problem,
+    machine_field_problem,
+    row_problem,
 )
-from pytest_perfgate.history.machine import asv_machine_json
+from pytest_perfgate.history.files import dump_json, keep_valid, read_object
+from pytest_perfgate.history.machine_id import asv_machine_json
 
 # The machine.json fields `asv run` puts into a result file's params: ours must be the same,
 # or asv publish draws asv's runs and ours as two lines (docs/design.md §6).
@@ -57,7 +60,7 @@ GATED_SUFFIX = ENV_STEPS.asv_suffix.lstrip(".")  # "track_s_per_step"
 # environment.get_env_name): our rows go into the same file, so a commit has one file.
 ASV_ENV_TYPE = "virtualenv"
 OLD_ENV_PREFIX = "perfgate-py"  # perfgate-1's own env name
-# A result of the counts mode (modes/counts/mode.py) names itself by this source; its unit
+# A result of the counts mode (modes/counts/counts_mode.py) names itself by this source; its unit
 # (instructions per env-step, core/metric.py) makes it a "track" series where lower is
 # better as asv assumes, beside the estimated cycles from the cache simulation
 # (docs/design.md §10).
@@ -68,86 +71,6 @@ CYCLES_UNIT = "est. cycles/env-step"
 # "(other)" (outside any phase), adding up to the whole; series <name>.counts.phase.<phase>
 COUNTS_PHASES_KEY = "phase_instructions_per_step"
 
-
-
-# What asv would refuse in the files perfgate rewrites: each check names the problem; a
-# file, entry or row that fails is never carried into a rewrite (asv would stop on it).
-
-ASV_RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration",
-                      "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75",
-                      "stats_number", "stats_repeat", "samples", "profile"]
-
-
-def machine_field_problem(key: str, value: Any) -> str | None:
-    if isinstance(value, str) or (key == "version" and value == 1):
-        return None
-    return f"{describe(value)}, expected a string"
-
-
-def benchmarks_json_problem(data: Mapping[str, Any]) -> str | None:
-    version = data.get("version")
-    return None if version == 2 else f"version {version!r}, this writes asv's version 2"
-
-
-_BENCH_TYPES = ("time", "track", "mem", "peakmem")  # what asv's benchmarks.json holds
-
-
-def bench_entry_problem(key: str, entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return f"{describe(entry)}, expected an object"
-    if entry.get("name") != key:
-        return f"its name is {entry.get('name')!r}"
-    if entry.get("type") not in _BENCH_TYPES:
-        return f"type {entry.get('type')!r} is not one of {', '.join(_BENCH_TYPES)}"
-    for field, kind in (("unit", str), ("version", str), ("params", list),
-                        ("param_names", list)):
-        if not isinstance(entry.get(field), kind):
-            return f"{field} is {describe(entry.get(field))}"
-    return None
-
-
-def asv_result_problem(data: Mapping[str, Any]) -> str | None:
-    """What makes a result file unusable as a whole (its rows are then not carried over)."""
-    if data.get("version") != 2:
-        return f"version {data.get('version')!r}, this writes asv's version 2"
-    if data.get("result_columns") != ASV_RESULT_COLUMNS:
-        return (f"unknown result_columns {data.get('result_columns')!r}, this writes "
-                f"{ASV_RESULT_COLUMNS}")
-    for key in ("results", "params", "durations"):
-        if not isinstance(data.get(key, {}), dict):
-            return f"{key!r} is {describe(data[key])}, expected an object"
-    return None
-
-
-def _num(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def _nums(v: Any) -> bool:
-    return isinstance(v, list) and all(_num(x) for x in v)
-
-
-# One check per asv result column, in ASV_RESULT_COLUMNS order (asv's own row layout).
-_COLUMN_CHECKS: list[Callable[[Any], bool]] = (
-    [_nums,  # result
-     lambda v: isinstance(v, list) and all(isinstance(x, list) for x in v),  # params
-     lambda v: v is None or isinstance(v, str),  # version
-     _num, _num]  # started_at, duration
-    + [lambda v: v is None or _nums(v)] * 6  # stats_*
-    + [lambda v: v is None or (isinstance(v, list)
-                               and all(x is None or _nums(x) for x in v)),  # samples
-       lambda v: v is None or isinstance(v, str)])  # profile
-
-
-def row_problem(key: str, row: Any) -> str | None:
-    if not isinstance(row, list):
-        return f"{describe(row)}, expected a list"
-    if not 1 <= len(row) <= len(ASV_RESULT_COLUMNS):
-        return f"{len(row)} columns, expected 1 to {len(ASV_RESULT_COLUMNS)}"
-    for column, check, value in zip(ASV_RESULT_COLUMNS, _COLUMN_CHECKS, row, strict=False):
-        if not check(value):
-            return f"column {column!r} holds {value!r}"[:120]
-    return None
 
 def counts_phases(extra: Mapping[str, Any]) -> dict[str, float]:
     """A counts result's per-phase instructions per env-step; a sidecar may hold anything,
@@ -408,32 +331,3 @@ def _asv_rows(run: RunRecord, entries: Mapping[str, Mapping[str, Any]]
         if gpu is not None:
             put(gpu_mem_series(name), float(gpu))
     return rows
-
-
-__all__ = [
-    "ASV_ENV_TYPE",
-    "ASV_PARAM_KEYS",
-    "ASV_RESULT_COLUMNS",
-    "COUNTS_PHASES_KEY",
-    "COUNTS_SOURCE",
-    "GATED_SUFFIX",
-    "OLD_ENV_PREFIX",
-    "SERIES_PREFIX",
-    "SERIES_VERSION",
-    "asv_entries",
-    "asv_env_name",
-    "asv_name",
-    "asv_params_from_meta",
-    "asv_written",
-    "counts_phases",
-    "current_entry",
-    "current_row",
-    "gated_series",
-    "gpu_mem_series",
-    "merge_benchmarks_json",
-    "phase_series",
-    "python_minor",
-    "rss_series",
-    "write_asv_result",
-    "write_machine_json",
-]

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.atomic import atomic_write
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.asv import (
     OLD_ENV_PREFIX,
@@ -93,6 +93,3 @@ def mark_view(sidecar_dir: Path) -> None:
         atomic_write(sidecar_dir / VIEW_MARK, f"{SERIES_VERSION}\n".encode())
     except OSError as exc:
         warn_history(sidecar_dir / VIEW_MARK, str(exc), "not marking")
-
-
-__all__ = ["VIEW_MARK", "mark_view", "needs_rebuild", "rebuild_asv_view", "view_version"]

@@ -31,11 +31,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import load_json
-from pytest_perfgate.core.results import SAMPLE_RANGE, BenchResult, RunRecord, is_sample, is_time
+from pytest_perfgate.core.atomic import load_json
+from pytest_perfgate.core.results import SAMPLE_RANGE, BenchRecord, RunRecord, is_sample, is_time
 from pytest_perfgate.history.asv import GATED_SUFFIX, SERIES_VERSION, asv_written, python_minor
 from pytest_perfgate.history.files import Unreadable, describe, read_json, warn_history
-from pytest_perfgate.history.machine import fingerprint
+from pytest_perfgate.history.machine_id import fingerprint
 
 ASV_SOURCE = "asv"
 ASV_RUN_PREFIX = "asv-"
@@ -148,7 +148,7 @@ def _ours(key: str, row: Any) -> bool | str:
     return True
 
 
-def _benches(rows: Mapping[str, Any]) -> Iterator[tuple[str, BenchResult]]:
+def _benches(rows: Mapping[str, Any]) -> Iterator[tuple[str, BenchRecord]]:
     for key, row in rows.items():
         name = key[:-len(GATED_SUFFIX) - 1]
         raw = row[11][0] if len(row) > 11 and isinstance(row[11], list) and row[11] else None
@@ -156,8 +156,8 @@ def _benches(rows: Mapping[str, Any]) -> Iterator[tuple[str, BenchResult]]:
             if isinstance(raw, list) else []
         per_step = per_step or [float(row[0][0])]
         samples = tuple(x * 1e6 for x in per_step)  # sidecar unit: s per million env-steps
-        yield name, BenchResult(name=name, samples=samples,
-                                steps_per_s=1e6 / statistics.median(samples),
+        yield name, BenchRecord(name=name, samples=samples,
+                                rate=1e6 / statistics.median(samples),
                                 source=ASV_SOURCE, extra={"asv_series": key})
 
 
@@ -184,6 +184,3 @@ def _int(v: Any) -> int | None:
 def is_asv_run(run: RunRecord) -> bool:
     """True for a reduced record read from asv's files (not a perfgate sidecar)."""
     return run.metadata.get("recorded_by") == ASV_SOURCE
-
-
-__all__ = ["ASV_RUN_PREFIX", "ASV_SOURCE", "asv_recorded_runs", "is_asv_run"]

@@ -4,7 +4,7 @@ The gate compares only like with like: same machine fingerprint, a commit on HEA
 line of history (docs/design.md §2). The code under test never judges itself: runs of
 HEAD's own commit are left out (a dirty tree may be judged by clean runs of its commit, its
 strict ancestor), and a run whose benchmark failed the gate stays out until a person
-accepts it (:mod:`pytest_perfgate.history.accept`). When nothing qualifies, the
+accepts it (:mod:`pytest_perfgate.history.decisions`). When nothing qualifies, the
 explanation names the fingerprints that do hold the benchmark and what differs.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_perfgate.core.results import BenchResult, RunRecord
-from pytest_perfgate.history.accept import Decisions
 from pytest_perfgate.history.asv_runs import is_asv_run
-from pytest_perfgate.history.machine import describe_mismatch, fingerprint_fields
+from pytest_perfgate.history.decisions import Decisions
+from pytest_perfgate.history.machine_id import describe_mismatch, fingerprint_fields
 
 
 def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: str,
@@ -85,6 +85,3 @@ def describe_other_fingerprints(runs: Sequence[RunRecord], fingerprint: str, ben
         parts.append(part)
     return (f"no results for {bench} on this machine fingerprint ({fingerprint}); "
             + "; ".join(parts))
-
-
-__all__ = ["describe_other_fingerprints", "select_baseline"]

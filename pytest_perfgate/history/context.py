@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchRecord, RunRecord
 
 MODE_KEY = "mode"  # run metadata: which mode measured the run ("history" or "ab")
 HISTORY = "history"
@@ -30,20 +30,20 @@ class HistoryContext:
                  machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
         """``rootdir`` is where git is asked: the test files' checkout, not pytest's
         rootdir (which a path-valued option can move out of the repository)."""
-        from pytest_perfgate.history import accept, machine, vcs
+        from pytest_perfgate.history import decisions, machine_id, vcs
         from pytest_perfgate.history import store as history
 
         self.rootdir = rootdir
-        self.meta = machine.collect_metadata(machine_name)
+        self.meta = machine_id.collect_metadata(machine_name)
         if machine_info is not None:  # users add or change fields before the fingerprint
             machine_info(self.meta)
         self.machine = self.meta["machine"]
-        self.fingerprint = machine.fingerprint(self.meta)
+        self.fingerprint = machine_id.fingerprint(self.meta)
         self.git = vcs.git_info(rootdir)
         self.results_dir = results_dir
         self.store = history.History(results_dir, self.machine)
         self.runs = self.store.load_runs()
-        self.decisions = accept.load_decisions(results_dir, self.machine)
+        self.decisions = decisions.load_decisions(results_dir, self.machine)
         self._ancestor_cache: dict[str, bool] = {}
 
     @classmethod
@@ -54,7 +54,7 @@ class HistoryContext:
         the commit for the ancestor rule; else every other commit counts, as outside git).
         Used to judge a recorded run again (``perfgate check``); ``before=False`` offers
         every other run (``perfgate compare``, which names the baseline commit itself)."""
-        from pytest_perfgate.history import accept, vcs
+        from pytest_perfgate.history import decisions, vcs
         from pytest_perfgate.history import store as history
 
         self = cls.__new__(cls)
@@ -72,7 +72,7 @@ class HistoryContext:
         # what the plugin saw when it judged the run: the runs recorded before it
         self.runs = [r for r in self.store.load_runs()
                      if (r.started_at < run.started_at if before else r.run_id != run.run_id)]
-        self.decisions = accept.load_decisions(results_dir, run.machine)
+        self.decisions = decisions.load_decisions(results_dir, run.machine)
         self._ancestor_cache = {}
         return self
 
@@ -88,14 +88,16 @@ class HistoryContext:
             self._ancestor_cache.update({c: c in yes for c in todo})
         return {c for c in commits if self._ancestor_cache[c]}
 
-    def record(self, run_id: str, started_at: float, benches: Mapping[str, BenchResult],
-               mode: str) -> tuple[RunRecord, Path]:
-        """Write the run, tagged with the mode that measured it (``metadata["mode"]``)."""
+    def record(self, run_id: str, started_at: float, benches: Mapping[str, BenchRecord],
+               mode: str, extra: Mapping[str, Any] | None = None) -> tuple[RunRecord, Path]:
+        """Write the run, tagged with the mode that measured it (``metadata["mode"]``);
+        ``extra``: facts of this run beside the machine's (which copy its rings used)."""
         g = self.git
         run = RunRecord(run_id=run_id, started_at=started_at, commit=g.commit,
                         commit_date_ms=g.commit_date_ms, branch=g.branch, dirty=g.dirty,
                         machine=self.machine, fingerprint=self.fingerprint,
-                        metadata={**self.meta, MODE_KEY: mode}, benchmarks=dict(benches))
+                        metadata={**self.meta, **(extra or {}), MODE_KEY: mode},
+                        benchmarks=dict(benches))
         return run, self.store.record(run, {})
 
 
@@ -120,6 +122,3 @@ class HistoryOpener:
             self.opened = HistoryContext(self.root, self._results_dir(self.root),
                                          self._machine_name, self._machine_info)
         return self.opened
-
-
-__all__ = ["HISTORY", "MODE_KEY", "HistoryContext", "HistoryOpener", "is_history_run"]

@@ -1,6 +1,6 @@
 """Where a results dir is and how history files are read and written.
 
-Every write goes through :func:`pytest_perfgate.core.files.atomic_write`; reads of files we
+Every write goes through :func:`pytest_perfgate.core.atomic.atomic_write`; reads of files we
 are about to rewrite never fail the run (a warning names the file instead).
 """
 
@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import (
-    TMP_SUFFIX,
-    atomic_write,
+from pytest_perfgate.core.atomic import (
     load_json,
     loads_json,
-    sweep_stale_temps,
 )
 
 DEFAULT_RESULTS = Path(".perfgate") / "results"
@@ -175,23 +172,3 @@ def strip_comments(text: str) -> str:
     """Remove // and /* */ comments outside strings (fallback when json5 is missing)."""
     pattern = r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/'
     return re.sub(pattern, lambda m: m.group(1) or "", text, flags=re.S)
-
-
-__all__ = [
-    "DEFAULT_RESULTS",
-    "TMP_SUFFIX",
-    "HistoryWarning",
-    "Unreadable",
-    "atomic_write",
-    "default_results_dir",
-    "describe",
-    "dump_json",
-    "keep_valid",
-    "load_jsonc",
-    "read_json",
-    "read_object",
-    "strip_comments",
-    "sweep_stale_temps",
-    "unreadable_sidecar",
-    "warn_history",
-]

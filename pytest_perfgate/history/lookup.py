@@ -82,7 +82,3 @@ def machine_runs(results_dir: Path, machine: str | None) -> MachineRuns:
         raise HistoryMissing(f"cannot read the history of machine {found!r} in "
                              f"{results_dir}: {e}") from None
     return MachineRuns(results_dir, found, tuple(runs), tuple(store.unreadable))
-
-
-__all__ = ["HistoryMissing", "MachineAmbiguous", "MachineRuns", "check_results_dir",
-           "find_machine", "machine_runs"]

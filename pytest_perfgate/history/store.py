@@ -24,9 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import (
-    STALE_TMP_S,
-    TMP_SUFFIX,
+from pytest_perfgate.core.atomic import (
     atomic_write,
     load_json,
     locked,
@@ -35,24 +33,16 @@ from pytest_perfgate.core.files import (
 from pytest_perfgate.core.names import safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.asv import (
-    ASV_PARAM_KEYS,
-    ASV_RESULT_COLUMNS,
-    SERIES_VERSION,
     asv_entries,
     asv_name,
-    asv_params_from_meta,
     merge_benchmarks_json,
     write_asv_result,
     write_machine_json,
 )
 from pytest_perfgate.history.asv_rebuild import mark_view, needs_rebuild, rebuild_asv_view
 from pytest_perfgate.history.asv_runs import asv_recorded_runs
-from pytest_perfgate.history.baseline import describe_other_fingerprints, select_baseline
 from pytest_perfgate.history.files import (
-    DEFAULT_RESULTS,
-    HistoryWarning,
     Unreadable,
-    default_results_dir,
     describe,
     dump_json,
     unreadable_sidecar,
@@ -206,28 +196,3 @@ def check_asv_names(run: RunRecord) -> None:
                 asv_name(phase)
             except ValueError as exc:
                 raise ValueError(f"benchmark {name!r}: phase {phase!r}: {exc}") from None
-
-
-__all__ = [
-    "ASV_PARAM_KEYS",
-    "ASV_RESULT_COLUMNS",
-    "DEFAULT_RESULTS",
-    "SERIES_VERSION",
-    "SIDECAR_DIR",
-    "SIDECAR_SUFFIX",
-    "STALE_TMP_S",
-    "TMP_SUFFIX",
-    "History",
-    "HistoryWarning",
-    "asv_name",
-    "asv_params_from_meta",
-    # re-exported for session/, report/, modes/ and older callers:
-    "atomic_write",
-    "default_results_dir",
-    "describe_other_fingerprints",
-    "no_machine_problem",
-    "recorded_machines",
-    "select_baseline",
-    "sweep_stale_temps",
-    "validate_path_name",
-]

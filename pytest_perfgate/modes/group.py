@@ -87,6 +87,3 @@ def run(command: str, cwd: str | os.PathLike[str], timeout: float | None = None
     finally:
         reap(proc)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
-
-
-__all__ = ["popen", "reap", "run", "stop"]

@@ -136,6 +136,3 @@ class Place:
                 value = str(self.at(Path(value).resolve(), tree))
             out.append(head + eq + value)
         return out
-
-
-__all__ = ["Place", "PlaceError"]

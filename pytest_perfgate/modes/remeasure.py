@@ -29,7 +29,7 @@ from pytest_perfgate.modes.ab.controller import (
     start_ab,
 )
 from pytest_perfgate.modes.ab.remote import SideError
-from pytest_perfgate.modes.base import BenchCall, MeterFactory
+from pytest_perfgate.modes.mode import BenchCall, MeterFactory
 from pytest_perfgate.modes.place import Place
 
 
@@ -151,13 +151,10 @@ def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
     message = (f"re-measured: the record could not resolve the threshold ({record.message}); "
                f"so the baseline commit {commit[:10]} was measured again in alternating "
                f"turns with this tree: {v.message}")
-    base = j.result.steps_per_s / v.ratio if v.ratio else None
+    base = j.result.rate / v.ratio if v.ratio else None
     if "profile" in ab.result.extra:  # why it got slower, taken after the paired verdict
         j = dataclasses.replace(j, result=dataclasses.replace(
             j.result, extra={**j.result.extra, "profile": ab.result.extra["profile"]}))
     return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message),
-                               baseline_commits=[commit], baseline_steps_per_s=base,
+                               baseline_commits=[commit], baseline_rate=base,
                                baseline_phases=ab.baseline_phases)
-
-
-__all__ = ["Remeasure", "RemeasurePlan"]

@@ -80,6 +80,3 @@ def cgroup_cpu_quota(root: str | os.PathLike[str] = "/sys/fs/cgroup",
                 break
             d = d.parent
     return min(found) if found else None
-
-
-__all__ = ["cgroup_cpu_quota", "own_cgroup"]

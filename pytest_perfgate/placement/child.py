@@ -22,9 +22,9 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.timing import PhaseRecorder, activate
 from pytest_perfgate.core.tree import PeakMemory, ProcessTree
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
 

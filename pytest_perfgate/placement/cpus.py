@@ -235,21 +235,3 @@ def cap_threads_env(n: int) -> dict[str, str]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"thread cap {n!r}: pass a positive int (the slice size)")
     return {k: str(n) for k in THREAD_ENV_VARS}
-
-
-__all__ = [
-    "GRAMMAR",
-    "MAX_CPU_ID",
-    "THREAD_ENV_VARS",
-    "CpuSpec",
-    "CpuSpecError",
-    "PlacementWarning",
-    "cap_threads_env",
-    "format_cpus",
-    "parse_cpulist",
-    "parse_cpus",
-    "physical_cpus",
-    "resolve_threads",
-    "set_affinity",
-    "usable_cpus",
-]

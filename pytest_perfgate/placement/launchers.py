@@ -157,6 +157,3 @@ def _int_or_none(threads: int | str | None) -> int | None:
     if threads is None or isinstance(threads, str):
         return None  # "physical"/"logical" mean nothing without a CPU slice
     return _cpus.resolve_threads(threads, ())
-
-
-__all__ = ["NumaWorkers", "PinnedWorkers", "numa_split", "split_slices"]

@@ -341,26 +341,3 @@ def gpu_local_cpus(device: int | str = 0, *, sysfs_root: str | os.PathLike[str] 
         raise ValueError(f"{loc.device} is local to CPUs {format_cpus(local)}, none of which "
                          f"this process may use (its CPUs: {format_cpus(sorted(ours))})")
     return cpus
-
-
-__all__ = [
-    "MPOL_BIND",
-    "MPOL_DEFAULT",
-    "MPOL_F_STATIC_NODES",
-    "MPOL_INTERLEAVE",
-    "MPOL_LOCAL",
-    "MPOL_MODE_FLAGS",
-    "MPOL_PREFERRED",
-    "MemPolicy",
-    "Node",
-    "NumaMapsProof",
-    "Topology",
-    "bind_memory",
-    "discover",
-    "get_mempolicy",
-    "gpu_local_cpus",
-    "gpu_local_nodes",
-    "parse_numa_maps",
-    "read_numa_maps",
-    "set_mempolicy",
-]

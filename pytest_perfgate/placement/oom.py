@@ -185,13 +185,3 @@ class OomWatch:
                "give it less to allocate, or more memory (the cgroup's limit or the machine's)")
         return (f"worker {index} (pid {pid}) was killed by the OOM killer during {what}{where}: "
                 f"{fix} ({evidence})")
-
-
-__all__ = [
-    "NodeMemory",
-    "OomWatch",
-    "kernel_oom_line",
-    "oom_kill_count",
-    "read_kernel_log",
-    "read_node_memory",
-]

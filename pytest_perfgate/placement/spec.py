@@ -138,13 +138,3 @@ def placement_failure(p: Placement) -> str | None:
         return (f"requested memory policy on node {p.node} but the policy is "
                 f"{p.mempolicy or 'unknown'}")
     return None
-
-__all__ = [
-    "Placement",
-    "WorkerSpec",
-    "placement_failure",
-    "placement_line",
-    "placement_notes",
-    "render_placement",
-    "worker_warnings",
-]

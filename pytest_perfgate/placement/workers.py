@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
-from pytest_perfgate.core.measure import RawWindow
+from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement.cgroup import cgroup_cpu_quota
 from pytest_perfgate.placement.child import placed_like, worker_main
@@ -36,7 +36,6 @@ from pytest_perfgate.placement.spec import (
     Placement,
     WorkerSpec,
     placement_failure,
-    placement_line,
     placement_notes,
     render_placement,
     worker_warnings,
@@ -309,20 +308,3 @@ class WorkerGroup:
         self.close()
         raise WorkerCrashed(f"worker {i} (pid {pid}) died during the {what}: "
                             f"{_describe_exit(code)}; the workload crashed or was killed")
-
-
-__all__ = [
-    "DEFAULT_TIMEOUTS",
-    "Placement",
-    "PlacementError",
-    "Timeouts",
-    "WorkerCrashed",
-    "WorkerError",
-    "WorkerGroup",
-    # defined in .spec, importable from here as before:
-    "WorkerSpec",
-    "WorkerTimeout",
-    "placement_line",
-    "placement_notes",
-    "render_placement",
-]

@@ -28,7 +28,7 @@ def pytest_perfgate_machine_info(config: pytest.Config, info: dict[str, Any]) ->
 
     Called once per session, when the history is first opened (the first verdict of a
     ``--perfgate`` run, or the record at its end). ``info`` is the dict
-    :func:`pytest_perfgate.history.machine.collect_metadata` returned; change it in place.
+    :func:`pytest_perfgate.history.machine_id.collect_metadata` returned; change it in place.
     Only the fingerprint fields (machine, cpu_model, cpu_logical, affinity,
     cgroup_cpu_quota, numa_nodes, python, and the mujoco, numpy and torch versions in
     ``info["versions"]``) decide which runs are compared; other keys are recorded only.

@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.core.measure import RawWindow
 from pytest_perfgate.core.metric import CALLS
 from pytest_perfgate.core.timing import Clock
-from pytest_perfgate.session.naming import readable_name
-from pytest_perfgate.session.session import GateSession, PerfGate, PerfgateUsageError, stable_nodeid
+from pytest_perfgate.core.window import RawWindow
+from pytest_perfgate.session.gate_session import GateSession, PerfgateUsageError
+from pytest_perfgate.session.naming import readable_name, stable_nodeid
+from pytest_perfgate.session.perfgate import PerfGate
 
 _UNSET = object()
 UNSUPPORTED = ("weave", "patch")  # pytest-benchmark's aspect mode: no step to measure
@@ -50,7 +51,7 @@ def measured_call(pyfuncitem: pytest.Function, session: GateSession
     ``benchmark`` for its call, pytest-benchmark's back after (its own hooks read it at report
     time)."""
     from pytest_perfgate.plugin import markers
-    from pytest_perfgate.plugin.gate import open_gate
+    from pytest_perfgate.plugin.open_gate import open_gate
 
     original = pyfuncitem.funcargs.get("benchmark")
     if session.smoke or not is_pytest_benchmark(original):
@@ -211,7 +212,3 @@ class SetupSource:
             if wall() - start >= limit:
                 break
         return RawWindow(calls, timed / 1e9, used / 1e9, {}, calls)
-
-
-__all__ = ["PerfgateBenchmark", "SetupSource", "benchmark_name", "is_pytest_benchmark",
-           "measured_call"]

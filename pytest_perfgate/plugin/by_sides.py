@@ -4,7 +4,7 @@ A perf test (one that requests the ``perfgate`` fixture, or pytest-benchmark's
 ``benchmark``) gets no fixture and no body in the controller: pytest's set-up finds every
 argument already filled with :data:`NOT_SET_UP` (but pytest-benchmark's own fixture object,
 which its hooks check and which starts nothing), and the call runs the test in its sides
-(:func:`pytest_perfgate.modes.ab.by_sides.run_test`). Its outcome is the head side's (a
+(:func:`pytest_perfgate.modes.ab.side_test.run_test`). Its outcome is the head side's (a
 failure shows the head's output; a skip its reason), failed further by a failing verdict as
 any perf test is. A test that reaches ``perfgate`` another way (``getfixturevalue``) runs in
 the controller as before, its step in the sides (docs/ab.md).
@@ -17,13 +17,14 @@ from collections.abc import Callable
 import pytest
 
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.modes.ab.by_sides import Announced, run_test
 from pytest_perfgate.modes.ab.controller import ABController
-from pytest_perfgate.modes.base import BenchCall
+from pytest_perfgate.modes.ab.side_test import Announced, run_test
+from pytest_perfgate.modes.mode import BenchCall
 from pytest_perfgate.plugin.benchmark_compat import benchmark_name
-from pytest_perfgate.plugin.gate import open_gate
+from pytest_perfgate.plugin.open_gate import open_gate
 from pytest_perfgate.session.checks import check_unit
-from pytest_perfgate.session.session import GateSession, PerfGate
+from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.perfgate import PerfGate
 
 
 class NotSetUp:
@@ -92,6 +93,3 @@ def _deliver(gate: PerfGate, a: Announced, judge: Callable[[BenchCall], Judged])
     """The head's ``measure()`` call judged as this test's own: named, ruled, shown."""
     call = gate.call(a.name, a.transitions, a.threshold, a.extra, check_unit(a.unit))
     return gate.deliver(call, judge)
-
-
-__all__ = ["NOT_SET_UP", "RunBySides", "is_perf_test"]

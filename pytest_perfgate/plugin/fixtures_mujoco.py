@@ -52,7 +52,7 @@ def mujoco_sweep(request: pytest.FixtureRequest) -> Callable[..., Any]:
     in the terminal summary section of the test's captured output.
     """
     _require_or_skip()
-    from pytest_perfgate.sim.sweep import run_sweep
+    from pytest_perfgate.sim.thread_sweep import run_sweep
 
     def sweep(model: Any, num_envs: int, **kw: Any) -> Any:
         result = run_sweep(model, num_envs, **kw)
@@ -85,6 +85,3 @@ def g1_scene() -> str:
     if path is None:
         pytest.skip(G1_MISSING)
     return path
-
-
-__all__ = ["g1_scene", "humanoid_xml", "mujoco_pool", "mujoco_sweep"]

@@ -41,6 +41,3 @@ def numa_workers() -> Iterator[NumaWorkers]:
         yield launcher
     finally:
         launcher.close()
-
-
-__all__ = ["numa_workers", "pinned_workers"]

@@ -49,6 +49,3 @@ def ring_pair() -> Iterator[Callable[..., RingPair]]:
     finally:
         for pair in pairs:
             pair.close()
-
-
-__all__ = ["ring_pair"]

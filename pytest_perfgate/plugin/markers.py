@@ -98,14 +98,3 @@ def marker_threshold(item: pytest.Item) -> float | None:
     except OptionError as e:
         raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
                                  f"{e}") from None
-
-
-__all__ = [
-    "KWARGS",
-    "marker_counts",
-    "marker_memory_threshold",
-    "marker_threshold",
-    "marker_unit",
-    "parse_threshold",
-    "problems",
-]

@@ -116,6 +116,3 @@ def _refine(logs: Any, lo: int, hi: int) -> int:
         return float(((seg - seg.mean()) ** 2).sum())
 
     return min(range(lo + 1, hi), key=lambda k: cost(lo, k) + cost(k, hi))
-
-
-__all__ = ["INSTALL", "ChangePoint", "MissingLibrary", "detect", "noise", "require"]

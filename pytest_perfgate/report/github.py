@@ -87,7 +87,8 @@ def annotation_lines(outcome: GateResult, context: str = "") -> list[str]:
         else:
             continue
         lines.append(annotation(level, f"{r.name}: {v.outcome.value}: {v.message}",
-                                file=r.test_file, line=r.test_line,
+                                file=j.where[0] if j.where else None,
+                                line=j.where[1] if j.where else None,
                                 title=f"perfgate {v.outcome.value}{where}"))
     for text in outcome.problems:
         lines.append(annotation("error", text, title=f"perfgate infrastructure error{where}"))
@@ -112,7 +113,3 @@ def summary(outcome: GateResult, title: str) -> str:
 def not_gated(judged: Sequence[Judged]) -> list[str]:
     return [j.result.name for j in judged
             if j.verdict is not None and j.verdict.outcome is Outcome.NO_BASELINE]
-
-
-__all__ = ["INFRA", "PASS", "REGRESSION", "USAGE", "GateResult", "annotation", "annotations",
-           "escape_data", "escape_property", "not_gated", "summary"]

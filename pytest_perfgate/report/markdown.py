@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.core.metric import figure
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.changepoints import ChangePoint
-from pytest_perfgate.report.plots import Band, si
+from pytest_perfgate.report.plots import Band
 from pytest_perfgate.report.series import Series, cause
 
 
@@ -40,10 +41,6 @@ class Entry:
     counts_series: Counts | None = None
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else si(x)
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -67,8 +64,8 @@ def verdict_table(entries: Sequence[Entry]) -> list[str]:
     for e in entries:
         j, v = e.judged, e.judged.verdict
         row = [f"`{j.result.name}`", "SMOKE" if v is None else v.outcome.value, change(j),
-               _num(j.result.steps_per_s), _num(j.baseline_steps_per_s)]
-        row += [_num(e.counts)] if counts else []
+               figure(j.result.rate), figure(j.baseline_rate)]
+        row += [figure(e.counts)] if counts else []
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
     return lines
 
@@ -88,7 +85,7 @@ def change_points(entries: Sequence[Entry]) -> list[str]:
                 why = cause(s, c.index)
                 same = f" ({why})" if why else ""
                 out.append(f"- `{s.benchmark}`: {pct:+.1%} {s.display_unit} "
-                           f"({_num(s.display(c.before))} -> {_num(s.display(c.after))}) "
+                           f"({figure(s.display(c.before))} -> {figure(s.display(c.after))}) "
                            f"from commit `{p.run.commit[:10]}`, run `{p.run.run_id}`, "
                            f"{_date(p.run)}{here}{same}")
     return out or ["- none found"]
@@ -155,6 +152,3 @@ def report(run: RunRecord, entries: Sequence[Entry], where: str) -> str:
                  "stay above; orange: change points and each segment's level. The y axis "
                  "starts at 0 unless the title says it does not.")
     return "\n".join(lines) + "\n"
-
-
-__all__ = ["Counts", "Entry", "change", "report", "summary", "verdict_table"]

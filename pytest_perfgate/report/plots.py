@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.core.gate import percent
+from pytest_perfgate.core.metric import figure
 from pytest_perfgate.report.changepoints import ChangePoint
 from pytest_perfgate.report.series import GATED, Series
 
@@ -49,14 +50,6 @@ class Band:
 
 FAILED = frozenset({"REGRESSION", "UNSTABLE"})  # = history.accept.FAILED_VERDICTS
 ZOOM_BELOW = 0.2  # a y range under 20% of the top is drawn from near the data, said so
-
-
-def si(x: float, _pos: Any = None) -> str:
-    """3 significant digits with a k/M/G suffix: the axis labels and the report's figures."""
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{suffix}"
-    return f"{x:.3g}"
 
 
 def plot(s: Series, path: Path, current: int | None, band: Band | None,
@@ -95,7 +88,7 @@ def plot(s: Series, path: Path, current: int | None, band: Band | None,
         if len(ys) < 2:
             ax.text(0.02, 0.88, "one run: no history to compare with yet", ha="left",
                     transform=ax.transAxes, fontsize=9, color="0.35")
-        ax.yaxis.set_major_formatter(FuncFormatter(si))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _pos: figure(x)))
         ax.margins(x=0.02, y=0.15)
         zero = _y_range(ax, ys, band)
         ax.set_ylabel(s.display_unit + (" (higher is better)" if s.kind == GATED else
@@ -194,6 +187,3 @@ def _commit_ticks(ax: Any, s: Series) -> None:
     ax.set_xticklabels([labels[i] for i in ticks], fontsize=8, rotation=30, ha="right")
     ax.set_xlabel(f"run (commit, #: its run of that commit), oldest to newest: {n} run(s)",
                   fontsize=9)
-
-
-__all__ = ["Band", "plot", "tick_labels"]

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import load_json
+from pytest_perfgate.core.atomic import load_json
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.results import BenchRecord
 
 
 def read_report(path: Path) -> list[Judged]:
@@ -41,7 +41,7 @@ def _entry(e: Any, i: int) -> Judged:
         raise ValueError(f"benchmarks[{i}] is not an object")
     where = f"benchmarks[{i}] ({e.get('benchmark')!r})"
     try:
-        result = BenchResult.from_json(e["result"])
+        result = BenchRecord.from_json(e["result"])
         fails = e["fails"]
         if not isinstance(fails, bool):
             raise ValueError(f"field 'fails' is {fails!r}, expected true or false")
@@ -53,7 +53,7 @@ def _entry(e: Any, i: int) -> Judged:
                     verdict.outcome is Outcome.INCONCLUSIVE else "warn")
         commits = [str(c) for c in e.get("baseline_commits") or []]
         base = _num(e.get("baseline_steps_per_s"))
-        return Judged(result, verdict, rule, str(e["test"]), commits, base)
+        return Judged(result, verdict, rule, str(e["test"]), commits, base, where=result.where)
     except KeyError as k:
         raise ValueError(f"{where}: missing key {k}") from None
     except (TypeError, ValueError) as x:
@@ -72,6 +72,3 @@ def _num(v: Any) -> float | None:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return float(v)
     return None
-
-
-__all__ = ["read_report"]

@@ -6,29 +6,18 @@ Pure functions over :class:`~pytest_perfgate.core.judged.Judged`, so a CLI rende
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.memory import MEMORY_SOURCE, memory_line, mib
-from pytest_perfgate.core.metric import ENV_STEPS, metric_for
-from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.metric import ENV_STEPS, figure, metric_for
+from pytest_perfgate.core.results import BenchRecord, BenchResult
 from pytest_perfgate.history.asv import counts_phases
 from pytest_perfgate.placement.spec import placement_line
 
 COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "top phase")
-
-
-def _num(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if x >= 1e4:
-        return f"{x / 1e3:.1f}k"
-    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def top_phase(j: Judged) -> str:
@@ -66,7 +55,7 @@ def row(j: Judged, units: bool = False) -> tuple[str, ...]:
         p = f"{v.p_value:.2g}" if v.p_value is not None else "-"
     if j.result.source == MEMORY_SOURCE:  # a memory verdict: peak memory in place of steps/s
         return (j.result.name, mib(j.result.samples[0]), "-", ratio, p, verdict, "-")
-    now, base = (_num(metric.shown(x)) for x in (j.result.steps_per_s, j.baseline_steps_per_s))
+    now, base = (figure(metric.shown(x)) for x in (j.result.rate, j.baseline_rate))
     if units:
         now += f" {metric.unit}"
     return (j.result.name, now, base, ratio, p, verdict, top_phase(j))
@@ -112,7 +101,7 @@ def notes(judged: Sequence[Judged]) -> list[str]:
         out.extend(f"{r.name}: {line}" for line in gpu_lines(r))
         profile = r.extra.get("profile")
         if isinstance(profile, dict):
-            from pytest_perfgate.profile.render import lines as profile_lines
+            from pytest_perfgate.profile.text import lines as profile_lines
 
             out.extend(f"{r.name}: {line.strip()}" for line in profile_lines(profile))
         if r.remeasured or r.polluted_kept:
@@ -150,7 +139,7 @@ def phase_line(by_phase: Mapping[str, float]) -> str:
     """Instructions per env-step by phase, largest first, with each one's share of the
     sum (the phases and ``(other)`` add up to the whole step, docs/design.md §10)."""
     total = sum(by_phase.values())
-    parts = [f"{n} {_num(v)} ({v / total:.0%})" if total > 0 else f"{n} {_num(v)}"
+    parts = [f"{n} {figure(v)} ({v / total:.0%})" if total > 0 else f"{n} {figure(v)}"
              for n, v in sorted(by_phase.items(), key=lambda kv: -kv[1])]
     return "instructions/env-step by phase: " + ", ".join(parts)
 
@@ -177,8 +166,8 @@ def explain(j: Judged, run_id: str | None = None) -> str:
         basis = ("base side's median" if r.extra.get("ab_base") is not None else
                  "geometric mean of the baseline runs' medians: the ratio's denominator")
         window = " (median window)" if metric.higher_is_better else ""
-        lines.append(f"  {metric.unit}: {_num(metric.shown(r.steps_per_s))} now{window} vs "
-                     f"{_num(metric.shown(j.baseline_steps_per_s))} baseline ({basis})")
+        lines.append(f"  {metric.unit}: {figure(metric.shown(r.rate))} now{window} vs "
+                     f"{figure(metric.shown(j.baseline_rate))} baseline ({basis})")
     ab_base = r.extra.get("ab_base")
     if ab_base is not None:
         commit = str(r.extra.get("ab_base_commit"))[:10]
@@ -210,7 +199,7 @@ def explain(j: Judged, run_id: str | None = None) -> str:
         lines.append(f"  {mem}")
     profile = r.extra.get("profile")
     if isinstance(profile, dict):
-        from pytest_perfgate.profile.render import lines as profile_lines
+        from pytest_perfgate.profile.text import lines as profile_lines
 
         lines.extend(f"  {line}" for line in profile_lines(profile))
     if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
@@ -227,8 +216,8 @@ def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dic
         v = j.verdict
         out.append({
             "benchmark": j.result.name, "test": j.test_id,
-            "steps_per_s": j.result.steps_per_s,
-            "baseline_steps_per_s": j.baseline_steps_per_s,
+            "steps_per_s": j.result.rate,
+            "baseline_steps_per_s": j.baseline_rate,
             "verdict": None if v is None else v.outcome.value,
             "message": None if v is None else v.message,
             "ratio": None if v is None else v.ratio,
@@ -237,7 +226,9 @@ def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dic
             "resolvable_drop": None if v is None else v.resolvable,
             "threshold": j.rule.threshold, "fails": bool(v and v.fails(j.rule)),
             "baseline_commits": j.baseline_commits, "top_phase": top_phase(j),
-            "result": j.result.to_json(),
+            "result": BenchRecord.of(j.result, None if v is None else v.outcome.value,
+                                     None if v is None else j.rule.threshold,
+                                     j.where).to_json(),
         })
     return {"perfgate_report": 1, "benchmarks": out, "metadata": meta or {}}
 

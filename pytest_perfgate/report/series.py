@@ -35,7 +35,7 @@ COUNTS = "counts"
 PHASE = "phase."
 CYCLES = "counts.est_cycles"
 COUNTS_PHASE = "counts.phase."
-COUNTS_SUFFIX = ".counts"  # modes/counts/mode.py names a counts result so
+COUNTS_SUFFIX = ".counts"  # modes/counts/counts_mode.py names a counts result so
 STEPS_PER_SAMPLE_UNIT = 1e6  # BenchResult.samples are seconds per million env-steps
 
 
@@ -285,23 +285,3 @@ def hidden_message(u: Unreadable, run: RunRecord) -> str:
     return (f"{u.path} cannot be read (see the warning) and may hold a run newer than "
             f"{run.run_id}, the newest readable one: judging that one instead could pass a "
             "regression; fix or move the file, or name the run to judge")
-
-
-__all__ = [
-    "COUNTS",
-    "COUNTS_PHASE",
-    "CYCLES",
-    "GATED",
-    "PHASE",
-    "MachineHistory",
-    "Point",
-    "Series",
-    "SeriesError",
-    "benchmark_names",
-    "cause",
-    "hidden_message",
-    "hidden_newest",
-    "parse_kind",
-    "resolve_benchmark",
-    "series",
-]

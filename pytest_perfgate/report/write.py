@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import output_problem
+from pytest_perfgate.core.atomic import output_problem
 from pytest_perfgate.core.judged import Judged
 
 JSON = "json"
@@ -109,6 +109,3 @@ def write(found: Sequence[Target], judged: Sequence[Judged], meta: Mapping[str, 
         else:
             errors.append(f"could not write the {t.what}: {why}")
     return done, errors
-
-
-__all__ = ["JSON", "JSONL", "MARKDOWN", "Target", "problem", "same_file", "targets", "write"]

@@ -2,8 +2,9 @@
 
 :class:`RingBase` maps one segment (header, semaphores, slot arrays) and holds what
 both sides need: the mutex taken in slices, sliced waits that notice a dead peer,
-pickling to the other process, and the counters behind ``stats()``. The producer and
-consumer operations are in ring.py (docs/design.md §9).
+pickling to the other process, and the counters behind ``stats()``. The producer is
+ring/producer.py, the read paths ring/claims.py, ring/held.py and ring/borrow.py, joined in
+ring/shm_ring.py (docs/design.md §9).
 """
 
 from __future__ import annotations
@@ -12,29 +13,23 @@ import ctypes
 import os
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, Self
 
+from pytest_perfgate.ring import sync
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.segment import Segment, new_name, sweep_stale
-from pytest_perfgate.ring.sync import SEM_BYTES, SLICE_S, SharedSem, peer_gone, start_time
+from pytest_perfgate.ring.stream import ring_mapped
+from pytest_perfgate.ring.sync import SLICE_S, TABLE_ROWS, SharedSem
 
 # Header int64 slots; producer-written and consumer-written counters on separate lines.
 PUBLISHED, P_BLOCKED_NS, CLOSED, PUSHES, OVERWRITTEN = 0, 2, 3, 4, 5
 CONSUMED, C_WAIT_NS, CLAIM, POPS, HELD = 8, 10, 11, 12, 13
 W_PROD, W_CONS, ATTACHED, PARTIES, SPIN = 16, 17, 18, 19, 20  # SPIN: ns, set once
-# The party table: (pid, start time, role bits) per attached process, written under the
-# mutex at attach time, read without it by a waiter (docs/ring.md "Who is reported dead").
-TABLE, TABLE_ROWS = 32, 16
-PRODUCER, CONSUMER, OBSERVER = 1, 2, 4  # role bits; 0: a side that has not pushed or popped
+# From 32: the party table (ring/sync.py Parties).
 SPIN_MISSES = 3  # waits in a row too long for polling to catch: then sleep at once
 SEM_OFF = 1024  # mutex, data bell, free bell
-# gone at close()
-_MAPPED = ("_h", "_base", "_mutex", "_lock", "_data_bell", "_free_bell", "_push_fast")
-
-
-class PeerDied(RuntimeError):
-    """The other side of the ring exited; the message names it and how it ended."""
 
 
 class RingClosed(RuntimeError):
@@ -46,8 +41,40 @@ class _ClosedAttribute(RingClosed, AttributeError):
     hasattr() and getattr(..., default)."""
 
 
+class _Closed:
+    """A closed ring's class (:func:`_closed`): reading what close() dropped says so. Not on
+    an open ring's class, where ``__getattr__`` makes every attribute read ~3x slower."""
+
+    _MAPPED: tuple[str, ...]
+
+    def __getattr__(self, name: str) -> Any:
+        """A missing attribute: a mapped one, or a property whose getter read one."""
+        why = (f"ring {self.__dict__['_seg'].name!r} was closed in this process: make a "
+               "new ring (or pass one to this process)")
+        if name in type(self)._MAPPED:
+            raise _ClosedAttribute(why)
+        if isinstance(getattr(type(self), name, None), property):
+            raise RingClosed(why)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+_CLOSED: dict[type, type] = {}
+
+
+def _closed(cls: type) -> type:
+    """``cls`` for a closed ring: the same name, :class:`_Closed` first."""
+    if cls not in _CLOSED:
+        _CLOSED[cls] = type(cls.__name__, (_Closed, cls),
+                            {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return _CLOSED[cls]
+
+
 class RingBase:
     """The segment and its synchronisation; see :class:`Ring` for the operations."""
+
+    # What refers to the mapping: gone at close(). A subclass adds what it maps.
+    _MAPPED: tuple[str, ...] = ("_h", "_base", "_mutex", "_lock", "_data_bell", "_free_bell",
+                                "_parties")
 
     def __init__(self, spec: RingSpec, parties: int = 1) -> None:
         """``parties``: processes that will attach (2 when the creator only supervises);
@@ -63,7 +90,7 @@ class RingBase:
         self._finalizer = weakref.finalize(self, self._seg.unlink)
         self._map_views(init=True)
         self._h[PARTIES] = parties
-        self._register(OBSERVER if parties >= 2 else 0)
+        self._register(sync.OBSERVER if parties >= 2 else 0)
 
     # ---- setup / teardown ------------------------------------------------------------
     def _map_views(self, init: bool) -> None:
@@ -76,57 +103,32 @@ class RingBase:
         self._base = ctypes.c_char.from_buffer(buf)  # an export: dropped in close()
         base = ctypes.addressof(self._base)
         self._mutex = SharedSem(base + SEM_OFF, 1 if init else None, maxvalue=1)
-        self._data_bell = SharedSem(base + SEM_OFF + SEM_BYTES, 0 if init else None)
-        self._free_bell = SharedSem(base + SEM_OFF + 2 * SEM_BYTES, 0 if init else None)
-        self._lock = _Held(self)
+        self._data_bell = SharedSem(base + SEM_OFF + sync.SEM_BYTES, 0 if init else None)
+        self._free_bell = SharedSem(base + SEM_OFF + 2 * sync.SEM_BYTES, 0 if init else None)
+        self._lock = _Held(self._h, self._mutex, weakref.WeakMethod(self._check_peer))
+        self._parties = sync.Parties(self._h)
         layout, _ = self.spec.layout()
         self._a = {k: np.ndarray(shape, dt, buf, off) for k, (off, shape, dt) in layout.items()}
         # Slot fields come first; the side store is touched only where envs end (§9).
         self._seg.populate(min(off for k, (off, _, _) in layout.items() if k.startswith("final_")))
         self._fields = self.spec.fields()
-        sp = self.spec
-        # push()'s checks, made once: (field, shape, dtype, reject non-finite)
-        self._push_fields = tuple(
-            (k, self._fields[k][0], np.dtype(self._fields[k][1]),
-             sp.check_finite and k in ("obs", "action", "reward"))
-            for k in ("obs", "action", "reward", "terminated", "truncated"))
-        self._push_critic: tuple[str, tuple[int, ...], Any, bool] | None = (
-            ("critic_obs", self._fields["critic_obs"][0], np.dtype(sp.obs_dtype),
-             sp.check_finite) if sp.critic_shape is not None else None)
         try:  # the C function under np.count_nonzero's Python wrapper (numpy >= 2)
             from numpy._core.multiarray import count_nonzero as _count
         except ImportError:  # pragma: no cover - numpy 1.x
             _count = np.count_nonzero
         self._count = _count
-        # push()'s inline check (ring.py): ndarray, (shape, dtype) of obs, action, reward
-        # and the flags, the count, the slot arrays; only where nothing else is declared
-        # or checked.
-        f = self._fields
-        self._push_fast: Any = None if sp.critic_shape is not None or sp.check_finite else (
-            np.ndarray, f["obs"][0], np.dtype(f["obs"][1]), f["action"][0],
-            np.dtype(f["action"][1]), f["reward"][0], np.dtype(f["reward"][1]),
-            f["terminated"][0], np.dtype(bool), _count,
-            tuple(self._a[k] for k in ("obs", "action", "reward", "terminated", "truncated")))
         self._peer_watch: Any = None
         self._role: str | None = None
-        # Counters as this side last saw them under the mutex (block mode only): counters
-        # only grow, so a stale view under-states the room, never over-states it, and what
-        # it shows was synchronised by that sem_wait; push/pop skip the mutex when it shows
-        # enough (docs/ring.md "Where the time goes"). Producer: (published, consumed);
-        # consumer: (consumed, published).
-        self._seen_p: tuple[int, int] | None = None
-        self._seen_c: tuple[int, int] | None = None
-        # Held-buffer reads (ring/held.py): (consumed, published, closed) last seen, and the
-        # buffers holding steps copied out of freed slots but not yet delivered.
-        self._seen_e: tuple[int, int, bool] | None = None
-        self._held_by: Any = None
-        self._borrowing = False  # a borrow() block of this process is open: no other read
         if init:
             self._h[SPIN] = self.spec.spin_ns()  # the creator's machine view, for both sides
         self._spin_ns = int(self._h[SPIN])
         self._spin_misses = 0  # waits in a row that outlasted the polling budget
         self._clock = time.perf_counter_ns  # of the waits that may poll (tests fake it)
-        self._end_told = False  # borrow(next_obs=False) delivered finish()'s observation
+        ring_mapped()  # the run's metadata says which copy this process's rings use
+        self._on_map()
+
+    def _on_map(self) -> None:
+        """What a subclass makes once per mapping, after the views (each calls super())."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "name": self._seg.name}
@@ -141,10 +143,10 @@ class RingBase:
                              "attached (or its creator exited)") from None
         self._finalizer = weakref.finalize(self, lambda: None)
         self._map_views(init=False)
-        with self._locked():
+        with self._lock:
             self._h[ATTACHED] += 1
             last = self._h[ATTACHED] >= self._h[PARTIES]
-            self._register(0, locked=True)
+            self._register(0, held=True)
         if last:
             self._seg.unlink()  # every side is mapped: nothing left to leak (§9)
 
@@ -152,22 +154,11 @@ class RingBase:
         """Unlink the name (if still there) and drop this process's mapping."""
         self._seg.unlink()
         self._a = {}
-        for attr in _MAPPED:
+        for attr in self._MAPPED:
             self.__dict__.pop(attr, None)
-        self._closed = True
+        if not isinstance(self, _Closed):
+            self.__class__ = _closed(type(self))
         self._seg.close()  # unmaps unless a caller still holds views (then at exit)
-
-    def __getattr__(self, name: str) -> Any:
-        """Only reached for a missing attribute: a mapped one after close(), or a property
-        whose getter read one (Python then retries the name here)."""
-        if self.__dict__.get("_closed"):
-            why = (f"ring {self.__dict__['_seg'].name!r} was closed in this process: make a "
-                   "new ring (or pass one to this process)")
-            if name in _MAPPED:
-                raise _ClosedAttribute(why)
-            if isinstance(getattr(type(self), name, None), property):
-                raise RingClosed(why)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __enter__(self) -> Self:
         return self
@@ -187,68 +178,28 @@ class RingBase:
         """Register this process as an observer (a supervisor that only reads ``stats()``
         or ``ended``): its own exit is never reported to the sides, and its waits report
         any side that died."""
-        with self._locked():
-            self._register(OBSERVER, locked=True, replace=True)
+        self._register(sync.OBSERVER, replace=True)
         self._role = "observer"
-
-    # ---- the party table -------------------------------------------------------------
-    def _register(self, bits: int, locked: bool = False, replace: bool = False) -> None:
-        """Put this process in the party table (once), or add ``bits`` to its row."""
-        if not locked:
-            with self._locked():
-                return self._register(bits, True, replace)
-        h, me = self._h, os.getpid()
-        free = None
-        for row in range(TABLE, TABLE + 3 * TABLE_ROWS, 3):
-            pid = int(h[row])
-            if pid == me:
-                h[row + 2] = bits if replace else int(h[row + 2]) | bits
-                return None
-            if pid == 0 and free is None:
-                free = row
-        if free is None:
-            raise RingClosed(f"ring {self.name!r}: {TABLE_ROWS} processes are attached "
-                             "already, the most one ring tracks; a ring joins one producer "
-                             "and one consumer (plus observers)")
-        h[free + 1] = start_time(me)
-        h[free + 2] = bits
-        h[free] = me  # last: a reader without the mutex sees a complete row or none
-        return None
 
     def parties(self) -> list[tuple[int, int]]:
         """(pid, role bits) of every process attached so far, this one included."""
-        h = self._h
-        return [(int(h[r]), int(h[r + 2])) for r in range(TABLE, TABLE + 3 * TABLE_ROWS, 3)
-                if int(h[r])]
+        return self._parties.rows()
+
+    def _register(self, bits: int, replace: bool = False, held: bool = False) -> None:
+        """Put this process in the party table (once), or add ``bits`` to its row
+        (``held``: the caller holds the mutex)."""
+        if not held:
+            with self._lock:
+                self._register(bits, replace, True)
+        elif not self._parties.register(bits, replace):
+            raise RingClosed(f"ring {self.name!r}: {TABLE_ROWS} processes are attached "
+                             "already, the most one ring tracks; a ring joins one producer "
+                             "and one consumer (plus observers)")
 
     # ---- locking and waiting ---------------------------------------------------------
     def _check_peer(self, role: str | None = None) -> None:
         """PeerDied naming the first side (not an observer) of this ring that is gone."""
-        role = role or self._role
-        peer_role = {"producer": "consumer", "consumer": "producer"}.get(role or "", "side")
-        w = self._peer_watch
-        if w is not None and w.exitcode is not None:
-            code = w.exitcode
-            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-            raise PeerDied(f"ring {peer_role} (pid {w.pid}) died: {how}")
-        h, me = self._h, os.getpid()
-        for row in range(TABLE, TABLE + 3 * TABLE_ROWS, 3):
-            pid, bits = int(h[row]), int(h[row + 2])
-            if pid in (0, me) or bits & OBSERVER:
-                continue
-            gone = peer_gone(pid, int(h[row + 1]))
-            if gone is None:
-                continue
-            if bits & (PRODUCER | CONSUMER):
-                what = "/".join(n for b, n in ((PRODUCER, "producer"), (CONSUMER, "consumer"))
-                                if bits & b)
-                raise PeerDied(f"ring {what} (pid {pid}) died: {gone}")
-            first = {"consumer": "push", "producer": "pop"}.get(role or "", "push or pop")
-            raise PeerDied(f"ring {peer_role} (pid {pid}) died before its first {first}, "
-                           f"having attached to the ring: {gone}")
-
-    def _locked(self) -> _Held:
-        return self._lock
+        self._parties.check(role or self._role, self._peer_watch)
 
     def _wait(self, bell: SharedSem, role: str, deadline: float | None) -> bool:
         """One sliced wait on ``bell``; PeerDied within a slice of the peer dying."""
@@ -291,27 +242,16 @@ class RingBase:
 
     def _claim_role(self, role: str) -> None:
         if self._role in (None, "observer"):  # an observer that pushes is a side now
-            self._register(PRODUCER if role == "producer" else CONSUMER,
+            self._register(sync.PRODUCER if role == "producer" else sync.CONSUMER,
                            replace=self._role == "observer" or self._h[PARTIES] >= 2)
             self._role = role
-
-
-    @property
-    def blocked_ns(self) -> int:
-        """Producer time spent waiting for a free slot so far (its own counter)."""
-        return int(self._h[P_BLOCKED_NS])
-
-    @property
-    def waited_ns(self) -> int:
-        """Consumer time spent waiting for a consumable step so far (its own counter)."""
-        return int(self._h[C_WAIT_NS])
 
     @property
     def ended(self) -> bool:
         """finish() was called and every step has been consumed (steps copied into a
         learner's buffers and not yet delivered count as unconsumed)."""
         h = self._h
-        with self._locked():
+        with self._lock:
             return (bool(h[CLOSED])
                     and int(h[PUBLISHED]) - int(h[CONSUMED]) + int(h[HELD]) <= 1)
 
@@ -320,7 +260,7 @@ class RingBase:
         reads without the mutex (a supervisor whose sides may be stopped holding it): each
         counter is then exact, but they may be from slightly different moments."""
         h = self._h
-        with self._locked() if lock else nullcontext():
+        with self._lock if lock else nullcontext():
             pub, con, held = int(h[PUBLISHED]), int(h[CONSUMED]), int(h[HELD])
             return {"capacity": self.spec.capacity, "pushed": int(h[PUSHES]),
                     "consumed": con - held, "fill": max(0, pub - con + held - 1),
@@ -330,25 +270,23 @@ class RingBase:
 
 
 class _Held:
-    """The ring mutex, taken in slices so a peer that died holding it is reported. One per
-    mapping, reused: taking it is on every push and pop (an uncontended try first). It
-    holds the header (an export of the mapping, so a close() in another thread cannot
-    unmap the semaphore under an entered lock) and the ring only weakly (no cycle: a ring
-    dropped without close() is unlinked at once by its finalizer)."""
+    """The ring mutex, taken in slices so a peer that died holding it is reported; one per
+    mapping, an uncontended try first. It holds the header (an export: a close() in another
+    thread cannot unmap an entered lock's semaphore) and the ring's peer check only weakly
+    (no cycle: a ring dropped without close() is unlinked at once by its finalizer)."""
 
-    def __init__(self, ring: RingBase) -> None:
-        self._ring = weakref.ref(ring)
-        self._keep = ring._h
-        self._mutex = ring._mutex
-        self.take, self.post = ring._mutex.bound()
+    def __init__(self, header: Any, mutex: SharedSem,
+                 check: weakref.WeakMethod[Callable[[], None]]) -> None:
+        self._keep, self._mutex, self._check = header, mutex, check
+        self.take, self.post = mutex.bound()
 
     def __enter__(self) -> None:
         if self.take():
             return
         while not self._mutex.wait(SLICE_S):
-            ring = self._ring()
-            if ring is not None:
-                ring._check_peer()
+            check = self._check()
+            if check is not None:
+                check()
 
     def __exit__(self, *exc: object) -> None:
         self.post()

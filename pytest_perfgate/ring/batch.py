@@ -7,6 +7,7 @@ successor's obs, patched from the side store where an env ended (docs/design.md 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,13 @@ class Batch:
     @property
     def transitions(self) -> int:
         return int(self.obs.shape[0] * self.obs.shape[1])
+
+    def copy(self) -> Batch:
+        """The batch in fresh arrays (views of a learner's buffers, delivered to a reader
+        of copies)."""
+        return dataclasses.replace(self, **{
+            f.name: getattr(self, f.name).copy() for f in dataclasses.fields(self)
+            if f.name != "start" and getattr(self, f.name) is not None})
 
 
 def buffers(fields: dict[str, tuple[tuple[int, ...], str]], max_steps: int,

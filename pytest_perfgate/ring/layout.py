@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-HEADER_BYTES = 4096  # counters, one 64-byte line per writer (see ring.py _H_*)
+HEADER_BYTES = 4096  # counters, one 64-byte line per writer (ring/base.py)
 ALIGN = 64
 MAX_SPIN_US = 10_000  # polling longer than this only burns the CPU: sleep instead
 
@@ -143,6 +143,21 @@ class RingSpec:
 
         return sum(int(np.prod(s)) * np.dtype(d).itemsize
                    for k, (s, d) in self.fields().items() if not k.startswith("final_"))
+
+
+SECONDS = (float, int)  # a timeout of these classes needs only a range check (check_timeout)
+
+
+def check_counts(max_steps: int | None, min_steps: int) -> None:
+    """Refuse a step count that is not a positive int (``max_steps`` None: all there are);
+    called after pop() and borrow() found one inline."""
+    for name, v in (("max_steps", max_steps), ("min_steps", min_steps)):
+        if v is None and name == "max_steps":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise RingInputError(f"{name}={v!r}: pass a positive int"
+                                 + (" (or None: all consumable steps)"
+                                    if name == "max_steps" else ""))
 
 
 def check_timeout(what: str, timeout: Any) -> float:

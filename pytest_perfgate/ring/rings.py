@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_perfgate.ring.batch import Batch
-from pytest_perfgate.ring.held import Buffers
+from pytest_perfgate.ring.buffers import Buffers
 from pytest_perfgate.ring.layout import RingInputError, check_timeout
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 
 WAIT_SLICE_S = 0.002  # sleep on one ring at a time for this long when none has data
 
@@ -160,6 +160,3 @@ class RingsBorrow:
         held, self._open = self._open, None
         if held is not None:
             held.__exit__(*exc)
-
-
-__all__ = ["Rings", "RingsBorrow"]

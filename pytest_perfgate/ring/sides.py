@@ -1,14 +1,16 @@
-"""The two processes of a pair: the child main loop and the default workloads.
+"""The processes of a pair: each side's main loop, and the parent's handle on them.
 
 A side factory is ``factory(ring, rec, **kwargs) -> once``; ``once()`` does one iteration
 (collector: policy, env step, push; learner: drain, update) and returns the env-steps it
-pushed or the samples it consumed. Phases go to ``rec`` (core/timing.py). The loop runs
-free from "go" to "stop"; the parent reads cumulative counters ("snap") at each window's
-edges, so a window is the difference of two snapshots taken by the side itself.
+pushed or the samples it consumed. Phases go to ``rec`` (core/timing.py). Over its pipe a
+side answers "ready" once built, runs free from "go" to "stop", and answers each "snap"
+with its cumulative counters, so a window is the difference of two snapshots taken by the
+side itself. :class:`Sides` is the parent's end, as placement/workers.py (§5 of design.md).
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import pickle
 import signal
@@ -16,10 +18,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from typing import Any, NoReturn
 
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats
-from pytest_perfgate.placement.child import _die_with_parent, _place, _resolve
+from pytest_perfgate.placement.child import _die_with_parent, _place, _resolve, placed_like
+from pytest_perfgate.placement.workers import WorkerCrashed, WorkerError, WorkerTimeout
+from pytest_perfgate.ring.sync import describe_status
 
 POLL_S = 0.02  # how often a side looks at its pipe between iterations
 
@@ -123,3 +128,142 @@ def side_main(conn: Any, role: str, placement: tuple[Any, ...], payload: bytes,
             except Exception:
                 pass
         os._exit(0 if stopping else 1)
+
+
+class Sides:
+    """The parent's end of a pair's side processes, in ``names`` order: a failure stops
+    them all and raises a WorkerError naming the side that failed first."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.exitcodes: list[int | None] = []
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+        self._closed = False
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def _start_side(self, name: str, placement: tuple[Any, ...], payload: bytes) -> None:
+        """Spawn side ``name`` placed (cpus, node, memory policy, thread cap) at exec."""
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        role = "learner" if name == "learner" else "collector"
+        proc = ctx.Process(target=side_main, name=f"perfgate-{name.replace(' ', '')}",
+                           daemon=True, args=(child, role, placement, payload, os.getpid()))
+        with placed_like(*placement):
+            proc.start()
+        child.close()
+        self._procs.append(proc)
+        self._conns.append(parent)
+
+    def _send(self, *msg: Any) -> None:
+        for c in self._conns:
+            try:
+                c.send(msg)
+            except (OSError, ValueError):
+                pass
+
+    def _signal(self, sig: int) -> None:
+        for p in self._procs:
+            if p.exitcode is None:
+                try:
+                    os.kill(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def _gather(self, tag: str, timeout: float, what: str, ask: bool = False
+                ) -> list[dict[str, Any]]:
+        """Every side's answer ``tag`` (asking first when ``ask``) within ``timeout``;
+        ``what`` names the stage in the error."""
+        try:
+            if ask:
+                self._send(tag)
+            deadline = time.monotonic() + timeout
+            got: dict[int, dict[str, Any]] = {}
+            n = len(self._procs)
+            while len(got) < n:
+                objs = [o for i in range(n) if i not in got
+                        for o in (self._conns[i], self._procs[i].sentinel)]
+                ready = wait(objs, timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    late = [self.names[i] for i in range(n) if i not in got]
+                    every = "both sides were" if n == 2 else "every side was"
+                    raise WorkerTimeout(f"pair {' and '.join(late)} did not answer the {what} "
+                                        f"within {timeout:g} s (hang?); {every} stopped")
+                for i in range(n):
+                    if i in got:
+                        continue
+                    c = self._conns[i]
+                    if c.poll(0):
+                        try:
+                            kind, body = c.recv()
+                        except (EOFError, OSError):
+                            self._crashed(i, what)
+                        if kind == "error":
+                            self._blame(i, what, body)
+                        got[i] = body
+                    elif self._procs[i].sentinel in ready:
+                        self._blame(i, what, None)
+            return [got[i] for i in range(n)]
+        except WorkerError:
+            self.close()
+            raise
+
+    def _blame(self, i: int, what: str, error: dict[str, Any] | None) -> NoReturn:
+        """Raise for the side that failed first. Side ``i`` sent ``error`` or died; a side
+        whose error is PeerDied only followed another (a learner told that a collector died,
+        then the other collectors told that the learner did), so let such a cascade settle
+        (within a second) and name the side that died or failed on its own."""
+        errors = {i: error} if error is not None else {}
+        deadline = time.monotonic() + 1.0
+        while True:
+            for j, c in enumerate(self._conns):
+                try:
+                    while j not in errors and c.poll(0):
+                        kind, body = c.recv()
+                        if kind == "error":
+                            errors[j] = body
+                except (EOFError, OSError):
+                    pass
+            first = [j for j, p in enumerate(self._procs)
+                     if "PeerDied" not in (errors.get(j) or {}).get("error", "PeerDied")
+                     or (p.exitcode is not None and j not in errors)]
+            if first or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        pick = min(first, key=lambda j: (j in errors, (self._procs[j].exitcode or 0) >= 0, j),
+                   default=i)
+        if pick in errors:
+            raise WorkerError(f"pair {self.names[pick]} failed during the {what}: "
+                              f"{errors[pick]['error']}", errors[pick]["traceback"])
+        self._crashed(pick, what)
+
+    def _crashed(self, i: int, what: str) -> NoReturn:
+        p = self._procs[i]
+        p.join(1.0)
+        code = p.exitcode
+        how = ("still running" if code is None
+               else describe_status(-code) if code < 0 else f"exit code {code}")
+        raise WorkerCrashed(f"pair {self.names[i]} (pid {p.pid}) died during the {what}: "
+                            f"{how}")
+
+    def close(self) -> None:
+        """Stop every side: ask, SIGTERM, SIGKILL; join. Never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        self._signal(signal.SIGCONT)  # a paused side would not see "stop" or SIGTERM
+        self._send("stop")
+        for how, limit in (("ask", 3.0), ("terminate", 2.0), ("kill", 5.0)):
+            if how != "ask":
+                for p in self._procs:
+                    if p.exitcode is None:
+                        getattr(p, how)()
+            deadline = time.monotonic() + limit
+            for p in self._procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+        for c in self._conns:
+            c.close()
+        self.exitcodes = [p.exitcode for p in self._procs]

@@ -25,6 +25,7 @@ STREAM_MIN = 1 << 20  # bytes: below this the ordinary copy is as fast
 ENV = "PERFGATE_STREAM_COPY"  # "0": never stream (to compare); "1": fail if it cannot
 
 _impl: Callable[[Any, Any], None] | bool | None = False  # False: not looked up yet
+_mapped = False  # this process mapped a ring (ring_mapped)
 
 
 class StreamCopyError(RuntimeError):
@@ -41,7 +42,7 @@ def _load() -> Callable[[Any, Any], None] | None:
         fn = None
         if want != "0":
             try:
-                _stream: Any = importlib.import_module("pytest_perfgate.ring._stream")
+                _stream: Any = importlib.import_module(f"{__package__}._stream")
             except ImportError:
                 _stream = None
             if _stream is not None and _stream.STREAMING:
@@ -49,7 +50,7 @@ def _load() -> Callable[[Any, Any], None] | None:
             elif want == "1":
                 raise StreamCopyError(
                     f"{ENV}=1, but this install has no streaming copy ("
-                    + ("pytest_perfgate.ring._stream was not built: reinstall with a C "
+                    + ("ring/_stream.c was not built: reinstall with a C "
                        "compiler" if _stream is None else "this CPU has no streaming "
                        "stores") + "); unset it to use numpy's copy")
         _impl = fn
@@ -59,6 +60,28 @@ def _load() -> Callable[[Any, Any], None] | None:
 def available() -> bool:
     """Whether :func:`copy` streams (the extension is built and the CPU has the stores)."""
     return _load() is not None
+
+
+def mode() -> bool | str:
+    """The copy this process's rings use for fields of a MB or more: True (streaming), False
+    (``PERFGATE_STREAM_COPY=0``) or "unavailable" (not built, no such stores, a bad value)."""
+    try:
+        if available():
+            return True
+    except StreamCopyError:
+        return "unavailable"
+    return False if os.environ.get(ENV, "").strip() == "0" else "unavailable"
+
+
+def ring_mapped() -> None:
+    """A ring was mapped in this process (ring/base.py): its run records :func:`mode`."""
+    global _mapped
+    _mapped = True
+
+
+def run_metadata() -> dict[str, bool | str]:
+    """The run record's ``ring_stream_copy``, once this process mapped a ring."""
+    return {"ring_stream_copy": mode()} if _mapped else {}
 
 
 def plain(dst: Any, src: Any) -> None:

@@ -4,7 +4,11 @@ Unnamed semaphores (``sem_init(pshared=1)``) in the mapped segment leave nothing
 /dev/shm (multiprocessing's named ones would, if a parent is SIGKILLed). POSIX requires
 sem_wait/sem_post to synchronise memory (XBD 4.12): that is the whole ordering argument of
 docs/design.md §9. Every wait here is sliced (at most ``SLICE_S``) so the caller can look at
-its peer between slices and fail within 1 s when it died.
+its peer between slices and fail within 1 s when it died. Its peers are in the ring's
+party table (:class:`Parties`, docs/ring.md "Who is reported dead"): every process that maps
+the ring registers its pid, start time (a reused pid reads as another process) and role, and
+liveness is read from /proc, not from a parent's handle, so siblings and orphans are
+reported like a parent's children.
 """
 
 from __future__ import annotations
@@ -160,3 +164,68 @@ def peer_gone(pid: int, started: int = 0) -> str | None:
         return describe_status(int(rest[49]))
     except (IndexError, ValueError):
         return "exited"
+
+
+TABLE, TABLE_ROWS = 32, 16  # header int64 slots from 32: (pid, start time, role bits) rows
+PRODUCER, CONSUMER, OBSERVER = 1, 2, 4  # role bits; 0: a side that has not pushed or popped
+
+
+class PeerDied(RuntimeError):
+    """The other side of the ring exited; the message names it and how it ended."""
+
+
+class Parties:
+    """The party table of one mapping of a ring's header ``h`` (int64 items)."""
+
+    def __init__(self, h: Any) -> None:
+        self._h = h
+
+    def register(self, bits: int, replace: bool = False) -> bool:
+        """Put this process in the table (once), or add ``bits`` to its row (``replace``:
+        set them); False when the table is full. The caller holds the ring's mutex."""
+        h, me = self._h, os.getpid()
+        free = None
+        for row in range(TABLE, TABLE + 3 * TABLE_ROWS, 3):
+            pid = int(h[row])
+            if pid == me:
+                h[row + 2] = bits if replace else int(h[row + 2]) | bits
+                return True
+            if pid == 0 and free is None:
+                free = row
+        if free is None:
+            return False
+        h[free + 1] = start_time(me)
+        h[free + 2] = bits
+        h[free] = me  # last: a reader without the mutex sees a complete row or none
+        return True
+
+    def rows(self) -> list[tuple[int, int]]:
+        """(pid, role bits) of every process attached so far, this one included."""
+        h = self._h
+        return [(int(h[r]), int(h[r + 2])) for r in range(TABLE, TABLE + 3 * TABLE_ROWS, 3)
+                if int(h[r])]
+
+    def check(self, role: str | None, watch: Any) -> None:
+        """PeerDied naming the first side (not an observer) of this ring that is gone, as
+        seen by a process in ``role``; ``watch``: a ``multiprocessing.Process`` (or None)
+        whose exit code and signal are reported first."""
+        peer_role = {"producer": "consumer", "consumer": "producer"}.get(role or "", "side")
+        if watch is not None and watch.exitcode is not None:
+            code = watch.exitcode
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            raise PeerDied(f"ring {peer_role} (pid {watch.pid}) died: {how}")
+        h, me = self._h, os.getpid()
+        for row in range(TABLE, TABLE + 3 * TABLE_ROWS, 3):
+            pid, bits = int(h[row]), int(h[row + 2])
+            if pid in (0, me) or bits & OBSERVER:
+                continue
+            gone = peer_gone(pid, int(h[row + 1]))
+            if gone is None:
+                continue
+            if bits & (PRODUCER | CONSUMER):
+                what = "/".join(n for b, n in ((PRODUCER, "producer"), (CONSUMER, "consumer"))
+                                if bits & b)
+                raise PeerDied(f"ring {what} (pid {pid}) died: {gone}")
+            first = {"consumer": "push", "producer": "pop"}.get(role or "", "push or pop")
+            raise PeerDied(f"ring {peer_role} (pid {pid}) died before its first {first}, "
+                           f"having attached to the ring: {gone}")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_perfgate.ring.layout import RingSpec
-from pytest_perfgate.ring.ring import Ring
+from pytest_perfgate.ring.shm_ring import Ring
 from pytest_perfgate.ring.sides import SideRecorder
 
 

@@ -96,14 +96,3 @@ def check_unit(unit: object) -> str:
         return rate_unit(unit, "unit=", "unit='frames'")
     except ValueError as e:
         raise PerfgateUsageError(str(e)) from None
-
-
-__all__ = [
-    "RESERVED_EXTRA",
-    "PerfgateUsageError",
-    "check_extra",
-    "check_name",
-    "check_threshold",
-    "check_unit",
-    "check_windows",
-]

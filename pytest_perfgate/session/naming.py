@@ -135,9 +135,6 @@ def stable_nodeid(nodeid: str, test_file: Path | None, root: Path) -> str:
     return nodeid
 
 
-__all__ = ["derive_name", "find_repo_root", "readable_name", "stable_nodeid", "stable_root"]
-
-
 # pytest's configuration files in the order its search tries them in each folder.
 INI_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
              "tox.ini", "setup.cfg")

@@ -377,7 +377,7 @@ class Options:
         return AB_THRESHOLD if self.ab else HISTORY_THRESHOLD
 
     def results_path(self, rootdir: Path) -> Path:
-        from pytest_perfgate.history.store import default_results_dir
+        from pytest_perfgate.history.files import default_results_dir
 
         if self.results_dir:
             p = Path(self.results_dir)

@@ -107,6 +107,3 @@ def _check_results_dir(options: Options, rootdir: Path, where: Mapping[str, str]
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OptionError(f"{shown}: cannot create files in {parent}: give a writable folder, "
                           "or pass --perfgate-record=false to gate without recording")
-
-
-__all__ = ["check"]

@@ -152,7 +152,3 @@ def process_rss(proc: str = "/proc") -> int:
         return pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
-
-
-__all__ = ["BatchConfig", "PlanError", "available_memory", "check_memory", "needed_bytes",
-           "parse_envs", "plan", "process_rss"]

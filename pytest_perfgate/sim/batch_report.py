@@ -72,6 +72,3 @@ class BatchSweepResult:
         return {"format": 1, "sweep": "batch", "frame_skip": self.frame_skip,
                 "turns": self.turns, "turn_s": self.turn_s, "metadata": self.metadata,
                 "rows": [asdict(r) for r in self.rows]}
-
-
-__all__ = ["BatchRow", "BatchSweepResult"]

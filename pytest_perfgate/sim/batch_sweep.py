@@ -20,11 +20,13 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_perfgate.core.measure import LoopSource, RawWindow, WindowSource, completed_window
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.measure import completed_window
 from pytest_perfgate.core.progress import NULL_PROGRESS, Progress
+from pytest_perfgate.core.window import RawWindow, WindowSource
 from pytest_perfgate.sim.batch_plan import BatchConfig
 from pytest_perfgate.sim.batch_report import BatchRow, BatchSweepResult
-from pytest_perfgate.sim.sweep import rotation, settled_state
+from pytest_perfgate.sim.thread_sweep import rotation, settled_state
 
 
 def held_pool(model: str, num_envs: int, frame_skip: int = 1, settle: int = 300,
@@ -139,7 +141,7 @@ def run_batch_sweep(model: str, configs: Sequence[BatchConfig], *, frame_skip: i
     from pytest_perfgate.placement.launchers import split_slices
     from pytest_perfgate.placement.spec import WorkerSpec
     from pytest_perfgate.placement.workers import WorkerGroup
-    from pytest_perfgate.sim.sweep import pin_order
+    from pytest_perfgate.sim.thread_sweep import pin_order
 
     usable = pin_order(usable_cpus())
     kw: dict[str, Any] = {"frame_skip": frame_skip, "settle": settle_substeps, "seed": seed,
@@ -183,15 +185,3 @@ def _stopped(progress: Progress, name: str) -> Callable[..., bool]:
             progress.finished(name, f"stopped by {kind.__name__}")
         return False
     return on_exit
-
-
-__all__ = [
-    "PER_ENV_WHY",
-    "check",
-    "held_pool",
-    "interleave_windows",
-    "make_worker_step",
-    "paired_ratio",
-    "per_env_bytes",
-    "run_batch_sweep",
-]

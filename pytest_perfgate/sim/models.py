@@ -220,23 +220,3 @@ def model_fingerprint(source: Any, model: Any = None) -> dict[str, Any]:
         out["source_sha256"] = None
     out["model_sha256"] = compiled_sha256(model if model is not None else load_model(source))
     return out
-
-
-__all__ = [
-    "G1_MISSING",
-    "G1_PACKAGE",
-    "MUJOCO_EXTRA",
-    "MUJOCO_MIN",
-    "TINY_XML",
-    "MujocoUnavailable",
-    "compiled_sha256",
-    "g1_scene_path",
-    "humanoid_xml_path",
-    "installed_version",
-    "is_xml",
-    "load_model",
-    "model_fingerprint",
-    "mujoco_clash",
-    "require_mujoco",
-    "tiny_xml",
-]

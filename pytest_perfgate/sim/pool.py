@@ -19,8 +19,6 @@ from typing import Any
 from pytest_perfgate.core.timing import phase
 from pytest_perfgate.sim.models import load_model, model_fingerprint, require_mujoco
 from pytest_perfgate.sim.threads import (
-    OversubscriptionWarning,
-    ThreadPlan,
     plan_threads,
     positive_int,
     thread_ids,
@@ -310,14 +308,3 @@ class FallDetector:
             return self._zero, self._never
         terminated = pool.qpos[:, 2] < self.min_height
         return (~terminated).astype(float), terminated
-
-
-__all__ = [
-    "FallDetector",
-    "MujocoPool",
-    "OversubscriptionWarning",
-    "RewardFn",
-    # from .threads, importable from here as before:
-    "ThreadPlan",
-    "plan_threads",
-]

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_perfgate.core.files import atomic_write
+from pytest_perfgate.core.atomic import atomic_write
 
 CACHE_ENV = "PERFGATE_CACHE_DIR"
 SCHEME = 1  # bump when the settling procedure changes: every earlier file then misses
@@ -231,20 +231,3 @@ def settled_rows(model: Any, rows: int, substeps: int, seed: int = 0, keyframe: 
         return differs(arr, sample, settle(model, rows, substeps, seed, keyframe, sample))
 
     return cached(key, lambda: settle(model, rows, substeps, seed, keyframe), check=check)
-
-
-__all__ = [
-    "CACHE_ENV",
-    "SCHEME",
-    "SettleKey",
-    "SettledCacheWarning",
-    "cache_dir",
-    "cached",
-    "differs",
-    "load",
-    "sample_rows",
-    "settle",
-    "settle_key",
-    "settled_rows",
-    "store",
-]

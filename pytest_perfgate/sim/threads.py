@@ -102,12 +102,3 @@ def thread_ids() -> set[int]:
         return {int(t) for t in os.listdir("/proc/self/task")}
     except OSError:
         return set()
-
-
-__all__ = [
-    "OversubscriptionWarning",
-    "ThreadPlan",
-    "plan_threads",
-    "positive_int",
-    "thread_ids",
-]

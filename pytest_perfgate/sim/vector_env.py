@@ -196,6 +196,3 @@ def _describe(value: Any) -> str:
     text = repr(value)
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{type(value).__name__} {text}"
-
-
-__all__ = ["VectorEnvError", "VectorEnvStep", "is_sb3_vec_env"]

@@ -1,14 +1,13 @@
 """Judging a calibration study: every estimator's verdict through the gate's own rule.
 
 Split from :mod:`calibrate` (which measures): everything here is pure over saved
-:class:`~pytest_perfgate.study.calibrate.TrialRecord` s, so ``perfgate calibrate --analyse``
+:class:`~pytest_perfgate.study.trials.TrialRecord` s, so ``perfgate calibrate --analyse``
 re-judges a study offline at another threshold, estimator or turn count. Each estimator only
 reads the paired turns into an :class:`~pytest_perfgate.core.gate.Evidence` (a log ratio,
 its standard error and degrees of freedom); ``core.gate.decide`` turns every one of them
 into a verdict, so the study judges exactly as the shipped gate does (docs/design.md §3).
 
-Over 300 lines because judging, counting and the report's tables are one study's three
-views of the same records; they change together.
+The records it fills are in :mod:`.findings`; :mod:`.tables` renders them.
 """
 
 from __future__ import annotations
@@ -16,18 +15,17 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from pytest_perfgate.core.evidence import PAIRED_TRIM, Evidence, history_evidence, paired_evidence
-from pytest_perfgate.core.gate import Outcome, Rule, decide, percent
-from pytest_perfgate.core.measure import Window
+from pytest_perfgate.core.gate import Outcome, Rule, decide
 from pytest_perfgate.core.sequential import Design, plan
-from pytest_perfgate.study.calibrate import (
+from pytest_perfgate.core.window import Window
+from pytest_perfgate.study.findings import Rate, Report, Row
+from pytest_perfgate.study.trials import (
     ESTIMATORS,
     LOAD_CHANGE,
-    TARGETS,
     StudyError,
     TrialRecord,
 )
@@ -129,7 +127,7 @@ def replay(t: TrialRecord, rule: Rule, design: Design, limit: float = LOAD_CHANG
     """A trial's recorded pairs judged by a sequential design, as the gate would have:
     (outcome, pairs used, enough): ``enough`` is False when the design wanted more pairs
     than the trial recorded (it stopped sooner live), so the outcome is not the design's."""
-    from pytest_perfgate.modes.ab.turns import run_looks
+    from pytest_perfgate.modes.ab.abba import run_looks
 
     loads = t.loads or ((None, None),) * len(t.base)
     pairs = [(Window(10**6, b, 0.0, other_load=lb), Window(10**6, h, 0.0, other_load=lh))
@@ -187,77 +185,6 @@ def history_outcomes(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: i
         base = [p.hist_base for p in order[i - baseline_runs:i]]
         out[t.index] = decide(history_evidence(t.hist_head, base), rule).outcome
     return out
-
-
-# ---- counting ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Rate:
-    """k of n, with its exact (Clopper-Pearson) 95% confidence interval."""
-
-    k: int
-    n: int
-
-    @property
-    def value(self) -> float:
-        return self.k / self.n if self.n else float("nan")
-
-    @property
-    def ci(self) -> tuple[float, float]:
-        if not self.n:
-            return (float("nan"), float("nan"))
-        ci = _stats().binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
-        return (float(ci.low), float(ci.high))
-
-    def __str__(self) -> str:
-        if not self.n:
-            return "-"
-        lo, hi = self.ci
-        return f"{self.value:.0%} [{lo:.0%}-{hi:.0%}] ({self.k}/{self.n})"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One injected slowdown's figures in one mode."""
-
-    slowdown: float
-    called: Rate  # REGRESSION (or a failing UNSTABLE) verdicts
-    inconclusive: Rate
-    measured: tuple[float, float, float] | None  # slowdown measured: pooled, 95% CI
-    unstable: int = 0  # of the called: UNSTABLE warm-ups (they fail CI by default)
-
-
-@dataclass(frozen=True)
-class Report:
-    """Everything the study found at one setting (mode x estimator x turns x threshold)."""
-
-    mode: str  # "A/B" or "history"
-    estimator: str
-    turns: int
-    rule: Rule
-    rows: tuple[Row, ...]  # first row: slowdown 0 (A/A)
-    seconds: float  # measurement seconds per side per verdict (warm-up included)
-    pairs: float = 0.0  # sequential: turn pairs measured per verdict, on average
-    wall: float = 0.0  # sequential: wall seconds per verdict (both sides, warm-up included)
-    left_out: int = 0  # sequential: trials that stopped sooner live than this design
-
-    def row(self, slowdown: float) -> Row | None:
-        return next((r for r in self.rows if abs(r.slowdown - slowdown) < 1e-9), None)
-
-    @property
-    def false_alarms(self) -> Rate:
-        r = self.row(0.0)
-        return r.called if r else Rate(0, 0)
-
-    def smallest_detected(self, power: float = 0.95, max_false: float = 0.01) -> float | None:
-        """The smallest injected slowdown caught >= power, if false alarms are <= max_false."""
-        fa = self.false_alarms
-        if not fa.n or fa.value > max_false:
-            return None
-        hits = [r.slowdown for r in self.rows if r.slowdown > 0 and r.called.n
-                and r.called.value >= power]
-        return min(hits) if hits else None
 
 
 def measured_slowdown(trials: Sequence[TrialRecord], turns: int | None = None
@@ -322,112 +249,6 @@ def analyse_history(trials: Sequence[TrialRecord], rule: Rule, baseline_runs: in
     return Report("history", "runs", k, rule, tuple(rows), secs)
 
 
-# ---- reporting -----------------------------------------------------------------------------
-
-
-def render(reports: Iterable[Report]) -> list[str]:
-    """A markdown table: one line per mode, false alarms, then detection per slowdown."""
-    reports = list(reports)
-    slows = sorted({r.slowdown for rep in reports for r in rep.rows if r.slowdown > 0})
-    head = ["mode", "A/A false alarms"] + [f"+{percent(s)} caught" for s in slows] + \
-           ["INCONCLUSIVE (all trials)", "UNSTABLE", "s per side per verdict"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for rep in reports:
-        inc = Rate(sum(r.inconclusive.k for r in rep.rows), sum(r.inconclusive.n for r in rep.rows))
-        cells = [f"{rep.mode} ({_setting(rep)})", str(rep.false_alarms)]
-        for s in slows:
-            row = rep.row(s)
-            cells.append(str(row.called) if row else "-")
-        unst = sum(r.unstable for r in rep.rows)
-        cells += [f"{inc.value:.0%}" if inc.n else "-", str(unst), f"{rep.seconds:.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def _setting(rep: Report) -> str:
-    thr = f"threshold {rep.rule.threshold:.1%}, alpha {rep.rule.alpha:g}"
-    if rep.mode == "A/B sequential":
-        out = f"at most {rep.turns} turns, {rep.estimator}, {thr}"
-        return out + (f"; {rep.left_out} trials stopped sooner live, left out"
-                      if rep.left_out else "")
-    if rep.mode == "history":
-        return f"{rep.turns} windows per run, {thr}"
-    return f"{rep.turns} turns, {rep.estimator}, {thr}"
-
-
-NONE_KEPT = ("not measured: no turn pair kept, the outside load changed between the two turns "
-             "of every pair")
-
-
-def render_measured(rep: Report) -> list[str]:
-    """Verification that an injected slowdown measures as itself."""
-    out = []
-    for r in rep.rows:
-        what = "A/A" if r.slowdown == 0 else f"injected +{percent(r.slowdown)}"
-        if r.measured is None:
-            if r.called.n:
-                out.append(f"  {what:>14}: {NONE_KEPT} ({r.called.n} trial(s))")
-            continue
-        m, lo, hi = r.measured
-        ci = f" [{lo:+.1%} .. {hi:+.1%}]" if not math.isnan(lo) else ""
-        out.append(f"  {what:>14}: measured {m:+.2%}{ci} over {r.called.n} trials")
-    return out
-
-
-def conclusion(rep: Report, power: float = 0.95, max_false: float = 0.01) -> str:
-    """The sentence a team wants: the smallest regression this runner catches."""
-    fa = rep.false_alarms
-    setting = f"({_setting(rep)}, {rep.seconds:.0f} s of measurement per side)"
-    if not fa.n:
-        return ("No A/A trials were run, so the false-alarm rate is unknown: run with "
-                "--aa-trials >= 50.")
-    if fa.value > max_false:
-        return (f"This runner raised false alarms in {fa} of A/A trials {setting}, above "
-                f"{max_false:.0%}: raise --threshold or --turns and run again.")
-    s = rep.smallest_detected(power, max_false)
-    ci = fa.ci
-    if s is None:
-        return (f"None of the tested slowdowns was caught >= {power:.0%} of the time "
-                f"{setting}: try larger slowdowns, more --turns, or a lower --threshold.")
-    row = rep.row(s)
-    assert row is not None
-    return (f"This runner catches a {percent(s)} slowdown {row.called.value:.0%} of the time "
-            f"(95% CI {row.called.ci[0]:.0%}-{row.called.ci[1]:.0%}) with "
-            f"{fa.value:.0%} false alarms (95% CI up to {ci[1]:.1%}) {setting}.")
-
-
-def meets_targets(rep: Report) -> dict[str, bool | None]:
-    """The targets for the best mode, judged on point estimates; None where the study did
-    not measure what a target needs (a slowdown it did not inject, no A/A trials)."""
-    d5, d3, d2, fa = rep.row(0.05), rep.row(0.03), rep.row(0.02), rep.false_alarms
-    return {
-        "false_alarms<=1%": fa.value <= TARGETS["false_alarms"] if fa.n else None,
-        "5% caught>=95%": None if d5 is None else d5.called.value >= TARGETS["detect_5"],
-        "3% caught>=80%": None if d3 is None else d3.called.value >= TARGETS["detect_3"],
-        "2% caught>=95%": None if d2 is None else d2.called.value >= TARGETS["detect_2"],
-        "<=20 s per side": rep.seconds <= TARGETS["seconds"],
-    }
-
-
-def lever_table(trials: Sequence[TrialRecord], rule: Rule,
-                estimators: Sequence[str] = ESTIMATORS,
-                turns: Sequence[int] = ()) -> list[str]:
-    """Offline levers on the same data: estimator x turns -> false alarms, detection, sd."""
-    full = min(len(t.base) for t in trials)
-    counts = sorted({n for n in (*turns, full) if 2 <= n <= full})
-    reps = [analyse(trials, rule, e, n) for n in counts for e in estimators]
-    return render(reps)
-
-
-def sequential_levers(trials: Sequence[TrialRecord], rule: Rule, turns: Sequence[int],
-                      looks: Sequence[int] = (1, 2, 4)) -> list[str]:
-    """Other sequential designs replayed on the same trials: at most N turns x K looks.
-    Trials that measured fewer pairs live than a design needs are left out (and counted)."""
-    designs = {(n, plan(n, k, rule.alpha).looks): k for n in sorted(set(turns)) if n >= 2
-               for k in sorted(set(looks), reverse=True)}  # merged looks: one row each
-    return render(analyse_sequential(trials, rule, n, k) for (n, _), k in sorted(designs.items()))
-
-
 def noise_summary(trials: Sequence[TrialRecord]) -> dict[str, float]:
     """How noisy the runner is: per-turn spread of base speed, and of the paired log ratio."""
     aa = [t for t in trials if t.slowdown == 0] or list(trials)
@@ -465,30 +286,3 @@ def probe_correlations(trials: Sequence[TrialRecord]) -> dict[str, float]:
         if len(rates) == len(ys) and len(set(rates)) > 1:
             out[k] = float(_stats().spearmanr(rates, ys).statistic)
     return out
-
-
-__all__ = [
-    "BOOTSTRAP_RESAMPLES",
-    "LOAD_CHANGE",
-    "TICKS_PER_S",
-    "Rate",
-    "Report",
-    "Row",
-    "analyse",
-    "analyse_history",
-    "analyse_sequential",
-    "conclusion",
-    "estimator_evidence",
-    "history_outcomes",
-    "lever_table",
-    "measured_slowdown",
-    "meets_targets",
-    "noise_summary",
-    "outside_load",
-    "paired_outcome",
-    "probe_correlations",
-    "render",
-    "render_measured",
-    "replay",
-    "sequential_levers",
-]

@@ -101,6 +101,3 @@ def hog_for(load: str, seed: int = 0) -> ToggleHog | None:
     if load == "quiet":
         return None
     return ToggleHog(1 if load == "one" else 2, seed)
-
-
-__all__ = ["HOG", "ON_OFF_S", "ToggleHog", "hog_for"]

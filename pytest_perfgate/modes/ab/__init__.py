@@ -22,6 +22,7 @@ sides also take controller -> ("slowdown", fraction) and answer ("ok", fraction)
 side runs at a time: the other waits idle.
 """
 
+from pytest_perfgate.modes.ab.abba import interleave, measure_pair
 from pytest_perfgate.modes.ab.checkout import sweep_stale, term_as_interrupt
 from pytest_perfgate.modes.ab.controller import (
                                                  AB,
@@ -43,7 +44,6 @@ from pytest_perfgate.modes.ab.remote import (
                                                  window_bound,
 )
 from pytest_perfgate.modes.ab.side import ABSide, is_side_process, serve, side_connection
-from pytest_perfgate.modes.ab.turns import interleave, measure_pair
 
 __all__ = [
                                                  "AB",

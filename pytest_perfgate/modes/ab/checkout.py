@@ -172,7 +172,3 @@ def term_as_interrupt() -> Any:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
     return restore
-
-
-__all__ = ["MARKER", "PREFIX", "WorktreeError", "signals_held", "sweep_stale",
-           "term_as_interrupt", "worktree"]

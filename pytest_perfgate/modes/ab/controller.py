@@ -24,20 +24,20 @@ from pytest_perfgate.core.gate import (
     unstable,
 )
 from pytest_perfgate.core.judged import Judged, summarize
-from pytest_perfgate.core.measure import WindowSource
 from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.sequential import plan
+from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.modes import group
+from pytest_perfgate.modes.ab.abba import measure_sequential
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
-from pytest_perfgate.modes.ab.turns import measure_sequential
-from pytest_perfgate.modes.base import BenchCall, MeterFactory, Sink
+from pytest_perfgate.modes.mode import BenchCall, MeterFactory, Sink
 from pytest_perfgate.modes.place import Place, PlaceError
 
 if TYPE_CHECKING:
     from pytest_perfgate.profile.changed import Changes
-    from pytest_perfgate.profile.turns import ProfilePlan
+    from pytest_perfgate.profile.interleaved import ProfilePlan
 
 AB = "ab"  # the run's "mode" metadata: kept out of the history mode's baselines
 
@@ -133,7 +133,7 @@ class Profiling:
         """This process's own run (history mode), profiled alone after it was measured."""
         import os
 
-        from pytest_perfgate.profile.turns import Target, profile_one
+        from pytest_perfgate.profile.interleaved import Target, profile_one
 
         return profile_one(Target(source, os.getpid(), self.root()), self.plan,
                            self.out_dir(), name)
@@ -141,7 +141,7 @@ class Profiling:
     def take(self, pair: Pair, base: RemoteSource, head: RemoteSource, name: str,
              ab: ABSetup) -> dict[str, object]:
         from pytest_perfgate.profile.changed import Changes
-        from pytest_perfgate.profile.turns import Target, profile_pair
+        from pytest_perfgate.profile.interleaved import Target, profile_pair
 
         spec_b, spec_h = ab.base, ab.head
         root_h = spec_h.place.top if spec_h.place is not None else spec_h.cwd
@@ -228,7 +228,7 @@ class ABController:
         pair.done()
         result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
-        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.steps_per_s,
+        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.rate,
                    {n: p.ms_per_call for n, p in base.phases.items()})
         self.sink(j)
         return j

@@ -15,9 +15,11 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.judged import Judged, summarize
-from pytest_perfgate.core.measure import LoopSource, Measurement, RawWindow, Window, WindowSource
+from pytest_perfgate.core.loop import LoopSource
+from pytest_perfgate.core.measure import Measurement
+from pytest_perfgate.core.window import RawWindow, Window, WindowSource
 from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, SideError, _encode
-from pytest_perfgate.modes.base import BenchCall
+from pytest_perfgate.modes.mode import BenchCall
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -105,16 +105,3 @@ def dump_stats_at(label: str) -> None:
     """Write the counts collected so far to a new dump file whose trigger names ``label``."""
     text = ctypes.create_string_buffer(label.encode())
     request(DUMP_STATS_AT, ctypes.addressof(text))
-
-
-__all__ = [
-    "dump_stats_at",
-    "request",
-    "request_fn",
-    "running_on_valgrind",
-    "start_instrumentation",
-    "stop_instrumentation",
-    "toggle_collect",
-    "unsupported",
-    "zero_stats",
-]

@@ -208,17 +208,3 @@ def per_step(phase_ir: Mapping[str, tuple[int, ...]], transitions: int
     import statistics
 
     return {p: statistics.median(v) / transitions for p, v in phase_ir.items() if v}
-
-
-__all__ = [
-    "ENV_PHASES",
-    "OTHER",
-    "SEP",
-    "PhaseCounter",
-    "PhaseCounts",
-    "enabled",
-    "per_step",
-    "read_dumps",
-    "segment_label",
-    "split_call",
-]

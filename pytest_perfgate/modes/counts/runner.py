@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.modes.counts import client, phases
-from pytest_perfgate.modes.counts.side import ENV_OUT
+from pytest_perfgate.modes.counts.worker_mode import ENV_OUT
 from pytest_perfgate.sim.settled import CACHE_ENV, cache_dir
 
 TIMEOUT_S = 600.0  # start-up under valgrind, the test's own set-up, 3 calls of the step
@@ -206,16 +206,3 @@ def _tail(out: Path, lines: int = 25) -> str:
         if p.exists():
             text += p.read_text(errors="replace").splitlines()[-lines:]
     return ("\nIts output ends with:\n" + "\n".join(text)) if text else ""
-
-
-__all__ = [
-    "INSTALL",
-    "Counts",
-    "CountsError",
-    "collect",
-    "command",
-    "est_cycles",
-    "read_dump",
-    "run_counts",
-    "unavailable",
-]

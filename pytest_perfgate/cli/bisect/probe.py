@@ -1,0 +1,236 @@
+"""A bisection probe on real commits: the candidate checked out into one reused worktree,
+compared with the base by the A/B mode itself (``pytest --perfgate --perfgate-ab BASE``),
+its verdicts read back from ``--perfgate-json`` (docs/bisect.md).
+
+:func:`commit_range` checks the input before any worktree exists: both revisions resolve,
+the working tree is clean, GOOD is an ancestor of BAD, the range is not empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_perfgate.cli.bisect.search import Probe, Reading
+from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.modes import group
+from pytest_perfgate.modes.ab.checkout import BISECT_PREFIX, term_as_interrupt
+from pytest_perfgate.modes.ab.checkout import worktree as _worktree
+from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT
+from pytest_perfgate.modes.place import Place
+
+STOP_TIMEOUT_S = 60.0  # a stopped probe ends its sides and removes its base worktree
+TAIL_CHARS = 800
+# Settings that would make a probe's pytest do something other than the comparison asked.
+_ENV_DROP = ("PERFGATE_AB", "PERFGATE_BASELINE", "GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS")
+
+
+class RangeError(ValueError):
+    """GOOD..BAD cannot be bisected (the message names the value and the fix)."""
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+
+
+def commit_range(repo: Path, good: str, bad: str) -> tuple[str, str, list[str]]:
+    """Full hashes of GOOD and BAD and the first-parent commits after GOOD up to BAD,
+    oldest first; RangeError on bad input."""
+    top = _git(repo, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise RangeError(f"{repo} is not a git checkout: run perfgate bisect inside the "
+                         "repository whose history to search")
+    hashes = []
+    for label, rev in (("GOOD", good), ("BAD", bad)):
+        p = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        if rev.startswith("-") or p.returncode != 0:
+            raise RangeError(f"{label} {rev!r} is not a commit of this repository: give a "
+                             "branch, tag or hash that `git rev-parse` resolves")
+        hashes.append(p.stdout.strip())
+    g, b = hashes
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no")
+    if dirty.returncode != 0 or dirty.stdout.strip():
+        files = ", ".join(line[3:] for line in dirty.stdout.splitlines()[:5])
+        raise RangeError(f"the working tree has uncommitted changes ({files}): commit them "
+                         "or check out a clean tree first (bisect measures commits, and "
+                         "the commands it prints must reproduce what it measured)")
+    if g == b:
+        raise RangeError(f"GOOD {good!r} and BAD {bad!r} are the same commit "
+                         f"({g[:10]}): there is nothing between them to search")
+    if _git(repo, "merge-base", "--is-ancestor", g, b).returncode != 0:
+        raise RangeError(f"GOOD {good!r} ({g[:10]}) is not an ancestor of BAD {bad!r} "
+                         f"({b[:10]}): give an older commit of BAD's history as GOOD (did "
+                         "you swap them?)")
+    listed = _git(repo, "rev-list", "--first-parent", "--reverse", f"{g}..{b}", "--")
+    commits = listed.stdout.split()
+    if listed.returncode != 0 or not commits:
+        raise RangeError(f"no first-parent commits after GOOD {good!r} up to BAD {bad!r}: "
+                         "the range is empty")
+    return g, b, commits
+
+
+@contextlib.contextmanager
+def head_worktree(repo: Path) -> Iterator[Path]:
+    """The one worktree every candidate is checked out into (removed afterwards, also on
+    SIGTERM; a SIGKILLed run's is swept at the next start, as the A/B mode's are)."""
+    restore = term_as_interrupt()
+    # In a folder of its own, not the temp dir's top: it lives for the whole bisection, and a
+    # sweep of the temp dir's worktree folders by any other run must not reach it. A SIGKILLed
+    # run's is still found, through `git worktree list`.
+    parent = Path(tempfile.mkdtemp(prefix=BISECT_PREFIX))
+    try:
+        with _worktree(repo, "HEAD", parent) as path:
+            yield path
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+        restore()
+
+
+class PytestProbe:
+    """Compare a commit with a base: the A/B mode run by pytest in the candidate's worktree.
+
+    ``read`` reads the JSON report back (``pytest_perfgate.report.readback.read_report``;
+    injected, since the report layer sits beside this one). ``setup`` runs in the
+    candidate's worktree before the comparison and is passed on as ``--perfgate-ab-setup``
+    for the base's: a failure skips the commit, like a failed build under ``git bisect``.
+    ``place``: where the user started the bisection; each probe's pytest starts at the same
+    place in the worktree, with absolute paths into the repository moved there too.
+    ``profile_dir``: where each probe's flame graphs go (a folder per comparison), as the
+    probe's own folder is removed with it.
+    """
+
+    def __init__(self, workdir: Path, pytest_args: Sequence[str], read:
+                 Callable[[Path], Sequence[Judged]], threshold: float | None = None,
+                 turn_s: float | None = None, setup: str | None = None,
+                 python: str = sys.executable, log: Callable[[str], None] | None = None,
+                 place: Place | None = None, profile_dir: Path | None = None) -> None:
+        self.workdir = workdir
+        self.profile_dir = profile_dir
+        self.place = place
+        self.pytest_args = list(pytest_args)
+        self.read = read
+        self.threshold = threshold
+        self.turn_s = turn_s
+        self.setup = setup
+        self.python = python
+        self.log = log or (lambda text: None)
+
+    def options(self, base: str, turns: int) -> list[str]:
+        """The perfgate options of one comparison (also in the reproduce command)."""
+        opts = ["--perfgate", f"--perfgate-ab={base}", f"--perfgate-ab-turns={turns}"]
+        if self.turn_s is not None:
+            opts.append(f"--perfgate-ab-turn-time={self.turn_s:g}")
+        if self.threshold is not None:
+            opts.append(f"--perfgate-threshold={self.threshold * 100:g}%")
+        if self.setup:
+            opts.append(f"--perfgate-ab-setup={self.setup}")
+        return opts
+
+    def command(self, commit: str, base: str, turns: int) -> str:
+        """How to run this comparison by hand, from a clean checkout of the repository."""
+        setup = f" && {self.setup}" if self.setup else ""
+        return (f"git checkout --detach {commit[:12]}{setup} && python -m pytest "
+                + shlex.join([*self.options(base[:12], turns), *self.pytest_args]))
+
+    def __call__(self, commit: str, base: str, turns: int) -> Probe:
+        start = time.monotonic()
+        cmd = self.command(commit, base, turns)
+
+        def skipped(why: str) -> Probe:
+            return Probe(commit, base, turns, failure=why,
+                         seconds=time.monotonic() - start, command=cmd)
+
+        co = _git(self.workdir, "checkout", "--force", "--quiet", "--detach", commit)
+        if co.returncode != 0:
+            return skipped(f"could not check the commit out: {co.stderr.strip()[-TAIL_CHARS:]}")
+        _git(self.workdir, "clean", "-fdq")
+        cwd = self.workdir
+        if self.place is not None:
+            cwd = self.place.at(self.place.cwd, self.workdir)
+            cwd.mkdir(parents=True, exist_ok=True)  # a folder this commit does not have yet
+        if self.setup:
+            built = group.run(self.setup, self.workdir)
+            if built.returncode != 0:
+                return skipped(f"the set-up command {self.setup!r} failed here (exit "
+                               f"{built.returncode}): {_tail(built.stdout + built.stderr)}")
+        # beside the worktree: a killed run's report goes when its worktree is swept
+        with tempfile.TemporaryDirectory(prefix="probe-", dir=self.workdir.parent) as tmp:
+            report = Path(tmp) / "report.json"
+            words = (self.pytest_args if self.place is None
+                     else self.place.map_args(self.pytest_args, self.workdir))
+            kept = [] if self.profile_dir is None else [
+                f"--perfgate-profile-dir={self.profile_dir / f'{commit[:10]}-vs-{base[:10]}'}"]
+            rc, output = self._pytest([*self.options(base, turns),
+                                       f"--perfgate-json={report}", "--perfgate-record=false",
+                                       *kept, "-p", "no:cacheprovider", *words], cwd)
+            judged: Sequence[Judged] = ()
+            if report.exists():
+                try:
+                    judged = self.read(report)
+                except (OSError, ValueError) as e:
+                    return skipped(f"its JSON report could not be read ({e})")
+        readings = {j.result.name: Reading(j.verdict.outcome.value, j.verdict.ratio,
+                                           j.verdict.ci, j.verdict.message,
+                                           _profile(j.result.extra.get("profile")))
+                    for j in judged if j.verdict is not None}
+        if not readings:
+            return skipped(f"pytest measured nothing (exit {rc}): {_tail(output)}")
+        return Probe(commit, base, turns, readings, seconds=time.monotonic() - start,
+                     command=cmd)
+
+    def _pytest(self, args: list[str], cwd: Path) -> tuple[int, str]:
+        """Run the comparison in ``cwd``; on Ctrl-C or SIGTERM stop it (it ends its sides
+        and removes its base worktree), bounded, then re-raise."""
+        env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
+        head = str(self.workdir)
+        inherited = os.environ.get("PYTHONPATH", "")
+        if self.place is not None and inherited:
+            inherited = self.place.pythonpath(inherited, self.workdir)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(Path(head) / "src"), head, inherited) if p)
+        # As the A/B sides do: the controller's copy of pytest_perfgate, the project from cwd.
+        boot = (f"import sys; sys.path.insert(0, {PLUGIN_ROOT!r}); "
+                "import pytest_perfgate.plugin.hooks; "
+                "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
+        with tempfile.TemporaryFile() as out:
+            proc = group.popen([self.python, "-c", boot, *args], cwd=cwd, env=env,
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                rc = proc.wait()
+            except BaseException:
+                _stop(proc)
+                raise
+            out.seek(0)
+            return rc, out.read().decode(errors="replace")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    group.reap(proc)  # anything of its group that outlived it
+
+
+def _profile(value: object) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= TAIL_CHARS else "..." + text[-TAIL_CHARS:]
