@@ -298,3 +298,15 @@ def test_an_ab_revision_from_the_environment_is_named_as_such(pytester: pytest.P
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["ERROR: perfgate: environment variable PERFGATE_AB "
                               "'no-such-rev': not a commit of the repository at *"])
+
+
+def test_a_tests_marker_is_read_once_into_its_settings(pytester: pytest.Pytester) -> None:
+    from pytest_perfgate.plugin.markers import MarkerSettings, settings
+
+    marked, plain = pytester.getitems("import pytest\n\n"
+                                      "@pytest.mark.perfgate(threshold='5%', counts=True, "
+                                      "memory_threshold=0.1, unit='rows')\n"
+                                      "def test_marked():\n    pass\n\n"
+                                      "def test_plain():\n    pass\n")
+    assert settings(marked) == MarkerSettings(0.05, True, 0.1, "rows")
+    assert settings(plain) == MarkerSettings()

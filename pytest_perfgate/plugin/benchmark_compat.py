@@ -50,7 +50,6 @@ def measured_call(pyfuncitem: pytest.Function, session: GateSession
     """The session plugin's ``pytest_pyfunc_call`` wrapper: hand the test perfgate's
     ``benchmark`` for its call, pytest-benchmark's back after (its own hooks read it at report
     time)."""
-    from pytest_perfgate.plugin import markers
     from pytest_perfgate.plugin.open_gate import open_gate
 
     original = pyfuncitem.funcargs.get("benchmark")
@@ -60,7 +59,7 @@ def measured_call(pyfuncitem: pytest.Function, session: GateSession
     with contextlib.ExitStack() as stack:
         gate = shared if isinstance(shared, PerfGate) else stack.enter_context(
             open_gate(pyfuncitem, session, benchmark_name(pyfuncitem, session)))
-        unit = markers.marker_unit(pyfuncitem) or CALLS.unit.removesuffix("/s")
+        unit = gate.unit or CALLS.unit.removesuffix("/s")
         ours = PerfgateBenchmark(original, gate, benchmark_name(pyfuncitem, session), unit,
                                  session.clock)
         pyfuncitem.funcargs["benchmark"] = ours

@@ -4,15 +4,17 @@ when its test ran)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from pytest_perfgate.core.metric import rate_unit
 from pytest_perfgate.session.checks import PerfgateUsageError
 from pytest_perfgate.session.options import OptionError, parse_fraction
 
-KWARGS: tuple[str, ...] = ("threshold", "counts", "memory_threshold")
+# unit=: what one call (or transition) is: "rows" reads as rows/s
+KWARGS: tuple[str, ...] = ("threshold", "counts", "memory_threshold", "unit")
 EXAMPLE = "@pytest.mark.perfgate(threshold=0.1)"
-KWARGS = (*KWARGS, "unit")  # what one call (or transition) is: "rows" reads as rows/s
 
 
 def parse_threshold(raw: object) -> float:
@@ -60,41 +62,34 @@ def problems(item: pytest.Item) -> list[str]:
     return out
 
 
-def marker_memory_threshold(item: pytest.Item) -> float | None:
-    """The closest perfgate marker's memory_threshold= (None: peak memory is not gated).
-    Checked at collection (:func:`problems`)."""
+@dataclass(frozen=True)
+class MarkerSettings:
+    """What a test's closest perfgate marker asks, read once per test (None: the session's
+    option decides, or, for ``unit``, env-steps, or calls for pytest-benchmark's
+    ``benchmark``; ``memory_threshold`` None: peak memory is not gated)."""
+
+    threshold: float | None = None
+    counts: bool | None = None
+    memory_threshold: float | None = None
+    unit: str | None = None
+
+
+def settings(item: pytest.Item) -> MarkerSettings:
+    """The closest perfgate marker's settings. Every marker was checked at collection
+    (:func:`problems`); a bad threshold re-raises here for items created later, e.g. by a
+    plugin."""
     mark = item.get_closest_marker("perfgate")
-    if mark is None or "memory_threshold" not in mark.kwargs:
-        return None
-    return parse_threshold(mark.kwargs["memory_threshold"])
-
-
-def marker_counts(item: pytest.Item) -> bool | None:
-    """The closest perfgate marker's counts= (None: --perfgate-counts decides)."""
-    mark = item.get_closest_marker("perfgate")
-    if mark is None or not isinstance(mark.kwargs.get("counts"), bool):
-        return None
-    return bool(mark.kwargs["counts"])
-
-
-def marker_unit(item: pytest.Item) -> str | None:
-    """The closest perfgate marker's unit= (None: env-steps, or calls for pytest-benchmark's
-    ``benchmark``), checked at collection."""
-    mark = item.get_closest_marker("perfgate")
-    unit = None if mark is None else mark.kwargs.get("unit")
-    return unit if isinstance(unit, str) else None
-
-
-def marker_threshold(item: pytest.Item) -> float | None:
-    """The closest perfgate marker's threshold (None: the session's). Every marker was
-    checked at collection (:meth:`PerfgatePlugin.check_items`); this re-raises for items
-    created later, e.g. by a plugin."""
-    mark = item.get_closest_marker("perfgate")
-    if mark is None or "threshold" not in mark.kwargs:
-        return None
-    raw = mark.kwargs["threshold"]
+    if mark is None:
+        return MarkerSettings()
+    kw = mark.kwargs
     try:
-        return parse_threshold(raw)
+        threshold = parse_threshold(kw["threshold"]) if "threshold" in kw else None
     except OptionError as e:
-        raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={raw!r}) on {item.nodeid}: "
-                                 f"{e}") from None
+        raise PerfgateUsageError(f"@pytest.mark.perfgate(threshold={kw['threshold']!r}) on "
+                                 f"{item.nodeid}: {e}") from None
+    memory = kw.get("memory_threshold")
+    counts, unit = kw.get("counts"), kw.get("unit")
+    return MarkerSettings(threshold,
+                        counts if isinstance(counts, bool) else None,
+                        None if memory is None else parse_threshold(memory),
+                        unit if isinstance(unit, str) else None)

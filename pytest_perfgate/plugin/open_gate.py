@@ -26,10 +26,10 @@ def open_gate(item: pytest.Item, session: GateSession, name: str | None = None
     threshold and unit, its location noted for CI, its verdicts stashed for its report.
     Skips the test when it wants instruction counts this machine cannot take: never a
     silent pass without them (docs/design.md §10)."""
-    gate = PerfGate(session, item.nodeid, name or default_name(item, session),
-                    markers.marker_threshold(item), markers.marker_counts(item),
-                    memory_threshold=markers.marker_memory_threshold(item),
-                    unit=markers.marker_unit(item), test_file=test_file(item))
+    asked = markers.settings(item)
+    gate = PerfGate(session, item.nodeid, name or default_name(item, session), asked.threshold,
+                    asked.counts, memory_threshold=asked.memory_threshold, unit=asked.unit,
+                    test_file=test_file(item))
     note_location(item, session)
     why = session.counts_unavailable(gate.counts)
     if why:
