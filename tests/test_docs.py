@@ -134,3 +134,20 @@ def test_the_design_map_names_every_module() -> None:
     modules = sorted(_rel(p) for p in (ROOT / "pytest_perfgate").rglob("*.py")
                      if p.name != "__init__.py" and "__pycache__" not in p.parts)
     assert [m for m in modules if f"`{m}`" not in text] == []
+
+
+def test_every_import_the_docs_show_works() -> None:
+    """A page's ``from pytest_perfgate... import ...`` lines are what users copy: each still
+    imports, whichever module now holds the names."""
+    import importlib
+
+    shown = {m.group(0) for f in DOCS for m in re.finditer(
+        r"^from (pytest_perfgate[\w.]*) import ([\w, ]+)$", f.read_text(), re.M)}
+    broken = []
+    for line in sorted(shown):
+        module, names = re.match(r"from (\S+) import (.+)", line).groups()  # type: ignore[union-attr]
+        mod = importlib.import_module(module)
+        broken += [f"{line}: {n}" for n in (x.strip() for x in names.split(","))
+                   if not hasattr(mod, n) and not (
+                       hasattr(mod, "__path__") and importlib.util.find_spec(f"{module}.{n}"))]
+    assert shown and broken == []
