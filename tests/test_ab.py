@@ -40,6 +40,39 @@ def test_twice_as_slow_head_is_a_regression(pytester: pytest.Pytester) -> None:
                               "*baseline: base revision HEAD~1 (*), measured in alternating "
                               "turns*"])
     assert_turns(res.stdout.str(), 6)
+    # a called change is measured again by a fresh pair of processes, which agrees
+    assert "A fresh pair of side processes confirmed it" in " ".join(res.stdout.str().split())
+    no_leftovers(pytester)
+
+
+FIRST_HEAD_SLOW = """
+import os, time
+def test_walk(perfgate):
+    flag = os.path.join(os.path.dirname(__file__), "first-head-side")
+    try:  # only the first head process is slow: a difference of that process, not the code
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+        slow = 2.0
+    except FileExistsError:
+        slow = 1.0
+    def step():
+        time.sleep(0.002 * slow)
+    perfgate.measure(step, transitions=8)
+"""
+
+
+def test_a_difference_of_one_pairs_processes_is_overturned_by_fresh_pairs(
+        pytester: pytest.Pytester) -> None:
+    repo(pytester, "time.sleep(0.002 * SLOW)")
+    pytester.makepyfile(test_perf=FIRST_HEAD_SLOW)
+    git(pytester, "commit", "-qam", "head", "--amend")
+    res = pytester.runpytest_subprocess(*ARGS, "--perfgate-json=r.json", timeout=300)
+    res.assert_outcomes(passed=1)
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    assert [p["outcome"] for p in entry["result"]["extra"]["ab_pairs"]] == [
+        "REGRESSION", "OK", "OK"], entry
+    assert entry["verdict"] == "OK"
+    assert "the first pair's REGRESSION was a difference between its processes" in \
+        entry["message"]
     no_leftovers(pytester)
 
 

@@ -115,16 +115,18 @@ def study(args: argparse.Namespace) -> int:
             (entry,) = json.loads(report.read_text())["benchmarks"]
         except (OSError, ValueError):
             entry = {"verdict": "ERROR", "message": "no report"}
+        pairs = (entry.get("result") or {}).get("extra", {}).get("ab_pairs") or []
         trials.append({"kind": kind, "verdict": entry["verdict"], "ratio": entry.get("ratio"),
                        "remeasured": str(entry.get("message", "")).startswith("re-measured"),
-                       "wall_s": wall})
+                       "pairs": pairs, "wall_s": wall})
         print(f"[{i + 1}/{len(order)}] {kind}: {entry['verdict']} ratio {entry.get('ratio')}"
-              f" ({wall:.0f} s){' re-measured' if trials[-1]['remeasured'] else ''}",
-              flush=True)
+              f" ({wall:.0f} s){' re-measured' if trials[-1]['remeasured'] else ''}"
+              + (f", pairs {[p['outcome'] for p in pairs]}" if pairs else ""), flush=True)
     print(f"\n{args.baseline_runs} baseline runs, {args.trials} trials per kind, threshold 5%, "
           f"load {args.load}")
-    print("| head | REGRESSION | verdicts | re-measured | wall per verdict (median) |")
-    print("|---|---|---|---|---|")
+    print("| head | REGRESSION | verdicts | re-measured | fresh pairs | wall per verdict "
+          "(median) |")
+    print("|---|---|---|---|---|---|")
     for kind in KINDS:
         mine = [t for t in trials if t["kind"] == kind]
         counts: dict[str, int] = {}
@@ -132,8 +134,9 @@ def study(args: argparse.Namespace) -> int:
             counts[t["verdict"]] = counts.get(t["verdict"], 0) + 1
         reg = Rate(counts.get("REGRESSION", 0), len(mine))
         shown = ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+        fresh = sum(max(0, len(t.get("pairs", [])) - 1) for t in mine)
         print(f"| {kind} | {reg} | {shown} | {sum(t['remeasured'] for t in mine)}/{len(mine)} "
-              f"| {statistics.median(t['wall_s'] for t in mine):.1f} s |")
+              f"| {fresh} | {statistics.median(t['wall_s'] for t in mine):.1f} s |")
     if args.out is not None:
         args.out.write_text(json.dumps({"trials": trials, "args": vars(args) | {
             "out": str(args.out)}}, indent=1))

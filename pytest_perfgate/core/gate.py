@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_perfgate.core.evidence import Evidence, history_evidence, t_dist, t_ppf, t_sf
 from pytest_perfgate.core.metric import ENV_STEPS, Metric
@@ -75,6 +75,12 @@ class Verdict:
     p_value: float | None = None  # one-sided, for "head is slower"
     resolvable: float | None = None  # smallest drop the evidence could call significant
     evidence: Evidence | None = None
+
+    def noted(self, text: str) -> Verdict:
+        """This verdict with ``text`` as one more sentence of its message."""
+        end = "" if self.message.endswith(".") else "."
+        said = f"{self.message}{end} {text[0].upper()}{text[1:]}"
+        return replace(self, message=said if said.endswith(".") else said + ".")
 
     def fails(self, rule: Rule) -> bool:
         if self.outcome is Outcome.REGRESSION:

@@ -42,6 +42,7 @@ class RemeasurePlan:
     looks: int = 4
     setup: str | None = None
     budget_s: float = 900.0
+    confirm: bool = True  # a change one pair calls is measured by fresh pairs (ab/confirm.py)
 
 
 class Remeasure:
@@ -79,7 +80,8 @@ class Remeasure:
             return _note(j, f"not re-measured: {setup}")
         t0 = self._monotonic()
         ctl = ABController(setup, self.meters, lambda _: None, self.plan.turns,
-                           self.plan.turn_s, self.plan.looks, self.profile)
+                           self.plan.turn_s, self.plan.looks, self.profile,
+                           self.plan.confirm)
         try:
             ab = ctl.measure(_NO_SOURCE, call)
         except SideError as e:  # an infrastructure error: never a verdict of its own
@@ -135,11 +137,8 @@ _NO_SOURCE: Any = _NoSource()
 
 def _note(j: Judged, text: str) -> Judged:
     """``j`` with ``text`` as a sentence after its message."""
-    v = j.verdict
-    assert v is not None
-    end = "" if v.message.endswith(".") else "."
-    said = f"{v.message}{end} {text[0].upper()}{text[1:]}."
-    return dataclasses.replace(j, verdict=dataclasses.replace(v, message=said))
+    assert j.verdict is not None
+    return dataclasses.replace(j, verdict=j.verdict.noted(text))
 
 
 def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
@@ -152,9 +151,10 @@ def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
                f"so the baseline commit {commit[:10]} was measured again in alternating "
                f"turns with this tree: {v.message}")
     base = j.result.rate / v.ratio if v.ratio else None
-    if "profile" in ab.result.extra:  # why it got slower, taken after the paired verdict
+    kept = {k: ab.result.extra[k] for k in ("profile", "ab_pairs") if k in ab.result.extra}
+    if kept:  # why it got slower (after the paired verdict), and each pair's ratio
         j = dataclasses.replace(j, result=dataclasses.replace(
-            j.result, extra={**j.result.extra, "profile": ab.result.extra["profile"]}))
+            j.result, extra={**j.result.extra, **kept}))
     return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message),
                                baseline_commits=[commit], baseline_rate=base,
                                baseline_phases=ab.baseline_phases)

@@ -82,7 +82,8 @@ class GateSession:
             from pytest_perfgate.modes.remeasure import Remeasure, RemeasurePlan
 
             self.remeasure = Remeasure(place, self.meters, RemeasurePlan(
-                o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget),
+                o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget,
+                o.ab_confirm),
                 profile=self._profiling())
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
                                         o.baseline_runs, o.baseline, records=o.record,
@@ -136,7 +137,7 @@ class GateSession:
 
             o = self.options
             return ABController(ab, self.meters, self.verdicts, o.ab_turns, o.ab_turn_time,
-                                o.ab_looks, self._profiling())
+                                o.ab_looks, self._profiling(), o.ab_confirm)
         return self.history_mode
 
     def _profiling(self) -> Profiling | None:

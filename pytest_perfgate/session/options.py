@@ -280,6 +280,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("ab_looks", parse_looks, "looks of the sequential A/B test, evenly spaced up to "
          "--perfgate-ab-turns (at least 8 turns apart): it stops at the first look that "
          "decides, the false-alarm rate held at alpha over all of them; 1 = fixed length"),
+    Spec("ab_confirm", parse_bool, "a REGRESSION or IMPROVEMENT of one pair of side "
+         "processes is measured again by a fresh pair, a third breaking a tie: the verdict is "
+         "what two pairs agree on (default true)", "PERFGATE_AB_CONFIRM"),
     Spec("ab_setup", parse_command, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
     Spec("jsonl", parse_path, "append one JSON line per measured benchmark to this file "
@@ -339,6 +342,7 @@ class Options:
     ab_turns: int = 96
     ab_turn_time: float = 0.1
     ab_looks: int = 4
+    ab_confirm: bool = True
     ab_setup: str | None = None
     jsonl: str | None = None
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests

@@ -24,11 +24,12 @@ from pytest_perfgate.core.gate import (
     unstable,
 )
 from pytest_perfgate.core.judged import Judged, summarize
-from pytest_perfgate.core.metric import metric_for
+from pytest_perfgate.core.metric import Metric, metric_for
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.modes import group
-from pytest_perfgate.modes.ab.abba import measure_sequential
+from pytest_perfgate.modes.ab import confirm
+from pytest_perfgate.modes.ab.abba import Paired, measure_sequential
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
 from pytest_perfgate.modes.ab.remote import Pair, RemoteSource, Side, SideError, SideSpec, reach
@@ -164,7 +165,8 @@ class ABController:
     runs_step = False
 
     def __init__(self, setup: ABSetup, meter: MeterFactory, sink: Sink, turns: int,
-                 turn_s: float, looks: int = 1, profile: Profiling | None = None) -> None:
+                 turn_s: float, looks: int = 1, profile: Profiling | None = None,
+                 confirm: bool = True) -> None:
         self.setup = setup
         self.meter = meter
         self.sink = sink
@@ -172,7 +174,9 @@ class ABController:
         self.turn_s = turn_s
         self.looks = looks
         self.profile = profile
+        self.confirm = confirm  # a change one pair calls is measured by fresh pairs (.confirm)
         self._pairs: dict[str, Pair] = {}  # test id -> its running sides
+        self._calls: dict[str, list[str]] = {}  # test id -> its measure() calls so far
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
         """A ``measure()`` call of a test body run here: both sides must reach it too."""
@@ -212,26 +216,76 @@ class ABController:
                call: BenchCall) -> Judged:
         ab = self.setup
         metric = metric_for(call.unit)
-        design = plan(self.turns, self.looks, call.rule.alpha)
-        run = measure_sequential(base_src, head_src, self.meter(), design, self.turn_s,
-                                 call.rule, metric)
-        mb, mh = run.base, run.head
-        verdict = run.verdict
-        if not (mb.steady and mh.steady):
-            side = "base" if not mb.steady else "head"
-            load = mb.warmup_load if not mb.steady else mh.warmup_load
-            verdict = unstable(never_steady(load, side, len(run.looks.left_out)), metric)
-        info = {**dict(call.extra), "ab_base": ab.base_label, "ab_base_commit": ab.base_commit,
-                "ab_base_samples": mb.samples, "ab_sequential": run.looks.summary()}
-        if self.profile is not None and self.profile.wanted(verdict):
-            info["profile"] = self.profile.take(pair, base_src, head_src, call.name, ab)
+        earlier = self._calls.setdefault(call.test_id, [])
+        pairs, runs = [pair], [self._measure(base_src, head_src, call, metric)]
+        sources = [(base_src, head_src)]
+        unconfirmed = None
+        try:
+            while self.confirm and confirm.wanted([v for _, v in runs]):
+                try:
+                    fresh = self._fresh_pair(call, earlier)
+                    pairs.append(fresh)
+                    srcs = RemoteSource(fresh.base), RemoteSource(fresh.head)
+                    runs.append(self._measure(*srcs, call, metric))
+                    sources.append(srcs)
+                except SideError as e:  # an infrastructure error: the pairs so far stand
+                    unconfirmed = f"a fresh pair of side processes could not confirm it: {e}"
+                    break
+            i, verdict = confirm.agreed([v for _, v in runs], metric)
+            if unconfirmed is not None:
+                verdict = verdict.noted(unconfirmed)
+            run = runs[i][0]
+            mb, mh = run.base, run.head
+            info = {**dict(call.extra), "ab_base": ab.base_label,
+                    "ab_base_commit": ab.base_commit, "ab_base_samples": mb.samples,
+                    "ab_sequential": run.looks.summary()}
+            if len(runs) > 1:
+                info["ab_pairs"] = confirm.record([v for _, v in runs])
+            if self.profile is not None and self.profile.wanted(verdict):
+                info["profile"] = self.profile.take(pairs[i], *sources[i], call.name, ab)
+        finally:
+            for extra in pairs[1:]:
+                extra.close()
         pair.done()
+        earlier.append(call.name)
         result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.rate,
                    {n: p.ms_per_call for n, p in base.phases.items()})
         self.sink(j)
         return j
+
+    def _measure(self, base_src: RemoteSource, head_src: RemoteSource, call: BenchCall,
+                 metric: Metric) -> tuple[Paired, Verdict]:
+        """One pair's sequential measurement and its verdict (UNSTABLE when a side never
+        became steady)."""
+        design = plan(self.turns, self.looks, call.rule.alpha)
+        run = measure_sequential(base_src, head_src, self.meter(), design, self.turn_s,
+                                 call.rule, metric)
+        mb, mh = run.base, run.head
+        if not (mb.steady and mh.steady):
+            side = "base" if not mb.steady else "head"
+            load = mb.warmup_load if not mb.steady else mh.warmup_load
+            return run, unstable(never_steady(load, side, len(run.looks.left_out)), metric)
+        return run, run.verdict
+
+    def _fresh_pair(self, call: BenchCall, earlier: list[str]) -> Pair:
+        """New processes for both sides of ``call``'s test, brought to its measure() call:
+        each earlier call of the test is served one short window and let go, so the test
+        runs on as it did in the first pair. Closed on any failure."""
+        ab = self.setup
+        fresh = Pair(Side(ab.base, call.test_id, ab.plugin_root, call.test_file),
+                     Side(ab.head, call.test_id, ab.plugin_root, call.test_file))
+        try:
+            for name in earlier:
+                for src in fresh.next_bench(name):
+                    src.run_window(min(self.turn_s, 0.05))
+                fresh.done()
+            fresh.next_bench(call.name)
+        except BaseException:
+            fresh.close()
+            raise
+        return fresh
 
     def _absent_from_base(self, base: Side, call: BenchCall) -> str | None:
         """Why a base side that ended without reaching ``measure()`` did so because its
@@ -282,6 +336,8 @@ class ABController:
 
     def end_test(self, test_id: str) -> None:
         """End this test's sides, if any (bounded: terminate, then kill)."""
+        self._calls.pop(test_id, None)
         pair = self._pairs.pop(test_id, None)
         if pair is not None:
             pair.close()
+
