@@ -190,6 +190,18 @@ def test_a_first_pairs_false_alarm_is_overturned_by_two_fresh_pairs() -> None:
         j.verdict.message
 
 
+def test_an_overturned_change_is_shown_though_it_ends_ok() -> None:
+    from pytest_perfgate.report.render import notes, worth_a_line
+
+    ctl, log, _ = controller([(0.959, v(REG, 0.959)), (1.003, v(OK, 1.003)),
+                              (0.998, v(OK, 0.998))])
+    (line,) = notes([judge(ctl, log)])
+    assert line.startswith("test_walk: OK: env-steps/s ok at 0.998. Three pairs of side ")
+    ctl, log, _ = controller([(1.0, v(OK, 1.0))])
+    plain = judge(ctl, log)
+    assert notes([plain]) == [] and not worth_a_line(plain)
+
+
 def test_ok_is_not_measured_again_and_the_switch_turns_confirming_off() -> None:
     ctl, log, _ = controller([(1.0, v(OK, 1.0))])
     j = judge(ctl, log)

@@ -14,6 +14,7 @@ from pytest_perfgate.core.metric import figure
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.report.changepoints import ChangePoint
 from pytest_perfgate.report.plots import Band
+from pytest_perfgate.report.render import worth_a_line
 from pytest_perfgate.report.series import Series, cause
 
 
@@ -95,7 +96,7 @@ def notes(entries: Sequence[Entry]) -> list[str]:
     out = []
     for e in entries:
         v = e.judged.verdict
-        if v is not None and v.message and v.outcome.value != "OK":
+        if v is not None and v.message and worth_a_line(e.judged):
             out.append(f"- `{e.judged.result.name}`: {v.outcome.value}: {_cell(v.message)}")
         if len(e.series.points) < 4:
             out.append(f"- `{e.series.benchmark}`: {len(e.series.points)} run(s) in the "

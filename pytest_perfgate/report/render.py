@@ -78,12 +78,20 @@ def table(judged: Sequence[Judged]) -> list[str]:
     return lines
 
 
+def worth_a_line(j: Judged) -> bool:
+    """Whether the verdict's message is shown: any but a plain OK. An OK that fresh pairs of
+    side processes reached against a first pair's called change is not plain."""
+    v, pairs = j.verdict, j.result.extra.get("ab_pairs")
+    return v is not None and (v.outcome is not Outcome.OK
+                              or (isinstance(pairs, list) and len(pairs) > 1))
+
+
 def notes(judged: Sequence[Judged]) -> list[str]:
     """One line per verdict that is not a plain OK, plus measurement caveats."""
     out = []
     for j in judged:
         r, v = j.result, j.verdict
-        if v is not None and v.outcome is not Outcome.OK:
+        if v is not None and worth_a_line(j):
             out.append(f"{r.name}: {v.outcome.value}: {v.message}")
         workers = r.extra.get("workers")  # perfgate's own key (user extra may not use it)
         for w in workers if isinstance(workers, list) else []:
