@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.measure import Measurement
+from pytest_perfgate.core.progress import LiveProgress
+from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.core.window import Window
 from pytest_perfgate.modes.ab import confirm
 from pytest_perfgate.modes.ab.controller import ABController, ABSetup
@@ -128,12 +131,29 @@ class FakePair:
         self.log.append(f"done {self.name}")
 
 
+class Shown:
+    """A live status line that logs what the progress shows."""
+
+    live = True
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def show(self, text: str) -> None:
+        self.log.append(text)
+
+    def done(self, text: str) -> None:
+        self.log.append(text)
+
+
 def controller(script: list[tuple[float, Verdict] | BaseException], confirm_on: bool = True,
                fresh_fails: bool = False) -> tuple[ABController, list[str], list[Judged]]:
     spec = SideSpec("base", Path("."))
     sink: list[Judged] = []
     log: list[str] = []
-    ctl = ABController(ABSetup(spec, spec, "c" * 40, "main", "."), lambda: None,  # type: ignore[arg-type, return-value]
+    shown = Shown(log)
+    meter = SimpleNamespace(progress=LiveProgress(shown, FakeClock()))
+    ctl = ABController(ABSetup(spec, spec, "c" * 40, "main", "."), lambda: meter,  # type: ignore[arg-type, return-value]
                        sink.append, 96, 0.1, 4, confirm=confirm_on)
     pairs = iter(range(2, 9))
 
@@ -168,8 +188,9 @@ def judge(ctl: ABController, log: list[str]) -> Judged:
 def test_a_regression_two_pairs_agree_on_is_recorded_from_the_standing_pair() -> None:
     ctl, log, sink = controller([(0.887, v(REG, 0.887)), (0.893, v(REG, 0.893))])
     j = judge(ctl, log)
-    assert log == ["measure REGRESSION", "start pair2", "measure REGRESSION", "close pair2",
-                   "done pair1"]
+    assert log == ["measure REGRESSION",
+                   "perfgate: : pair 2 of side processes, to confirm 0.887 (REGRESSION) (0.0 s)",
+                   "start pair2", "measure REGRESSION", "close pair2", "done pair1"]
     assert sink == [j] and j.verdict is not None and j.verdict.outcome is REG
     assert j.verdict.ratio == 0.893 and "confirmed it" in j.verdict.message
     # the figures are the standing pair's: the head's rate over the base's is its ratio
@@ -183,8 +204,11 @@ def test_a_first_pairs_false_alarm_is_overturned_by_two_fresh_pairs() -> None:
     ctl, log, _ = controller([(0.959, v(REG, 0.959)), (1.003, v(OK, 1.003)),
                               (0.998, v(OK, 0.998))])
     j = judge(ctl, log)
-    assert log == ["measure REGRESSION", "start pair2", "measure OK", "start pair3",
-                   "measure OK", "close pair2", "close pair3", "done pair1"]
+    assert [x for x in log if not x.startswith("perfgate:")] == [
+        "measure REGRESSION", "start pair2", "measure OK", "start pair3", "measure OK",
+        "close pair2", "close pair3", "done pair1"]
+    assert log[4].endswith("pair 3 of side processes, to confirm 0.959 (REGRESSION), 1.003 "
+                           "(OK) (0.0 s)")
     assert j.verdict is not None and j.verdict.outcome is OK and j.verdict.ratio == 0.998
     assert "the first pair's REGRESSION was a difference between its processes" in \
         j.verdict.message
@@ -236,7 +260,7 @@ def test_an_interrupt_while_confirming_ends_the_fresh_pair() -> None:
     ctl, log, sink = controller([(0.9, v(REG, 0.9)), KeyboardInterrupt()])
     with pytest.raises(KeyboardInterrupt):
         judge(ctl, log)
-    assert log == ["measure REGRESSION", "start pair2", "close pair2"] and sink == []
+    assert log[2:] == ["start pair2", "close pair2"] and sink == []
 
 
 def test_the_option_reaches_both_uses() -> None:

@@ -40,8 +40,8 @@ def agreed(verdicts: Sequence[Verdict], metric: Metric = ENV_STEPS) -> tuple[int
     could not be measured)."""
     if len(verdicts) == 1:
         return 0, verdicts[0]
-    said = ", ".join(_said(v) for v in verdicts)
     outcome = _majority(verdicts)
+    said = saying(verdicts)
     if outcome is None:
         i = _median(verdicts)
         return i, Verdict(Outcome.INCONCLUSIVE, metric.say(
@@ -92,5 +92,7 @@ def _median(verdicts: Sequence[Verdict]) -> int:
     return rated[(len(rated) - 1) // 2][1]
 
 
-def _said(v: Verdict) -> str:
-    return v.outcome.value if v.ratio is None else f"{v.ratio:.3f} ({v.outcome.value})"
+def saying(verdicts: Sequence[Verdict]) -> str:
+    """What the pairs measured, in order: "0.887 (REGRESSION), UNSTABLE"."""
+    return ", ".join(v.outcome.value if v.ratio is None else f"{v.ratio:.3f} ({v.outcome.value})"
+                     for v in verdicts)

@@ -222,6 +222,8 @@ class ABController:
         unconfirmed = None
         try:
             while self.confirm and confirm.wanted([v for _, v in runs]):
+                self.meter().progress.pair_started(len(runs) + 1,
+                                                   confirm.saying([v for _, v in runs]))
                 try:
                     fresh = self._fresh_pair(call, earlier)
                     pairs.append(fresh)
