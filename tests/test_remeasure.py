@@ -110,3 +110,37 @@ def test_where_it_cannot_re_measure_the_verdict_names_why(tmp_path: Path, how: s
         assert "Not re-measured: the working tree has uncommitted changes" in words
     else:
         assert "re-measured: the record" not in words and "not re-measured" not in words
+
+
+TWO_CALLS = """
+import time
+SLOW = {slow}
+def test_s(perfgate):
+    perfgate.measure(lambda: time.sleep(0.002), transitions=8, name="warm")
+    perfgate.measure(lambda: time.sleep(0.002 * SLOW), transitions=8, name="walk")
+"""
+
+
+def test_a_tests_later_measure_call_is_re_measured_past_its_earlier_one(
+        tmp_path: Path) -> None:
+    # the sides started for "walk" pass "warm" first, as the test runs
+    repo = tmp_path / "repo"
+    (repo / "perf").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
+    (repo / ".gitignore").write_text("results/\n")
+    (repo / "perf" / "test_s.py").write_text(TWO_CALLS.format(slow=1.0))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    assert pytest_in(repo, "perf").returncode == 0
+    (repo / "perf" / "test_s.py").write_text(TWO_CALLS.format(slow=2.0))
+    git(repo, "commit", "-qam", "head")
+    done = pytest_in(repo, f"--perfgate-json={tmp_path / 'r.json'}", "perf")
+    out = done.stdout + done.stderr
+    got = {e["benchmark"].rpartition(".")[2]: e
+           for e in json.loads((tmp_path / "r.json").read_text())["benchmarks"]}
+    assert got["walk"]["verdict"] == "REGRESSION", out
+    assert str(got["walk"]["message"]).startswith("re-measured: the record could not"), out
+    assert got["warm"]["verdict"] != "REGRESSION", out

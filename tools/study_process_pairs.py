@@ -90,7 +90,7 @@ def trial(repo: Path, i: int, threshold: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {"verdict": "ERROR", "ratio": None, "ci": None, "wall_s": wall}
     pairs = entry.get("result", {}).get("extra", {}).get("ab_pairs") or [
-        {"ratio": entry.get("ratio"), "outcome": entry["verdict"]}]
+        {"ratio": entry.get("ratio"), "ci": entry.get("ci"), "outcome": entry["verdict"]}]
     return {"verdict": entry["verdict"], "ratio": entry.get("ratio"), "ci": entry.get("ci"),
             "first_pair": pairs[0]["outcome"], "pairs": pairs, "wall_s": wall}
 
@@ -118,17 +118,22 @@ def main() -> int:
             trials.append(t)
             print(f"[{i + 1}/{args.trials}] {t['verdict']} ratio {t['ratio']} ci {t['ci']} "
                   f"pairs {len(t.get('pairs', []))} ({t['wall_s']:.0f} s)", flush=True)
-    judged = [(float(r), float(c[0]), float(c[1])) for t in trials
-              if isinstance(r := t["ratio"], (int, float)) and isinstance(c := t["ci"], list)]
+    # the spread between pairs is the first pair's: a fresh pair is measured only after a
+    # first pair called a regression, so the verdict's figures are a selected sample
+    firsts = [t["pairs"][0] for t in trials if t.get("pairs")]
+    judged = [(float(r), float(c[0]), float(c[1])) for f in firsts
+              if isinstance(r := f.get("ratio"), (int, float))
+              and isinstance(c := f.get("ci"), list)]
     logs = [math.log(r) for r, _, _ in judged]
     halves = [(math.log(hi) - math.log(lo)) / 2 for _, lo, hi in judged]
     excl = sum(1 for _, lo, hi in judged if not lo <= 1.0 <= hi)
     alarms = Rate(sum(t["verdict"] == "REGRESSION" for t in trials), len(trials))
     first = Rate(sum(t.get("first_pair") == "REGRESSION" for t in trials), len(trials))
     print(f"\n{args.workload}, {len(trials)} A/A trials (fresh processes each), threshold "
-          f"{args.threshold}: REGRESSION {alarms}; intervals excluding 1: {excl}/{len(judged)}")
-    print(f"the first pair alone (the verdict before fresh pairs had to agree): REGRESSION "
-          f"{first}; called changes measured again: "
+          f"{args.threshold}: REGRESSION {alarms}; first pairs' intervals excluding 1: "
+          f"{excl}/{len(judged)}")
+    print(f"the first pair alone (the verdict before fresh pairs had to measure it too): "
+          f"REGRESSION {first}; called regressions measured again: "
           f"{sum(len(t.get('pairs', [])) > 1 for t in trials)}")
     if len(logs) >= 2:
         print(f"trial-to-trial sd of the log ratio {statistics.stdev(logs):.4f}; median "

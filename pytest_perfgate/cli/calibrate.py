@@ -2,7 +2,9 @@
 
 False alarms on A/A trials, detection of injected slowdowns, seconds spent, through the real
 gate on one pair of side processes of the same checkout, exactly as ``--perfgate-ab`` starts
-them (docs/verdict-quality.md; the mode itself: docs/design.md §3).
+them (docs/verdict-quality.md; the mode itself: docs/design.md §3). These are the rates of
+one pair's verdict: the fresh pairs that must measure an A/B REGRESSION again
+(modes/ab/confirm.py) are not part of a trial.
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ class Progress:
         thermal"): measured again. A window slowed by the GPU looks like a hang or a
         regression on the status line unless it says why."""
 
-    def pair_started(self, k: int, said: str) -> None:
-        """A/B: fresh pair ``k`` of side processes starts, because the pairs so far ``said``
-        what needs confirming (e.g. "0.887 (REGRESSION)")."""
+    def pair_started(self, k: int, why: str) -> None:
+        """A/B: fresh pair ``k`` of side processes starts, ``why`` in a few words ("to
+        confirm 0.887 (REGRESSION)")."""
 
     def finished(self, name: str, summary: str) -> None:
         """The benchmark is done; ``summary`` is its result in a few words (steps/s, verdict)."""
@@ -134,8 +134,8 @@ class LiveProgress(Progress):
     def window_spoiled(self, k: int, total: int, reason: str) -> None:
         self._show(f"window {k}/{total} again: {reason}")
 
-    def pair_started(self, k: int, said: str) -> None:
-        self._show(f"pair {k} of side processes, to confirm {said}")
+    def pair_started(self, k: int, why: str) -> None:
+        self._show(f"pair {k} of side processes, {why}")
 
     def finished(self, name: str, summary: str) -> None:
         self.out.done(f"{self.prefix}: {name}: {summary} ({self._elapsed():.1f} s)")

@@ -62,6 +62,7 @@ class Remeasure:
         self.spent_s = 0.0
         self._stack = contextlib.ExitStack()
         self._setups: dict[str, ABSetup | str] = {}  # commit -> its sides, or why not
+        self._calls: dict[str, list[str]] = {}  # test id -> its measure() calls so far
         self._monotonic = monotonic
 
     def close(self) -> None:
@@ -71,6 +72,9 @@ class Remeasure:
         """``j`` when it decided (or has no baseline); else the paired verdict of its newest
         baseline commit against this tree, or ``j`` with why that could not be."""
         v = j.verdict
+        seen = self._calls.setdefault(call.test_id, [])
+        earlier = list(seen)
+        seen.append(call.name)
         if v is None or v.outcome is not Outcome.INCONCLUSIVE or not j.baseline_commits:
             return j
         commit = j.baseline_commits[0]
@@ -82,6 +86,7 @@ class Remeasure:
         ctl = ABController(setup, self.meters, lambda _: None, self.plan.turns,
                            self.plan.turn_s, self.plan.looks, self.profile,
                            self.plan.confirm)
+        ctl.after(call.test_id, earlier)  # its sides pass the test's earlier calls first
         try:
             ab = ctl.measure(_NO_SOURCE, call)
         except SideError as e:  # an infrastructure error: never a verdict of its own

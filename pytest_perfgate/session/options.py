@@ -280,9 +280,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("ab_looks", parse_looks, "looks of the sequential A/B test, evenly spaced up to "
          "--perfgate-ab-turns (at least 8 turns apart): it stops at the first look that "
          "decides, the false-alarm rate held at alpha over all of them; 1 = fixed length"),
-    Spec("ab_confirm", parse_bool, "a REGRESSION or IMPROVEMENT of one pair of side "
-         "processes is measured again by a fresh pair, a third breaking a tie: the verdict is "
-         "what two pairs agree on (default true)", "PERFGATE_AB_CONFIRM"),
+    Spec("ab_confirm", parse_bool, "a REGRESSION of one pair of side processes is measured "
+         "again by a fresh pair, a third breaking a tie: the verdict is what two pairs that "
+         "judged agree on", "PERFGATE_AB_CONFIRM"),
     Spec("ab_setup", parse_command, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
     Spec("jsonl", parse_path, "append one JSON line per measured benchmark to this file "
@@ -295,7 +295,7 @@ SPECS: tuple[Spec, ...] = (
          switch=True),
     Spec("remeasure", parse_bool, "history mode: when the record cannot resolve the "
          "threshold, measure the newest baseline commit again, interleaved with this tree "
-         "in A/B turns, and give that verdict (default true)", "PERFGATE_REMEASURE"),
+         "in A/B turns, and give that verdict", "PERFGATE_REMEASURE"),
     Spec("remeasure_budget", parse_seconds, "history mode: seconds a session may spend "
          "re-measuring baselines, at most (default 900); past it verdicts stay as the "
          "record gives them"),

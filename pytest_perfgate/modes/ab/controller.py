@@ -11,7 +11,7 @@ the working tree); the plugin calls it at configure time and shows its
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -180,15 +180,23 @@ class ABController:
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
         """A ``measure()`` call of a test body run here: both sides must reach it too."""
+        new = call.test_id not in self._pairs
         pair = self.pair_for(call.test_id, call.test_file)
-        try:
-            base_src, head_src = pair.next_bench(call.name)
+        try:  # a pair started here for a later call passes the test's earlier ones first
+            base_src, head_src = self._bring(pair, self._calls.get(call.test_id, []) if new
+                                             else [], call.name)
         except SideError:
             why = self._absent_from_base(pair.base, call)
             if why is None:
                 raise
             return self._new_in_head(pair, call, why)
         return self._judge(pair, base_src, head_src, call)
+
+    def after(self, test_id: str, names: Sequence[str]) -> None:
+        """``test_id``'s ``measure()`` calls ``names`` come before the next one judged here:
+        sides started for it pass them (each served one short window), so the test runs on
+        as it did (history mode's re-measuring of a later call)."""
+        self._calls[test_id] = list(names)
 
     def measure_announced(self, pair: Pair, call: BenchCall) -> Judged:
         """A ``measure()`` call the head side announced (a test run by its sides alone,
@@ -219,29 +227,24 @@ class ABController:
         earlier = self._calls.setdefault(call.test_id, [])
         pairs, runs = [pair], [self._measure(base_src, head_src, call, metric)]
         sources = [(base_src, head_src)]
-        unconfirmed = None
+        failed = None
         try:
-            while self.confirm and confirm.wanted([v for _, v in runs]):
-                self.meter().progress.pair_started(len(runs) + 1,
-                                                   confirm.saying([v for _, v in runs]))
+            while self.confirm and confirm.wanted(verdicts := [v for _, v in runs]):
+                self.meter().progress.pair_started(len(runs) + 1, confirm.why_more(verdicts))
                 try:
-                    fresh = self._fresh_pair(call, earlier)
-                    pairs.append(fresh)
-                    srcs = RemoteSource(fresh.base), RemoteSource(fresh.head)
+                    srcs = self._fresh_pair(call, earlier, pairs)
                     runs.append(self._measure(*srcs, call, metric))
                     sources.append(srcs)
-                except SideError as e:  # an infrastructure error: the pairs so far stand
-                    unconfirmed = f"a fresh pair of side processes could not confirm it: {e}"
+                except SideError as e:  # an infrastructure error: never a verdict of its own
+                    failed = str(e).splitlines()[0]
                     break
-            i, verdict = confirm.agreed([v for _, v in runs], metric)
-            if unconfirmed is not None:
-                verdict = verdict.noted(unconfirmed)
+            i, verdict = confirm.agreed([v for _, v in runs], failed, metric)
             run = runs[i][0]
             mb, mh = run.base, run.head
             info = {**dict(call.extra), "ab_base": ab.base_label,
                     "ab_base_commit": ab.base_commit, "ab_base_samples": mb.samples,
                     "ab_sequential": run.looks.summary()}
-            if len(runs) > 1:
+            if len(pairs) > 1:
                 info["ab_pairs"] = confirm.record([v for _, v in runs])
             if self.profile is not None and self.profile.wanted(verdict):
                 info["profile"] = self.profile.take(pairs[i], *sources[i], call.name, ab)
@@ -271,23 +274,36 @@ class ABController:
             return run, unstable(never_steady(load, side, len(run.looks.left_out)), metric)
         return run, run.verdict
 
-    def _fresh_pair(self, call: BenchCall, earlier: list[str]) -> Pair:
-        """New processes for both sides of ``call``'s test, brought to its measure() call:
-        each earlier call of the test is served one short window and let go, so the test
-        runs on as it did in the first pair. Closed on any failure."""
+    def _fresh_pair(self, call: BenchCall, earlier: Sequence[str], into: list[Pair]
+                    ) -> tuple[RemoteSource, RemoteSource]:
+        """New processes for both sides of ``call``'s test, appended to ``into`` (whose owner
+        closes them) as soon as both run, then brought to the call (:meth:`_bring`)."""
         ab = self.setup
-        fresh = Pair(Side(ab.base, call.test_id, ab.plugin_root, call.test_file),
-                     Side(ab.head, call.test_id, ab.plugin_root, call.test_file))
+        sides: list[Side] = []
         try:
-            for name in earlier:
-                for src in fresh.next_bench(name):
-                    src.run_window(min(self.turn_s, 0.05))
-                fresh.done()
-            fresh.next_bench(call.name)
-        except BaseException:
-            fresh.close()
+            for spec in (ab.base, ab.head):
+                sides.append(Side(spec, call.test_id, ab.plugin_root, call.test_file))
+        except BaseException as e:
+            for side in sides:
+                side.close()
+                side.log.close()
+            if isinstance(e, OSError):
+                raise SideError(f"could not start a side process: {e}") from None
             raise
-        return fresh
+        fresh = Pair(*sides)
+        into.append(fresh)
+        return self._bring(fresh, earlier, call.name)
+
+    def _bring(self, pair: Pair, earlier: Sequence[str], name: str
+               ) -> tuple[RemoteSource, RemoteSource]:
+        """Bring both sides of ``pair`` to the ``measure()`` call ``name``, past the test's
+        ``earlier`` calls: each is served one short window (so the test body gets a result
+        of the usual kind) and let go."""
+        for before in earlier:
+            for src in pair.next_bench(before):
+                src.run_window(min(self.turn_s, 0.05))
+            pair.done()
+        return pair.next_bench(name)
 
     def _absent_from_base(self, base: Side, call: BenchCall) -> str | None:
         """Why a base side that ended without reaching ``measure()`` did so because its

@@ -270,6 +270,10 @@ class Pair:
     head: Side
 
     def close(self) -> None:
+        """End both sides: both hear the connection close first, so they end together."""
+        for side in (self.base, self.head):
+            with contextlib.suppress(OSError):
+                side.conn.close()
         self.base.close()
         self.head.close()
         self.base.log.close()
