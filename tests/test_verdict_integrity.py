@@ -241,8 +241,8 @@ def _session(tmp_path: Path) -> GateSession:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"extra": {"workers": 4}}, "extra key 'workers' is recorded by perfgate itself (reserved: "
-     "ab_base, ab_base_commit, ab_base_samples, late_windows, placement_warnings, rounds, "
-     "workers): rename it, e.g. extra={'my_workers': ...}"),
+     "ab_base, ab_base_commit, ab_base_samples, ab_pairs, late_windows, placement_warnings, "
+     "rounds, workers): rename it, e.g. extra={'my_workers': ...}"),
     ({"extra": {1: 2}}, "extra key 1 is not a str: use str keys, e.g. extra={'num_envs': 256}"),
     ({"extra": ["a"]}, "extra=['a'] must be a dict of str keys to JSON values, e.g. "
      "extra={'num_envs': 256}"),
