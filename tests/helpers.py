@@ -54,6 +54,15 @@ def test_walk(perfgate):
     perfgate.measure(step, transitions=8)
 """
 
+# a perf test with two measure() calls: "warm" the same everywhere, "walk" SLOW times slower
+TWO_CALLS = """
+import time
+SLOW = {slow}
+def test_walk(perfgate):
+    perfgate.measure(lambda: time.sleep(0.002), transitions=8, name="warm")
+    perfgate.measure(lambda: time.sleep(0.002 * SLOW), transitions=8, name="walk")
+"""
+
 
 ARGS = ["--perfgate", "--perfgate-machine=ab", "--perfgate-ab=HEAD~1", "--perfgate-threshold=10%",
         "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05", "--perfgate-warmup-max=5",

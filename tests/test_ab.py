@@ -7,7 +7,7 @@ import subprocess
 
 import psutil
 import pytest
-from helpers import ARGS, PERF, assert_turns, git, repo
+from helpers import ARGS, PERF, TWO_CALLS, assert_turns, git, repo
 
 pytestmark = pytest.mark.slow  # real side processes and git worktrees
 
@@ -75,15 +75,6 @@ def test_a_difference_of_one_pairs_processes_is_overturned_by_fresh_pairs(
     assert entry["verdict"] in ("OK", "INCONCLUSIVE"), entry
     assert entry["verdict"] == "INCONCLUSIVE" or "not reproduced" in entry["message"], entry
     no_leftovers(pytester)
-
-
-TWO_CALLS = """
-import time
-SLOW = {slow}
-def test_walk(perfgate):
-    perfgate.measure(lambda: time.sleep(0.002), transitions=8, name="warm")
-    perfgate.measure(lambda: time.sleep(0.002 * SLOW), transitions=8, name="walk")
-"""
 
 
 def test_a_fresh_pair_passes_the_tests_earlier_measure_calls(

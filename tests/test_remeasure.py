@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TWO_CALLS
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +42,9 @@ def pytest_in(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
-def scratch(tmp_path: Path, head_slow: float) -> Path:
-    """A base commit with one recorded run (too few to resolve anything), then the head."""
+def scratch(tmp_path: Path, head_slow: float, step: str = STEP) -> Path:
+    """A base commit with one recorded run (too few to resolve anything), then the head
+    (``step``: the test file, formatted with the head's ``slow``)."""
     repo = tmp_path / "repo"
     (repo / "perf").mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
@@ -50,12 +52,12 @@ def scratch(tmp_path: Path, head_slow: float) -> Path:
     git(repo, "config", "user.name", "t")
     (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
     (repo / ".gitignore").write_text("results/\n")
-    (repo / "perf" / "test_s.py").write_text(STEP.format(slow=1.0))
+    (repo / "perf" / "test_s.py").write_text(step.format(slow=1.0))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
     done = pytest_in(repo, "perf")
     assert done.returncode == 0, done.stdout + done.stderr
-    (repo / "perf" / "test_s.py").write_text(STEP.format(slow=head_slow))
+    (repo / "perf" / "test_s.py").write_text(step.format(slow=head_slow))
     (repo / "n.txt").write_text("head")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "head")
@@ -112,31 +114,11 @@ def test_where_it_cannot_re_measure_the_verdict_names_why(tmp_path: Path, how: s
         assert "re-measured: the record" not in words and "not re-measured" not in words
 
 
-TWO_CALLS = """
-import time
-SLOW = {slow}
-def test_s(perfgate):
-    perfgate.measure(lambda: time.sleep(0.002), transitions=8, name="warm")
-    perfgate.measure(lambda: time.sleep(0.002 * SLOW), transitions=8, name="walk")
-"""
-
 
 def test_a_tests_later_measure_call_is_re_measured_past_its_earlier_one(
         tmp_path: Path) -> None:
     # the sides started for "walk" pass "warm" first, as the test runs
-    repo = tmp_path / "repo"
-    (repo / "perf").mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
-    (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
-    (repo / ".gitignore").write_text("results/\n")
-    (repo / "perf" / "test_s.py").write_text(TWO_CALLS.format(slow=1.0))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    assert pytest_in(repo, "perf").returncode == 0
-    (repo / "perf" / "test_s.py").write_text(TWO_CALLS.format(slow=2.0))
-    git(repo, "commit", "-qam", "head")
+    repo = scratch(tmp_path, 2.0, TWO_CALLS)
     done = pytest_in(repo, f"--perfgate-json={tmp_path / 'r.json'}", "perf")
     out = done.stdout + done.stderr
     got = {e["benchmark"].rpartition(".")[2]: e
