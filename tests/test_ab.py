@@ -92,6 +92,8 @@ def test_a_fresh_pair_passes_the_tests_earlier_measure_calls(
     assert [p["outcome"] for p in got["walk"]["result"]["extra"]["ab_pairs"]] == [
         "REGRESSION", "REGRESSION"], got["walk"]
     assert "ab_pairs" not in got["warm"]["result"]["extra"]  # not a called change
+    for e in got.values():  # one set of figures: steps/s over the baseline shown is the ratio
+        assert e["steps_per_s"] / e["baseline_steps_per_s"] == pytest.approx(e["ratio"]), e
     no_leftovers(pytester)
 
 

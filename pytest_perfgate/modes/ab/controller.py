@@ -255,7 +255,9 @@ class ABController:
         earlier.append(call.name)
         result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
-        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], base.rate,
+        # the baseline shown is the one the paired ratio divides by, so the three agree
+        level = result.rate / verdict.ratio if verdict.ratio else base.rate
+        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], level,
                    {n: p.ms_per_call for n, p in base.phases.items()})
         self.sink(j)
         return j
