@@ -7,7 +7,9 @@ A scratch repository with a numpy step: a base commit recorded ``--baseline-runs
 Each trial is one `pytest --perfgate` run of the head, judged against the base's runs
 (not recorded, so every trial meets the same history). Prints per kind: the verdicts, the
 share judged REGRESSION with its exact 95% interval, how many were re-measured, and the
-wall time per verdict.
+wall time per verdict. The JSON keeps each trial's verdict message (the record's spread,
+the turns, the look that stopped it) and every pair; the scratch repository is removed at
+the end unless ``--keep``.
 
     python tools/study_remeasure.py --trials 20 --out /tmp/remeasure.json
 
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,6 +72,8 @@ def main() -> int:
     ap.add_argument("--baseline-runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the scratch repository (its history and each trial's report)")
     ap.add_argument("--load", choices=("quiet", "one", "both"), default="quiet",
                     help="a neighbour's load through the whole study (baseline runs and "
                     "trials): none, a hog toggling on one core, or on both (2-5 s on, 2-5 s "
@@ -83,6 +88,16 @@ def main() -> int:
 
 def study(args: argparse.Namespace) -> int:
     repo = Path(tempfile.mkdtemp(prefix="perfgate-study-remeasure-"))
+    try:
+        return trials_in(repo, args)
+    finally:
+        if args.keep:
+            print(f"scratch repository kept: {repo}")
+        else:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+def trials_in(repo: Path, args: argparse.Namespace) -> int:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "study@example.com")
     git(repo, "config", "user.name", "study")
@@ -118,7 +133,7 @@ def study(args: argparse.Namespace) -> int:
         pairs = (entry.get("result") or {}).get("extra", {}).get("ab_pairs") or []
         trials.append({"kind": kind, "verdict": entry["verdict"], "ratio": entry.get("ratio"),
                        "remeasured": str(entry.get("message", "")).startswith("re-measured"),
-                       "pairs": pairs, "wall_s": wall})
+                       "pairs": pairs, "wall_s": wall, "message": entry.get("message")})
         print(f"[{i + 1}/{len(order)}] {kind}: {entry['verdict']} ratio {entry.get('ratio')}"
               f" ({wall:.0f} s){' re-measured' if trials[-1]['remeasured'] else ''}"
               + (f", pairs {[p['outcome'] for p in pairs]}" if pairs else ""), flush=True)
