@@ -278,6 +278,26 @@ def test_a_fresh_pair_that_fails_to_start_leaves_the_first_verdict_saying_so() -
         "[exit code 1]. Its output ends with:)), so the first pair's verdict stands.")
 
 
+def test_a_pair_whose_head_cannot_start_ends_the_base_it_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_perfgate.modes.ab import remote
+
+    started: list[Side] = []
+
+    class Recorded(Side):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            started.append(self)
+
+    monkeypatch.setattr(remote, "Side", Recorded)
+    missing = tmp_path / "no-such-checkout"
+    with pytest.raises(SideError, match=r"could not start a side process: .*no-such-checkout"):
+        Pair.start(SideSpec("base", tmp_path), SideSpec("head", missing), "test_x.py::test_x",
+                   str(Path(__file__).parents[1]))
+    (base,) = started  # a real process: ended and waited for, its log closed
+    assert base.proc.poll() is not None and base.log.closed
+
+
 def test_an_interrupt_while_confirming_ends_the_fresh_pair() -> None:
     ctl, log, sink = controller([(0.9, v(REG, 0.9)), KeyboardInterrupt()])
     with pytest.raises(KeyboardInterrupt):

@@ -215,8 +215,7 @@ class ABController:
         ab = self.setup
         pair = self._pairs.get(test_id)
         if pair is None:
-            pair = Pair(Side(ab.base, test_id, ab.plugin_root, test_file),
-                        Side(ab.head, test_id, ab.plugin_root, test_file))
+            pair = Pair.start(ab.base, ab.head, test_id, ab.plugin_root, test_file)
             self._pairs[test_id] = pair
         return pair
 
@@ -281,18 +280,7 @@ class ABController:
         """New processes for both sides of ``call``'s test, appended to ``into`` (whose owner
         closes them) as soon as both run, then brought to the call (:meth:`_bring`)."""
         ab = self.setup
-        sides: list[Side] = []
-        try:
-            for spec in (ab.base, ab.head):
-                sides.append(Side(spec, call.test_id, ab.plugin_root, call.test_file))
-        except BaseException as e:
-            for side in sides:
-                side.close()
-                side.log.close()
-            if isinstance(e, OSError):
-                raise SideError(f"could not start a side process: {e}") from None
-            raise
-        fresh = Pair(*sides)
+        fresh = Pair.start(ab.base, ab.head, call.test_id, ab.plugin_root, call.test_file)
         into.append(fresh)
         return self._bring(fresh, earlier, call.name)
 

@@ -117,10 +117,16 @@ class Side:
                 "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning",
                 *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
-        self.proc = group.popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
-                                stdin=subprocess.DEVNULL, stdout=self.log,
-                                stderr=subprocess.STDOUT)
-        child.close()
+        try:
+            self.proc = group.popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
+                                    stdin=subprocess.DEVNULL, stdout=self.log,
+                                    stderr=subprocess.STDOUT)
+        except BaseException:  # not started: nothing of it stays open
+            for end in (self.log, parent):
+                end.close()
+            raise
+        finally:
+            child.close()
         self.command = shlex.join([*args[:1], "-m", "pytest", self.target])
         self.hung = False  # it missed a deadline: close() ends it at once
 
@@ -268,6 +274,24 @@ class Pair:
 
     base: Side
     head: Side
+
+    @classmethod
+    def start(cls, base: SideSpec, head: SideSpec, nodeid: str, plugin_root: str,
+              where: Where = None) -> Pair:
+        """Both sides of ``nodeid``, or neither: a side that cannot start ends the one that
+        did (its failure a :class:`SideError`, an infrastructure error)."""
+        sides: list[Side] = []
+        try:
+            for spec in (base, head):
+                sides.append(Side(spec, nodeid, plugin_root, where))
+        except BaseException as e:
+            for side in sides:
+                side.close()
+                side.log.close()
+            if isinstance(e, OSError):
+                raise SideError(f"could not start a side process: {e}") from None
+            raise
+        return cls(*sides)
 
     def close(self) -> None:
         """End both sides: both hear the connection close first, so they end together."""
