@@ -92,6 +92,19 @@ def _settled_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ[CACHE_ENV] = saved
 
 
+@pytest.fixture(autouse=True)
+def _cli_outside_this_repository(request: pytest.FixtureRequest,
+                                 tmp_path_factory: pytest.TempPathFactory,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests of the `perfgate` command name commits by short ids ("1111"); run from this
+    repository, one resolves against its own history the day a real commit starts with it.
+    They run in an empty folder instead (a test may still chdir where it needs)."""
+    from pytest_perfgate.cli import main
+
+    if getattr(request.module, "main", None) is main:
+        monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture
 def regressed(tmp_path: Path) -> Path:
     """A results dir of machine 'box' whose newest run is 2x slower than the five before it
