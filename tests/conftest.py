@@ -124,3 +124,26 @@ def scratch(tmp_path: Path) -> tuple[Path, Path]:
     from workflow_sim import make_scratch
 
     return make_scratch(tmp_path)
+
+
+# --- the two phases of `bash run.sh test` -----------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phase", choices=("all", "parallel", "timing"), default="all",
+        help="run.sh test runs the suite in two phases: 'parallel' (every test not marked "
+             "timing, under pytest-xdist) then 'timing' (the tests marked timing, one at a "
+             "time, alone on the machine). Default: all, in one process.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = config.getoption("--phase")
+    if phase == "all":
+        return
+    want_timing = phase == "timing"
+    keep = [i for i in items if (i.get_closest_marker("timing") is not None) == want_timing]
+    dropped = [i for i in items if (i.get_closest_marker("timing") is not None) != want_timing]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -47,6 +47,10 @@ def need_tool(reason: str) -> None:
 PERF = """
 import time
 SLOW = {slow}
+try:
+    from conftest import CLOCK  # a project on the fake clock (repo(..., fake_clock=True))
+except ImportError:
+    pass
 def test_walk(perfgate):
     def step():
         with perfgate.phase("physics"):
@@ -73,12 +77,26 @@ def git(p: pytest.Pytester, *args: str) -> None:
     subprocess.run(["git", *args], cwd=p.path, check=True, capture_output=True)
 
 
+# A perf test's step on the project's fake clock (FAKE_CLOCK_CONFTEST): SLOW times 2 ms of fake
+# time per step, so a run measures in no real time and its verdict is exact. What a test checks
+# of the mode's logic (paths, pairs, exit codes, records) needs no real time; the few tests of
+# the measurement itself keep real sleeps and are marked `timing`.
+FAKE_STEP = "CLOCK.advance(0.002 * SLOW)"
+
+
 def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
-         base_body: str = "time.sleep(0.002 * SLOW)") -> None:
+         base_body: str = "time.sleep(0.002 * SLOW)", fake_clock: bool = False) -> None:
+    """A git project of two commits, base and head, each with test_perf.py (PERF).
+
+    ``fake_clock``: the project's conftest.py is FAKE_CLOCK_CONFTEST (in both commits, so
+    the A/B sides and bisect probes of either revision run on it), and the steps may use
+    ``CLOCK`` (FAKE_STEP)."""
     git(p, "init", "-q")
     git(p, "config", "user.email", "t@example.com")
     git(p, "config", "user.name", "t")
     p.makeini("[pytest]\nperfgate_results_dir = results\n")
+    if fake_clock:
+        p.makeconftest(FAKE_CLOCK_CONFTEST)
     p.makepyfile(test_perf=PERF.format(slow=1.0, body=base_body))
     git(p, "add", "-A")
     git(p, "commit", "-qm", "base")
