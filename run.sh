@@ -24,11 +24,25 @@ case "$what" in
   perf) exec "$VENV/bin/python" -m pytest --perfgate perf "$@" ;;
   test)
     set +e
-    "$VENV/bin/python" -m pytest tests "$@"
-    rc=$?
-    # pytest exit 5 = "no tests collected": not a failure of the suite itself.
-    [ "$rc" -eq 5 ] && rc=0
-    exit "$rc" ;;
+    times="$(mktemp -d)"
+    # Two phases (docs/testing.md): every test not marked `timing` two at a time under
+    # pytest-xdist (tests sharing /dev/shm listings in one xdist_group), then the `timing`
+    # tests one at a time, alone on the machine: a timing test beside another is a flaky test.
+    "$VENV/bin/python" -m pytest tests -n "${PERFGATE_TEST_WORKERS:-2}" --dist loadgroup \
+      --phase=parallel --junitxml="$times/parallel.xml" "$@"
+    rc1=$?
+    "$VENV/bin/python" -m pytest tests --phase=timing --junitxml="$times/timing.xml" "$@"
+    rc2=$?
+    budget=()  # the budgets of docs/testing.md: the whole suite, and the edit loop
+    [ "$#" -eq 0 ] && budget=(--budget-s 900)
+    [ "$*" = "-m not slow" ] && budget=(--budget-s 180)
+    "$VENV/bin/python" tools/test_times.py "$times"/parallel.xml "$times"/timing.xml "${budget[@]}"
+    rm -rf "$times"
+    # pytest exit 5 = "no tests collected": a phase may hold none of the selected tests.
+    [ "$rc1" -eq 5 ] && rc1=0
+    [ "$rc2" -eq 5 ] && rc2=0
+    [ "$rc1" -ne 0 ] && exit "$rc1"
+    exit "$rc2" ;;
   lint)
     rc=0
     # lint-imports: the layer contracts in pyproject.toml (docs/design.md §8)

@@ -137,7 +137,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "time, alone on the machine). Default: all, in one process.")
 
 
+# Tests that make rings compare listings of /dev/shm before and after, and a ring's start-up
+# sweeps it: under xdist they share one worker (--dist loadgroup), so another test's live ring
+# never shows up in their listing.
+SHM_MODULES = ("test_ring", "test_trust_ring_sweep", "test_gpu_ring", "test_gpu_placement")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem.startswith(SHM_MODULES):
+            item.add_marker(pytest.mark.xdist_group("dev-shm"))
     phase = config.getoption("--phase")
     if phase == "all":
         return

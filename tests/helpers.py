@@ -371,3 +371,27 @@ def assert_turns(out: str, turns: int) -> None:
     used, left = int(m[1]), int(m[2] or 0)
     assert (used == turns) if not left else (used + left >= turns and used >= 2), m[0]
 
+
+
+# --- ring segments in /dev/shm (the ring tests' leak checks) ---------------------------------
+
+
+def ring_segments() -> set[str]:
+    """The ring segments in /dev/shm this test may have made or leaked: all but those whose
+    creator (the pid in the name, ring/segment.py) is alive outside this process's tree, as a
+    test running beside this one under xdist, or another user's run, is."""
+    import psutil
+
+    from pytest_perfgate.ring.segment import PREFIX
+
+    me = psutil.Process()
+    tree = {me.pid} | {c.pid for c in me.children(recursive=True)}
+    found = set()
+    for name in os.listdir("/dev/shm"):
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("_", 1)[0]
+        if pid.isdigit() and int(pid) not in tree and psutil.pid_exists(int(pid)):
+            continue
+        found.add(name)
+    return found

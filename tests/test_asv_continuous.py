@@ -148,6 +148,7 @@ def _continuous(repo: Path, env: dict[str, str], base: str, head: str
     return proc
 
 
+@pytest.mark.timing  # asv times base and head for real, one after the other
 def test_asv_continuous_flags_the_slowdown_and_passes_the_unchanged_pair(
         scratch: tuple[Path, dict[str, str], list[str]]) -> None:
     repo, env, (c0, c1, c2) = scratch

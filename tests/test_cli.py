@@ -26,7 +26,7 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: perfgate [-h] [--version] COMMAND ...")
+    assert out.startswith("usage: perfgate [-h] [--version] [--debug] COMMAND ...")
     words = " ".join(out.split())  # argparse wraps to the terminal's width
     assert "calibrate measure false alarms and detection of this runner's verdicts" in words
     assert "sweep MuJoCo pool sweep over threads or batch sizes (interleaved)" in words

@@ -55,6 +55,8 @@ def test_parse_fraction(text: str, value: float) -> None:
     (parse_seconds, "0", "'0' is too small: use a number of seconds > 0, e.g. 1.5"),
     (parse_seconds, "inf", "'inf' is not a finite number: use e.g. 1.5"),
     (parse_bool, "maybe", "'maybe' is not a boolean: use true or false"),
+    (parse_bool, " ", "' ' is empty: use true or false (an unset CI variable expands to "
+     "nothing: set it, or leave the option out)"),
     (parse_machine, "../etc", "'../etc' is not a usable machine name: use 1-128 letters, "
      "digits, '.', '_', '+', '@' or '-', starting with a letter, digit or '_', without '..', "
      "e.g. runner-gpu-03"),
@@ -126,3 +128,12 @@ def test_paths_expand_a_leading_tilde_and_commands_do_not(monkeypatch) -> None:
     assert parse_command("cd ~/x && make") == "cd ~/x && make"
     with pytest.raises(OptionError, match="^an empty command: give a shell command"):
         parse_command("  ")
+
+
+def test_an_empty_switch_flag_is_a_usage_error_naming_the_flag(
+        pytester: pytest.Pytester) -> None:
+    """`--perfgate-ab-confirm=${{ vars.X }}` with X unset must not turn confirmation off."""
+    res = pytester.runpytest_subprocess("--perfgate", "--perfgate-ab-confirm=")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*argument --perfgate-ab-confirm: '' is empty: use true or "
+                              "false (an unset CI variable expands to nothing*"])

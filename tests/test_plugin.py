@@ -310,3 +310,33 @@ def test_a_tests_marker_is_read_once_into_its_settings(pytester: pytest.Pytester
                                       "def test_plain():\n    pass\n")
     assert settings(marked) == MarkerSettings(0.05, True, 0.1, "rows")
     assert settings(plain) == MarkerSettings()
+
+
+DRIFTING = """
+from conftest import CLOCK
+calls = [0]
+def test_walk(perfgate):
+    def step():  # slower every call: warm-up never settles, the run is UNSTABLE
+        calls[0] += 1
+        CLOCK.advance(0.001 * (1 + 0.02 * calls[0]))
+    perfgate.measure(step, transitions=16)
+"""
+
+
+def test_a_first_unstable_run_warns_and_a_later_one_fails(sandbox: pytest.Pytester,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Noise alone never fails a first run (it has no baseline to protect); once a baseline
+    exists, UNSTABLE fails under the default policy."""
+    sandbox.makepyfile(test_perf=DRIFTING)
+    first = run(sandbox, monkeypatch, 1.0, "--perfgate-warmup-max=1")
+    first.assert_outcomes(passed=1)
+    words = " ".join(first.stdout.str().split())
+    assert "UNSTABLE" in words and "There is no baseline yet, so nothing to protect" in words
+    sandbox.makepyfile(test_perf=PERF_TEST)
+    for _ in range(3):
+        run(sandbox, monkeypatch).assert_outcomes(passed=1)
+    sandbox.makepyfile(test_perf=DRIFTING)
+    later = run(sandbox, monkeypatch, 1.0, "--perfgate-warmup-max=1")
+    later.assert_outcomes(failed=1)
+    assert "nothing to protect" not in later.stdout.str()

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import ring_segments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ring_steps import episode, obs_step, push_step
@@ -19,10 +20,6 @@ from ring_steps import episode, obs_step, push_step
 from pytest_perfgate.ring.base import CONSUMED, RingClosed
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
 from pytest_perfgate.ring.shm_ring import Ring
-
-
-def _segments() -> set[str]:
-    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
 
 @settings(max_examples=60, deadline=None)
@@ -223,13 +220,13 @@ def test_block_mode_push_times_out_when_full_and_counts_blocked_time() -> None:
 
 
 def test_segment_is_private_and_removed_on_close() -> None:
-    before = _segments()
+    before = ring_segments()
     r = Ring(RingSpec(2, (1,), (1,)))
-    (name,) = _segments() - before
+    (name,) = ring_segments() - before
     assert name == r.name and len(name.rsplit("_", 1)[1]) == 32  # 128 random bits
     assert os.stat(f"/dev/shm/{name}").st_mode & 0o777 == 0o600
     r.close()
-    assert _segments() == before
+    assert ring_segments() == before
 
 
 def test_borrowing_the_last_slot_gives_views_with_next_obs_from_slot_0() -> None:
@@ -372,18 +369,15 @@ def test_a_closed_ring_says_so_on_every_operation() -> None:
 
 def test_a_ring_dropped_without_close_leaves_no_segment() -> None:
     import gc
-    import os
 
-    def ours() -> set[str]:
-        return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
-    before = ours()
+    before = ring_segments()
     gc.disable()  # the segment must go by reference counting alone, with no cycle left
     try:
         ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
-        assert ours() - before
+        assert ring_segments() - before
         del ring
-        assert ours() == before
+        assert ring_segments() == before
     finally:
         gc.enable()
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from helpers import fake_tree
+from helpers import fake_tree, ring_segments
 from ring_fakes import SPEC, children, fake_collector, fake_learner
 
 from pytest_perfgate.placement import numa
@@ -29,8 +29,6 @@ from pytest_perfgate.ring.shm_ring import Ring
 slow = pytest.mark.slow
 
 
-def _segments() -> set[str]:
-    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
 
 def _fleet(**kw: Any) -> RingPair:
@@ -289,7 +287,7 @@ def test_two_collectors_are_measured_as_one_benchmark() -> None:
     cpus = usable_cpus()
     if len(cpus) < 2:
         pytest.skip("needs two usable CPUs")
-    before = _segments()
+    before = ring_segments()
     with _fleet(collectors=2, collector_cpus=split_cpus(cpus, 2)) as pair:
         assert len(pair.pids) == 3
         w = pair.run_window(0.4)
@@ -302,7 +300,7 @@ def test_two_collectors_are_measured_as_one_benchmark() -> None:
     assert 0 <= meta["learner_wait_share"] <= 1 and len(meta["rings"]) == 2
     assert [placed[f"collector {i}"]["pinned"] for i in range(2)] == [True, True]
     assert placed["collector 0"]["actual_cpus"] != placed["collector 1"]["actual_cpus"]
-    assert not children() and _segments() <= before
+    assert not children() and ring_segments() <= before
 
 
 @slow

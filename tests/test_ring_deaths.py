@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from helpers import ring_segments
 
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.shm_ring import Ring
@@ -35,8 +36,6 @@ def _step(t: float) -> tuple[Any, ...]:
             np.zeros(4, np.float32), np.zeros(4, bool), np.zeros(4, bool))
 
 
-def _segments() -> set[str]:
-    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
 
 # ---- children ---------------------------------------------------------------------------
@@ -99,7 +98,7 @@ def test_a_producer_dead_before_its_first_push_is_reported_to_the_waiting_consum
                                       "push, having attached to the ring: ")
     assert str(info.value).endswith(("exit code 3", "exited (status reaped by its parent)"))
     assert 0 < seen - died_at.value < MARGIN_S
-    assert ring.name not in _segments()
+    assert ring.name not in ring_segments()
 
 
 @slow
@@ -141,7 +140,7 @@ def test_a_sibling_dead_at_startup_is_reported_to_the_other_sibling(survivor: st
     assert text.startswith(f"ring {other} (pid {dead.pid}) died before its first {first}, "
                            "having attached to the ring: "), text
     assert 0 < seen.value - died_at.value < MARGIN_S
-    assert ring.name not in _segments()
+    assert ring.name not in ring_segments()
 
 
 # ---- a child whose parent (the ring's creator) died -----------------------------------
@@ -177,7 +176,7 @@ def test_a_child_whose_parent_died_before_pushing_is_told(tmp_path: Path) -> Non
     script.write_text(textwrap.dedent(ORPHAN.format(tests=str(Path(__file__).parent),
                                                     out=str(out))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    before = _segments()
+    before = ring_segments()
     helper = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                               text=True, env=env)
     try:
@@ -200,7 +199,7 @@ def test_a_child_whose_parent_died_before_pushing_is_told(tmp_path: Path) -> Non
     while psutil.pid_exists(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
-    assert _segments() <= before
+    assert ring_segments() <= before
 
 
 # ---- a supervisor waiting on the mutex a dead producer held ---------------------------
@@ -236,7 +235,7 @@ def test_a_supervisor_on_the_mutex_of_a_dead_producer_is_told(call: str) -> None
     assert 0 < seen - died_at.value < MARGIN_S + 0.1
     assert 0 < seen_c.value - died_at.value < MARGIN_S
     assert pushed == 1
-    assert ring.name not in _segments()
+    assert ring.name not in ring_segments()
 
 
 # ---- the party table -------------------------------------------------------------------

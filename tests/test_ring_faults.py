@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from helpers import ring_segments
 
 from pytest_perfgate.ring.layout import RingSpec
 from pytest_perfgate.ring.shm_ring import Ring
@@ -33,8 +34,6 @@ def _step(t: float) -> tuple[Any, ...]:
             np.zeros(4, np.float32), np.zeros(4, bool), np.zeros(4, bool))
 
 
-def _segments() -> set[str]:
-    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
 
 # ---- children ---------------------------------------------------------------------------
@@ -75,7 +74,7 @@ def test_consumer_crash_fails_the_blocked_producer_within_a_second() -> None:
             p.join(10)
     assert str(info.value) == f"ring consumer (pid {p.pid}) died: exit code 3"
     assert 0 < seen - died_at.value < 1.0
-    assert ring.name not in _segments()
+    assert ring.name not in ring_segments()
 
 
 @slow
@@ -139,7 +138,7 @@ def _killed_parent(tmp_path: Path, spawn: bool) -> tuple[str, int]:
 @slow
 def test_killed_parent_leaves_no_orphan_and_no_segment(tmp_path: Path) -> None:
     name, child = _killed_parent(tmp_path, spawn=True)
-    assert name not in _segments()  # unlinked once the consumer had attached
+    assert name not in ring_segments()  # unlinked once the consumer had attached
     deadline = time.monotonic() + 5
     while psutil.pid_exists(child) and time.monotonic() < deadline:
         try:
@@ -156,6 +155,6 @@ def test_killed_parent_leaves_no_orphan_and_no_segment(tmp_path: Path) -> None:
 def test_segment_of_a_parent_killed_before_attach_is_swept_at_next_start(
         tmp_path: Path) -> None:
     name, _ = _killed_parent(tmp_path, spawn=False)
-    assert name in _segments()  # nobody could clean up: the creator was SIGKILLed
+    assert name in ring_segments()  # nobody could clean up: the creator was SIGKILLed
     with Ring(SPEC):
-        assert name not in _segments()
+        assert name not in ring_segments()

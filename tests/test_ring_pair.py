@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 import pytest
+from helpers import ring_segments
 from ring_fakes import SPEC, children, fake_collector, fake_learner
 
 from pytest_perfgate.placement.cpus import PlacementWarning
@@ -24,8 +25,6 @@ def _pair(**kw: Any) -> RingPair:
     return RingPair(SPEC, collector=fake_collector, learner=fake_learner, **kw)
 
 
-def _segments() -> set[str]:
-    return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
 
 @slow
@@ -45,16 +44,16 @@ def test_a_bad_thread_cap_is_refused_before_anything_starts() -> None:
 
 @slow
 def test_pair_measures_collector_steps_and_reports_the_learner() -> None:
-    before = _segments()
+    before = ring_segments()
     with _pair() as pair:
-        assert _segments() == before  # unlinked once both sides mapped it
+        assert ring_segments() == before  # unlinked once both sides mapped it
         w = pair.run_window(0.3)
         meta = pair.metadata()["ring_pair"]
     assert w.transitions > 0 and w.transitions % 8 == 0 and w.streams == 2
     assert {"env_step", "push", "drain", "update"} <= set(w.phases)
     assert meta["learner_samples_per_s"] > 0 and meta["ring"]["pushed"] > 0
     assert [p["side"] for p in meta["placement"]] == ["collector", "learner"]
-    assert children() == [] and _segments() == before
+    assert children() == [] and ring_segments() == before
 
 
 @slow
@@ -107,9 +106,9 @@ def test_a_failing_test_leaves_no_side_no_segment_and_does_not_hang(
             pair.run_window(0.2)
             assert False, "the test body failed mid-stream"
         """)
-    before = _segments()
+    before = ring_segments()
     t0 = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(failed=1)
     assert time.monotonic() - t0 < 60
-    assert _segments() == before and children() == []
+    assert ring_segments() == before and children() == []

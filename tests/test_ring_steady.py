@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import ring_segments
 from ring_steps import check_batches, episode, keep_copy, obs_step, push_step
 
 from pytest_perfgate.ring import sync
@@ -155,13 +156,10 @@ def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
     neither their ring (which refers to the buffers while they hold a step) nor themselves
     alive past their last reference."""
     import gc
-    import os
     import weakref
 
-    def ours() -> set[str]:
-        return {f for f in os.listdir("/dev/shm") if f.startswith("perfgate_ring_")}
 
-    before = ours()
+    before = ring_segments()
     gc.disable()  # reference counting alone, as for a ring with no buffers
     try:
         ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
@@ -171,9 +169,9 @@ def test_a_ring_dropped_after_short_pops_leaves_no_segment() -> None:
                       np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
             if t:
                 assert ring.pop(out=out, timeout=0) is not None
-        assert out.src is not None and ours() - before
+        assert out.src is not None and ring_segments() - before
         del ring
-        assert ours() == before
+        assert ring_segments() == before
         gone = weakref.ref(out)
         del out  # nor may they sit in a cycle (keeping the mapping)
         assert gone() is None

@@ -126,6 +126,7 @@ def two_cpus() -> tuple[int, int]:
 
 # ---- the happy path --------------------------------------------------------------------------
 @slow
+@pytest.mark.timing  # counts calls in a 0.3 s window and asserts no late window
 def test_pinned_group_measures_synchronised_windows() -> None:
     a, b = two_cpus()
     specs = [WorkerSpec(spin, cpus=(a,), transitions=4),

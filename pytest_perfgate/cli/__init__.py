@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -61,6 +62,10 @@ def make_parser() -> argparse.ArgumentParser:
         "how far this runner's verdicts can be trusted, how to size a MuJoCo pool, what "
         "this machine looks like to perfgate, which failed runs a person accepted.")
     parser.add_argument("--version", action="version", version=f"perfgate {version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of an error that ends a command (also "
+                             f"{DEBUG_ENV}=1); without it an error is one line and its exit "
+                             "status (docs/cli.md)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in commands():
         p = cmd.setup_arguments(sub)
@@ -76,24 +81,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(args)
     from pytest_perfgate.cli._out import UsageError
     from pytest_perfgate.modes.ab.checkout import term_as_interrupt
+    from pytest_perfgate.session.options import OptionError
 
     restore = term_as_interrupt()  # SIGTERM (a cancelled job) unwinds like Ctrl-C
     try:
         return int(ns.run(ns))
-    except UsageError as e:
+    except (UsageError, OptionError) as e:
         sub: argparse.ArgumentParser = ns.parser
         sub.error(str(e))
     except BrokenPipeError:  # `perfgate history X | head`: the reader has all it wants
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:  # a command with more to say catches it itself
-        print(f"perfgate {args[0]}: stopped (Ctrl-C or SIGTERM)", file=sys.stderr)
+        print(f"perfgate {ns.command}: stopped (Ctrl-C or SIGTERM)", file=sys.stderr)
         return EXIT_STOPPED
+    except Exception as e:  # the one boundary: never exit 1 ("a regression") for a crash
+        return _infrastructure(ns, e)
     finally:
         restore()
 
 
 EXIT_STOPPED = 130  # stopped by Ctrl-C or SIGTERM, every command (128 + SIGINT)
+EXIT_INFRA = 3
+DEBUG_ENV = "PERFGATE_DEBUG"
+
+
+def _infrastructure(ns: argparse.Namespace, e: Exception) -> int:
+    """An error no command turned into its own message: exit 3 (never judged, never a pass),
+    one line naming it, the traceback only with --debug; a --json caller still gets its
+    document."""
+    import json
+    import traceback
+
+    from pytest_perfgate.cli._out import SCHEMA_VERSION
+
+    prog = f"perfgate {ns.command}"
+    if isinstance(e, OSError) and e.filename is not None:
+        what = f"{e.strerror or e}: {e.filename}" + (
+            f" -> {e.filename2}" if e.filename2 is not None else "")
+        message = f"{what} (check the path and its permissions)"
+    else:
+        message = (f"{type(e).__name__}: {e} (an internal error: please report it with the "
+                   f"output of `perfgate --debug {ns.command} ...`)")
+    if ns.debug or os.environ.get(DEBUG_ENV) == "1":
+        traceback.print_exc()
+    print(f"{prog}: infrastructure error: {message}", file=sys.stderr)
+    if getattr(ns, "json", False):
+        print(json.dumps({"schema": SCHEMA_VERSION, "command": ns.command, "exit": EXIT_INFRA,
+                          "error": {"kind": "infrastructure", "message": message},
+                          "version": version()}, indent=2, sort_keys=True))
+    return EXIT_INFRA
 
 
 __all__ = ["Command", "commands", "main", "make_parser"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.core.gate import Rule, evaluate, no_baseline
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
 
+
+FIRST_RUN_UNSTABLE = ("there is no baseline yet, so nothing to protect: a warning, not a "
+                      "failure (it is recorded with its UNSTABLE mark and joins no baseline; "
+                      "once a baseline exists, UNSTABLE fails as --perfgate-unstable says)")
 
 class HistoryMode:
     """Measure here; judge against the newest ancestor runs of this machine fingerprint.
@@ -156,6 +161,9 @@ class HistoryMode:
                                load_windows=result.polluted_kept + result.remeasured)
         else:
             verdict = no_baseline(self._why_no_baseline(ctx, result.name), metric)
+        if not result.steady and not base and rule.unstable == "fail":
+            rule = replace(rule, unstable="warn")  # a first run: noise alone never fails it
+            verdict = verdict.noted(FIRST_RUN_UNSTABLE)
         base_sps, base_phases = None, {}
         ev = verdict.evidence
         if ev is not None and ev.level_runs:  # the runs that set the level: no other figure

@@ -127,6 +127,8 @@ def parse_profile(text: str) -> str:
     s = str(text).strip().lower()
     s = {"true": "always", "1": "always", "yes": "always", "on": "always", "false": "off",
          "0": "off", "no": "off", "never": "off"}.get(s, s)
+    if not s:
+        raise OptionError(f"{text!r} is empty: use regression, always or off" + EMPTY)
     if s not in ("regression", "always", "off"):
         raise OptionError(f"{text!r} is not when to profile: use regression (after each "
                           "REGRESSION of the A/B mode, bisect or a re-measured baseline), "
@@ -134,12 +136,19 @@ def parse_profile(text: str) -> str:
     return s
 
 
+EMPTY = " (an unset CI variable expands to nothing: set it, or leave the option out)"
+
+
 def parse_bool(text: str) -> bool:
+    """A switch: an empty value is an error, never false (``--perfgate-ab-confirm=`` from a
+    workflow variable nobody set would silently turn a safeguard off)."""
     s = str(text).strip().lower()
     if s in ("1", "true", "yes", "on"):
         return True
-    if s in ("0", "false", "no", "off", ""):
+    if s in ("0", "false", "no", "off"):
         return False
+    if not s:
+        raise OptionError(f"{text!r} is empty: use true or false" + EMPTY)
     raise OptionError(f"{text!r} is not a boolean: use true or false")
 
 
