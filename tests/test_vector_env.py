@@ -304,3 +304,14 @@ def test_stable_baselines3_vec_envs_are_measured(kind: str) -> None:
             assert w.memory["processes"] >= 3  # this process and two env workers
     finally:
         envs.close()
+
+
+def test_an_env_of_no_envs_is_named_before_its_first_reset() -> None:
+    class NoEnvs(ApiOnly):
+        def reset(self):
+            raise AssertionError("reset before the input was checked")
+
+    envs = NoEnvs(n=0)
+    assert errors(envs, lambda obs: obs) == (
+        "envs.num_envs=0: a vector env steps one env or more at a time: make it with "
+        "num_envs >= 1")

@@ -75,6 +75,10 @@ class VectorEnvStep:
         if getattr(envs, "closed", False):
             raise VectorEnvError(f"envs={envs!r} is closed: measure it before envs.close() "
                                  "(or make a new one)")
+        num = getattr(envs, "num_envs", None)
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise VectorEnvError(f"envs.num_envs={num!r}: a vector env steps one env or more "
+                                 "at a time: make it with num_envs >= 1")
         if not callable(policy):
             raise VectorEnvError(f"policy={policy!r} is not callable: pass a function "
                                  "obs -> actions, e.g. lambda obs: envs.action_space.sample()")
