@@ -113,6 +113,16 @@ def resolve_commit(cwd: str | os.PathLike[str], name: str) -> str | None:
     return _out(cwd, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}")
 
 
+SHALLOW_FIX = ("fetch the history: git fetch --unshallow (in a workflow: actions/checkout "
+               "with fetch-depth: 0, as the shipped perfgate.yml does)")
+
+
+def is_shallow(cwd: str | os.PathLike[str]) -> bool:
+    """Whether the checkout at ``cwd`` is a shallow clone (``actions/checkout``'s default
+    depth of 1): its earlier commits are missing, so no run of them can be placed."""
+    return _out(cwd, "rev-parse", "--is-shallow-repository") == "true"
+
+
 def ancestors_filter(cwd: str | os.PathLike[str], head: str, commits: Iterable[str]) -> set[str]:
     """The subset of ``commits`` that are ancestors of (or equal to) ``head``.
 

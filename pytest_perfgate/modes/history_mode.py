@@ -200,7 +200,19 @@ class HistoryMode:
         mine = [r for r in runs if r.fingerprint == ctx.fingerprint and name in r.benchmarks]
         held = _held_back(mine, name, ctx)
         return (f"no earlier run of {name} on {where} at an ancestor commit{git}{skipped}"
-                f"{held}; {kept}")
+                f"{held}{_shallow(mine, ctx)}; {kept}")
+
+
+def _shallow(runs: list[RunRecord], ctx: HistoryContext) -> str:
+    """Runs of other commits exist, but this clone is shallow: git cannot say whether
+    they are ancestors, so every later run would be NO BASELINE, silently."""
+    from pytest_perfgate.history.vcs import SHALLOW_FIX, is_shallow
+
+    others = {r.commit for r in runs if r.commit != ctx.git.commit}
+    if not others or not ctx.git.available or not is_shallow(ctx.rootdir):
+        return ""
+    return (f". This clone is shallow, so the runs of {len(others)} other commit(s) cannot "
+            f"be placed in its history: {SHALLOW_FIX}")
 
 
 def _held_back(runs: list[RunRecord], name: str, ctx: HistoryContext) -> str:

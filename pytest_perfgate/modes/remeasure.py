@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -112,8 +113,7 @@ class Remeasure:
             return ("the working tree has uncommitted changes: this run is recorded at "
                     f"{info.commit[:10]}, which is not the code measured; commit them")
         if resolve_commit(self.place.top, commit) is None:
-            return (f"the baseline commit {commit[:10]} is not in this clone (a shallow "
-                    "clone? fetch it: git fetch --unshallow)")
+            return missing_commit(self.place.top, commit)
         return None
 
     def _setup(self, commit: str) -> ABSetup | str:
@@ -128,6 +128,19 @@ class Remeasure:
                 got = str(e)
             self._setups[commit] = got
         return got
+
+
+def missing_commit(repo: str | os.PathLike[str], commit: str) -> str:
+    """Why ``commit`` cannot be checked out in ``repo``, with the fix that works there: a
+    shallow clone fetches its history; a complete one cannot unshallow (git refuses)."""
+    from pytest_perfgate.history.vcs import SHALLOW_FIX, is_shallow
+
+    if is_shallow(repo):
+        return (f"the baseline commit {commit[:10]} is not in this clone, which is shallow: "
+                f"{SHALLOW_FIX}")
+    return (f"the baseline commit {commit[:10]} is not in this clone (rebased away, or on a "
+            f"branch never fetched): fetch it (git fetch origin {commit}), or record runs of "
+            "this branch's own commits")
 
 
 class _NoSource:
