@@ -82,15 +82,21 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
     label = f"{base}..{head if commit is None else commit[:10]}"
     folder = Path(out) if out else \
         (toplevel(repo) or repo) / ".perfgate" / "profiles" / _safe(label)
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out {folder}: is a file, and the report and flame graphs need a "
+                         "folder: name a folder (new or existing)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {folder}: cannot be made ({e.strerror or e}): name a folder "
+                         "you can write, e.g. --out /tmp/profiles") from None
     report = folder / "report.json"
     report.unlink(missing_ok=True)
     opts = ["--perfgate", f"--perfgate-ab={base}", f"--perfgate-ab-turns={turns}",
             "--perfgate-ab-looks=1", "--perfgate-profile", "--perfgate-record=false",
             f"--perfgate-profile-dir={folder}", f"--perfgate-json={report}"]
-    print(f"perfgate profile: {base} against "
-          f"{'the working tree' if commit is None else commit[:10]}; the report and flame "
-          f"graphs go to {folder}", flush=True)
+    print(f"perfgate profile: {'the working tree' if commit is None else commit[:10]} "
+          f"against the base {base}; the report and flame graphs go to {folder}", flush=True)
     if commit is None:
         done = subprocess.run([sys.executable, "-m", "pytest", *opts, *pytest_args],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
