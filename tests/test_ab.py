@@ -1,4 +1,9 @@
-"""Interleaved A/B mode with real side processes (sleep-based steps, 2x margins)."""
+"""Interleaved A/B mode with real side processes and git worktrees.
+
+The sides of most tests run on the project's fake clock (FAKE_CLOCK_CONFTEST: steps advance
+it, no real time passes, verdicts are exact); the two tests of the measurement itself, a 2x
+slower head caught and an A/A run passed, keep real sleep-based steps (2x margins) and are
+marked ``timing``."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import subprocess
 
 import psutil
 import pytest
-from helpers import ARGS, PERF, TWO_CALLS, assert_turns, git, repo
+from helpers import ARGS, FAKE_STEP, PERF, assert_turns, git, repo
 
 pytestmark = pytest.mark.slow  # real side processes and git worktrees
 
@@ -15,11 +20,24 @@ pytestmark = pytest.mark.slow  # real side processes and git worktrees
 # Warm-up max is the product default (5 s): the sides' sleep-based steps measure the
 # scheduler's wake-up latency, which a loaded machine makes jitter by more than the 10%
 # stability rule for a second or more; 1 s made these tests fail under load (UNSTABLE).
-# On a quiet machine warm-up still ends after ~1 s.
+# On a quiet machine warm-up still ends after ~1 s. (The fake-clock tests need no margin.)
+
+# a perf test with two measure() calls on the fake clock: "warm" the same everywhere, "walk"
+# SLOW times slower
+FAKE_TWO_CALLS = """
+SLOW = {slow}
+from conftest import CLOCK
+def test_walk(perfgate):
+    perfgate.measure(lambda: CLOCK.advance(0.002), transitions=8, name="warm")
+    perfgate.measure(lambda: CLOCK.advance(0.002 * SLOW), transitions=8, name="walk")
+"""
 
 
-
-
+@pytest.fixture
+def no_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No py-spy profile after a REGRESSION, where it is not what a test checks (it is in
+    test_twice_as_slow_head_is_a_regression and the profile tests)."""
+    monkeypatch.setenv("PERFGATE_PROFILE", "off")
 
 
 def no_leftovers(p: pytest.Pytester) -> None:
@@ -31,6 +49,7 @@ def no_leftovers(p: pytest.Pytester) -> None:
     assert len(out.strip().splitlines()) == 1, out
 
 
+@pytest.mark.timing  # the suite's end-to-end regression caught with real sides on a real clock
 def test_twice_as_slow_head_is_a_regression(pytester: pytest.Pytester) -> None:
     repo(pytester, "time.sleep(0.002 * SLOW)", head_slow=2.0)
     res = pytester.runpytest_subprocess(*ARGS, timeout=300)
@@ -46,7 +65,8 @@ def test_twice_as_slow_head_is_a_regression(pytester: pytest.Pytester) -> None:
 
 
 FIRST_HEAD_SLOW = """
-import os, time
+import os
+from conftest import CLOCK
 def test_walk(perfgate):
     flag = os.path.join(os.path.dirname(__file__), "first-head-side")
     try:  # only the first head process is slow: a difference of that process, not the code
@@ -55,33 +75,33 @@ def test_walk(perfgate):
     except FileExistsError:
         slow = 1.0
     def step():
-        time.sleep(0.002 * slow)
+        CLOCK.advance(0.002 * slow)
     perfgate.measure(step, transitions=8)
 """
 
 
 def test_a_difference_of_one_pairs_processes_is_overturned_by_fresh_pairs(
         pytester: pytest.Pytester) -> None:
-    repo(pytester, "time.sleep(0.002 * SLOW)")
+    repo(pytester, FAKE_STEP, base_body=FAKE_STEP, fake_clock=True)
     pytester.makepyfile(test_perf=FIRST_HEAD_SLOW)
     git(pytester, "commit", "-qam", "head", "--amend")
     res = pytester.runpytest_subprocess(*ARGS, "--perfgate-json=r.json", timeout=300)
     res.assert_outcomes(passed=1)
     (entry,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     outcomes = [p["outcome"] for p in entry["result"]["extra"]["ab_pairs"]]
-    # the first pair's 2x is a REGRESSION; no fresh pair reproduces it (a loaded machine may
-    # leave one of them undecided, never slower)
-    assert outcomes[0] == "REGRESSION" and "REGRESSION" not in outcomes[1:], entry
-    assert entry["verdict"] in ("OK", "INCONCLUSIVE"), entry
-    assert entry["verdict"] == "INCONCLUSIVE" or "not reproduced" in entry["message"], entry
+    # the first pair's 2x is a REGRESSION; both fresh pairs measure the same code the same
+    # (the fake clock: exactly), so it is not reproduced and the verdict is OK
+    assert outcomes == ["REGRESSION", "OK", "OK"], entry
+    assert entry["verdict"] == "OK" and "not reproduced" in entry["message"], entry
+    assert entry["ratio"] == pytest.approx(1.0), entry
     no_leftovers(pytester)
 
 
 def test_a_fresh_pair_passes_the_tests_earlier_measure_calls(
-        pytester: pytest.Pytester) -> None:
-    repo(pytester, "time.sleep(0.002 * SLOW)")
+        pytester: pytest.Pytester, no_profile: None) -> None:
+    repo(pytester, FAKE_STEP, base_body=FAKE_STEP, fake_clock=True)
     for slow, what in ((1.0, "base"), (2.0, "head")):  # HEAD~1: the base, HEAD: the head
-        pytester.makepyfile(test_perf=TWO_CALLS.format(slow=slow))
+        pytester.makepyfile(test_perf=FAKE_TWO_CALLS.format(slow=slow))
         git(pytester, "commit", "-qam", what)
     res = pytester.runpytest_subprocess(*ARGS, "--perfgate-json=r.json", timeout=300)
     res.assert_outcomes(failed=1)
@@ -91,14 +111,17 @@ def test_a_fresh_pair_passes_the_tests_earlier_measure_calls(
     # its fresh pair passed "warm" first, then measured "walk" too
     assert [p["outcome"] for p in got["walk"]["result"]["extra"]["ab_pairs"]] == [
         "REGRESSION", "REGRESSION"], got["walk"]
+    assert got["walk"]["ratio"] == pytest.approx(0.5), got["walk"]  # the fake clock: exact
+    assert got["warm"]["verdict"] == "OK" and got["warm"]["ratio"] == pytest.approx(1.0)
     assert "ab_pairs" not in got["warm"]["result"]["extra"]  # not a called change
     for e in got.values():  # one set of figures: steps/s over the baseline shown is the ratio
         assert e["steps_per_s"] / e["baseline_steps_per_s"] == pytest.approx(e["ratio"]), e
     no_leftovers(pytester)
 
 
-def test_a_clear_regression_stops_at_the_first_look(pytester: pytest.Pytester) -> None:
-    repo(pytester, "time.sleep(0.002 * SLOW)", head_slow=2.0)
+def test_a_clear_regression_stops_at_the_first_look(pytester: pytest.Pytester,
+                                                    no_profile: None) -> None:
+    repo(pytester, FAKE_STEP, head_slow=2.0, base_body=FAKE_STEP, fake_clock=True)
     args = [a for a in ARGS if not a.startswith("--perfgate-ab-turns=")]
     res = pytester.runpytest_subprocess(*args, "--perfgate-ab-turns=16",
                                         "--perfgate-ab-looks=2", "--perfgate-json=r.json",
@@ -110,10 +133,13 @@ def test_a_clear_regression_stops_at_the_first_look(pytester: pytest.Pytester) -
     (entry,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     seq = entry["result"]["extra"]["ab_sequential"]
     assert seq["turns"] == 8 and seq["looks"] == [8, 16] and seq["looks_taken"] == 1
-    assert entry["verdict"] == "REGRESSION" and entry["resolvable_drop"] > 0
+    # the fake clock: an exact 2x, and no noise, so any drop is resolvable
+    assert entry["verdict"] == "REGRESSION" and entry["resolvable_drop"] == 0.0, entry
+    assert entry["ratio"] == pytest.approx(0.5), entry
     no_leftovers(pytester)
 
 
+@pytest.mark.timing  # an A/A run on a real clock: the measurement's own false-alarm check
 def test_same_code_is_not_a_regression(pytester: pytest.Pytester) -> None:
     repo(pytester, "time.sleep(0.002 * SLOW)")
     res = pytester.runpytest_subprocess(*ARGS, timeout=300)
@@ -156,11 +182,11 @@ def test_a_test_new_in_head_is_measured_alone_and_has_no_baseline(
         pytester: pytest.Pytester) -> None:
     """A pull request that adds a perf test (a new file, or a new function in a file the
     base has) gets NO BASELINE for it, never an infrastructure error or a regression."""
-    repo(pytester, "time.sleep(0.002 * SLOW)")
-    pytester.makepyfile(test_new=PERF.format(slow=1.0, body="time.sleep(0.002 * SLOW)"))
+    repo(pytester, FAKE_STEP, base_body=FAKE_STEP, fake_clock=True)
+    pytester.makepyfile(test_new=PERF.format(slow=1.0, body=FAKE_STEP))
     with open(pytester.path / "test_perf.py", "a") as f:
         f.write("\n\ndef test_added(perfgate):\n"
-                "    perfgate.measure(lambda: time.sleep(0.002), transitions=8)\n")
+                "    perfgate.measure(lambda: CLOCK.advance(0.002), transitions=8)\n")
     git(pytester, "add", "-A")
     git(pytester, "commit", "-qm", "new perf tests")
     res = pytester.runpytest_subprocess(*ARGS, "test_new.py", "test_perf.py::test_added",

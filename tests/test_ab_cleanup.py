@@ -16,8 +16,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ARGS, repo
+from fake_session import FAKE_CLOCK_CONFTEST
+from helpers import ARGS, FAKE_STEP, git, repo
 
+from pytest_perfgate.modes.ab import remote as ab_remote
 from pytest_perfgate.modes.ab import worktree as ab_worktree
 from pytest_perfgate.modes.ab.checkout import MARKER, PREFIX, sweep_stale
 
@@ -101,22 +103,37 @@ def test_killed_runs_worktree_is_swept_at_the_next_start(pytester: pytest.Pytest
     assert sweep_stale(pytester.path) == []
 
 
+# The controller's hang bound, made short for the test: the project's conftest sets the floor
+# of remote.window_bound (a module constant read at each window) in every process of the run.
+SHORT_FLOOR = FAKE_CLOCK_CONFTEST + """
+from pytest_perfgate.modes.ab import remote
+remote.WINDOW_FLOOR_S = 2.0
+"""
+
+
+@pytest.mark.timing  # it asserts a real-time bound on the report of a real hang
 def test_hung_side_is_reported_within_the_stated_bound(pytester: pytest.Pytester) -> None:
-    # The head's step hangs 1 s after its first call: past its first (start-up) window.
-    repo(pytester, "T0.append(time.monotonic()) if not T0 else None; "
-                   "time.sleep(3600 if time.monotonic() - T0[0] > 1 else 0.002)")
-    text = (pytester.path / "test_perf.py").read_text().replace("SLOW = ", "T0 = []\nSLOW = ")
+    assert ab_remote.window_bound(0.05) == pytest.approx(15.5)  # the product's own bound
+    # The head's step hangs at its 201st call (0.4 s of fake time): past its first (start-up)
+    # window, in its second warm-up window (0.25 s), whose bound is the floor + 10 x that.
+    repo(pytester, "N.append(1); CLOCK.advance(0.002) if len(N) <= 200 else time.sleep(3600)",
+         base_body=FAKE_STEP, fake_clock=True)
+    pytester.makeconftest(SHORT_FLOOR)
+    git(pytester, "commit", "-qam", "head", "--amend")
+    text = (pytester.path / "test_perf.py").read_text().replace("SLOW = ", "N = []\nSLOW = ")
     (pytester.path / "test_perf.py").write_text(text)
     t0 = time.monotonic()
     res = pytester.runpytest_subprocess(*ARGS, timeout=300)
     took = time.monotonic() - t0
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["*head side (*) sent nothing for 1?.* s (the bound for a 0.* s "
-                              "window: 15 s + 10 x the window; a step that takes longer needs "
+    res.stdout.fnmatch_lines(["*head side (*) sent nothing for 4.5 s (the bound for a 0.25 s "
+                              "window: 2 s + 10 x the window; a step that takes longer needs "
                               "a longer --perfgate-ab-turn-time) while we waited for a window's "
                               "result, so it counts as hung*"])
     assert "REGRESSION" not in res.stdout.str()
-    assert took < 60, f"a hung side took {took:.0f} s to report (the old bound: ~90 s)"
+    # reported within the bound plus start-up, never after a side's exit timeout (30 s) or
+    # start-up bound (180 s)
+    assert took < 25, f"a hung side took {took:.0f} s to report (bound: 4.5 s)"
     assert worktrees(pytester.path) == worktrees(pytester.path)[:1]
 
 

@@ -1,15 +1,17 @@
-"""The A/B controller sets up no perf test: the sides run it (real side processes)."""
+"""The A/B controller sets up no perf test: the sides run it (real side processes, their
+steps on the project's fake clock: no measuring time)."""
 
 from __future__ import annotations
 
 import pytest
+from fake_session import FAKE_CLOCK_CONFTEST
 from helpers import ARGS, git
 
 from pytest_perfgate.modes.ab.side_test import Announced, HeadEnd
 
 pytestmark = pytest.mark.slow  # real side processes and git worktrees
 
-CONFTEST = """
+CONFTEST = FAKE_CLOCK_CONFTEST + """
 import os, sys
 import pytest
 
@@ -29,13 +31,13 @@ def every_test():
 """
 
 TEST = """
-import time
 import pytest
+from conftest import CLOCK
 
 def test_walk(perfgate, pool):
     assert pool == "pool"
     {before}
-    perfgate.measure(lambda: time.sleep(0.002), transitions=8, extra={{"pool": pool}})
+    perfgate.measure(lambda: CLOCK.advance(0.002), transitions=8, extra={{"pool": pool}})
     {after}
 
 def test_plain():

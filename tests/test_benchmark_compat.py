@@ -202,19 +202,21 @@ def test_a_perf_test_may_name_its_unit(pytester: pytest.Pytester) -> None:
 
 
 AB_SUITE = """
-import time
+from conftest import CLOCK
 SLOW = {slow}
 def test_steady(benchmark):
-    benchmark(time.sleep, 0.002)
+    benchmark(CLOCK.advance, 0.002)
 def test_changed(benchmark):
-    assert benchmark(lambda: time.sleep(0.002 * SLOW) or 7) == 7
+    assert benchmark(lambda: CLOCK.advance(0.002 * SLOW) or 7) == 7
 """
 
 
-@pytest.mark.slow  # real side processes and a git worktree (sleep-based steps, 2x margin)
+@pytest.mark.slow  # real side processes and a git worktree (their steps on the fake clock)
 def test_ab_measures_pytest_benchmark_tests_in_both_revisions(
-        pytester: pytest.Pytester) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
+
+    monkeypatch.setenv("PERFGATE_PROFILE", "off")  # no py-spy profile of the REGRESSION
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=pytester.path, check=True, capture_output=True)
@@ -222,6 +224,7 @@ def test_ab_measures_pytest_benchmark_tests_in_both_revisions(
     git("init", "-q")
     git("config", "user.email", "t@example.com")
     git("config", "user.name", "t")
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)  # committed: both sides run on the fake clock
     pytester.makeini("[pytest]\naddopts = --benchmark-disable\n"
                      "perfgate_results_dir = results\n")
     pytester.makepyfile(test_pb=AB_SUITE.format(slow=1.0))
@@ -235,8 +238,8 @@ def test_ab_measures_pytest_benchmark_tests_in_both_revisions(
         "--perfgate-warmup-max=5", "-p", "no:cacheprovider", timeout=300)
     res.assert_outcomes(failed=1, passed=1)
     res.stdout.fnmatch_lines(["*perfgate REGRESSION: test_pb.test_changed",
-                              "*calls/s: * now (median window) vs * baseline (base side's "
-                              "median)*"])
+                              "*calls/s: 250 now (median window) vs 500 baseline (base side's "
+                              "median)*"])  # the fake clock: exactly 2x
     assert_turns(res.stdout.str(), 6)
     assert "REGRESSION: test_pb.test_steady" not in res.stdout.str()
     (run,) = (pytester.path / "results" / "ab" / "perfgate").glob("*.pgrun")
@@ -245,6 +248,9 @@ def test_ab_measures_pytest_benchmark_tests_in_both_revisions(
     for name in ("test_pb.test_steady", "test_pb.test_changed"):  # both sides measured
         assert rec["benchmarks"][name]["extra"]["ab_base"] == "HEAD~1"
         assert rec["benchmarks"][name]["unit"] == "calls/s"
+    # the head's figures: the steady call as fast as in the base, the changed one half
+    assert rec["benchmarks"]["test_pb.test_steady"]["steps_per_s"] == pytest.approx(500)
+    assert rec["benchmarks"]["test_pb.test_changed"]["steps_per_s"] == pytest.approx(250)
 
 
 def test_a_pedantic_setup_cannot_be_counted_and_says_what_to_do(
@@ -292,7 +298,7 @@ def test_a_kept_fixture_object_is_never_a_silent_pass(pytester: pytest.Pytester)
         "without --perfgate*"])
 
 
-@pytest.mark.slow  # real side processes and a git worktree
+@pytest.mark.slow  # real side processes and a git worktree (their steps on the fake clock)
 def test_ab_sides_use_the_configuration_the_run_was_given(pytester: pytest.Pytester) -> None:
     import subprocess
 
@@ -302,6 +308,7 @@ def test_ab_sides_use_the_configuration_the_run_was_given(pytester: pytest.Pytes
     git("init", "-q")
     git("config", "user.email", "t@example.com")
     git("config", "user.name", "t")
+    pytester.makeconftest(FAKE_CLOCK_CONFTEST)
     # the project's everyday config, which a benchmark run bypasses with -c (as bidict does)
     pytester.makeini("[pytest]\naddopts = --no-such-option\n")
     (pytester.path / "bench.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
@@ -314,5 +321,5 @@ def test_ab_sides_use_the_configuration_the_run_was_given(pytester: pytest.Pytes
         "--perfgate-threshold=10%", "--perfgate-ab-turns=4", "--perfgate-ab-turn-time=0.05",
         "--perfgate-warmup-max=5", "-p", "no:cacheprovider", "-k", "steady", timeout=300)
     res.assert_outcomes(passed=1, deselected=1)
-    res.stdout.fnmatch_lines(["*test_pb.test_steady*calls/s*"])
+    res.stdout.fnmatch_lines(["*test_pb.test_steady*500 calls/s*"])
     assert "no-such-option" not in res.stdout.str()

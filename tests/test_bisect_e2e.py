@@ -1,6 +1,13 @@
 """perfgate bisect on a real scratch repository: real A/B probes, a commit whose set-up
-fails, and a stopped run. A 4x numpy slowdown against a 50% threshold: identical commits
-were measured up to 1.36x apart at load average 7 on the 2 shared cores."""
+fails, and a stopped run.
+
+Naming the slow commit runs on the project's fake clock (FAKE_CLOCK_CONFTEST in every
+commit, so each probe's pytest and its A/B sides use it): each step advances it 4 ms per
+unit of work, so a probe measures in little real time and its ratio is exact (4x the work:
+0.250). The step also sorts an array per unit of work, real CPU time that py-spy can see
+grow in the profile of the step found. The stopped and killed runs need a probe that is
+still running when they stop it: their steps sort real numpy arrays (real time), a 4x
+slowdown against a 50% threshold."""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fake_session import FAKE_CLOCK_CONFTEST
 
 from pytest_perfgate.modes.ab import worktree as ab_worktree
 
@@ -30,8 +38,24 @@ def test_walk(perfgate):
             np.sort(X)
     perfgate.measure(step, transitions=8)
 """
+# on the fake clock: 4 ms of fake time per unit of work, more than its real time (one sort of
+# 20k numbers): a turn takes little real time, and py-spy still sees the step's sorts grow
+FAKE_PERF = """
+import numpy as np
+from conftest import CLOCK
+WORK = {work}
+X = np.random.default_rng(0).random(20_000)
+def test_walk(perfgate):
+    def step():
+        for _ in range(WORK):
+            np.sort(X)
+            CLOCK.advance(0.004)
+    perfgate.measure(step, transitions=8)
+"""
 ARGS = ["--turns", "24", "--turn-time", "0.05", "--threshold", "50%",
         "--setup", "test ! -e broken"]
+FAKE_ARGS = ["--turns", "8", "--turn-time", "0.05", "--threshold", "10%",
+             "--setup", "test ! -e broken"]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -39,15 +63,20 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def scratch(repo: Path, works: list[int], broken: int | None = None) -> list[str]:
-    """One commit per entry of ``works`` (the step's numpy work); ``broken``'s set-up fails."""
+def scratch(repo: Path, works: list[int], broken: int | None = None,
+            fake_clock: bool = False) -> list[str]:
+    """One commit per entry of ``works`` (the step's numpy work); ``broken``'s set-up fails.
+    ``fake_clock``: every commit has FAKE_CLOCK_CONFTEST and steps of FAKE_PERF."""
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
     (repo / "pytest.ini").write_text("[pytest]\nperfgate_machine = bisect\n")
+    if fake_clock:
+        (repo / "conftest.py").write_text(FAKE_CLOCK_CONFTEST)
+        (repo / ".gitignore").write_text("__pycache__/\n")
     hashes = []
     for i, work in enumerate(works):
-        (repo / "test_perf.py").write_text(PERF.format(work=work))
+        (repo / "test_perf.py").write_text((FAKE_PERF if fake_clock else PERF).format(work=work))
         (repo / "n.txt").write_text(str(i))
         marker = repo / "broken"
         if i == broken:
@@ -92,27 +121,28 @@ def test_names_the_slow_commit_and_skips_the_broken_one(tmp_path: Path,
         profiled = True
     except pytest.skip.Exception:
         profiled = False
-    c = scratch(tmp_path, [1, 1, 1, 1, 1, 4, 4], broken=3)
-    proc = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
+    c = scratch(tmp_path, [1, 1, 1, 1, 4, 4], broken=2, fake_clock=True)
+    slow, parent, broken = c[4], c[3], c[2]
+    proc = bisect(tmp_path, *FAKE_ARGS, c[0], "HEAD", "test_perf.py")
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out
-    assert f'first bad commit: {c[5][:10]} "commit 5 (slow)"' in out
-    assert f"its own step against its parent {c[4][:10]}: test_perf.test_walk throughput " \
-           "ratio 0." in out
-    assert f"reproduce: git checkout --detach {c[5][:12]} && test ! -e broken && python " \
-           f"-m pytest --perfgate --perfgate-ab={c[4][:12]}" in out
-    assert f"skipped {c[3][:10]} \"commit 3\": the set-up command 'test ! -e broken' " \
+    assert f'first bad commit: {slow[:10]} "commit 4 (slow)"' in out
+    assert f"its own step against its parent {parent[:10]}: test_perf.test_walk throughput " \
+           "ratio 0.250 [0.250-0.250], REGRESSION" in out  # the fake clock: 4x the work, exactly
+    assert f"reproduce: git checkout --detach {slow[:12]} && test ! -e broken && python " \
+           f"-m pytest --perfgate --perfgate-ab={parent[:12]} --perfgate-ab-turns=8" in out
+    assert f"skipped {broken[:10]} \"commit 2\": the set-up command 'test ! -e broken' " \
            "failed here (exit 1)" in out
     assert "estimate: ~6 probes" in out and "[probe 1/~6] HEAD (" in out
     if profiled:
         why = out.split("why (py-spy, 6 turn pairs")[1].splitlines()
-        assert why[1].lstrip().startswith("test_walk.<locals>.step (test_perf.py:6)"), out
+        assert why[1].lstrip().startswith("test_walk.<locals>.step (test_perf.py:7)"), out
         files = [Path(f) for f in out.split("flame graphs (collapsed stacks, ns per "
                                             "env-step): ")[1].splitlines()[0].split(", ")]
         assert [f.name for f in files] == ["base.folded", "head.folded", "diff.folded"]
         assert all(f.is_file() for f in files), files
         assert files[0].parent.parent.parent.parent == tmp_path / ".perfgate" / "profiles"
-        assert files[0].parent.parent.name == f"{c[5][:10]}-vs-{c[4][:10]}"
+        assert files[0].parent.parent.name == f"{slow[:10]}-vs-{parent[:10]}"
     no_leftovers(tmp_path)
 
 

@@ -1,9 +1,16 @@
 """A REGRESSION of the A/B mode names the function that grew: real sides, real py-spy.
 
 The head makes one of three pure-Python functions four times as slow (the step about twice
-as slow: a margin a loaded machine keeps). Also: no py-spy is a warning and the verdict
-stands; ``-o perfgate_profile=off`` takes none; a bare ``--perfgate-profile`` profiles an
-unchanged benchmark too, its flame graphs beside the JSON report.
+as slow: a margin a loaded machine keeps). That one test runs on the real clock (py-spy
+samples real CPU time, and the verdict rests on it): it is marked ``timing``.
+
+The others check options, messages and wiring on a copy of the project on the fake clock
+(FAKE_CLOCK_CONFTEST): each function also advances the clock, clip four times as much in the
+head, so the verdicts are exact (ratio 0.500) and no turn waits on real time. Where they name
+a function (``perfgate profile``, history mode's own profile), its real work is what py-spy
+sees: a step on the fake clock still runs its code. Also: no py-spy is a warning and the
+verdict stands; ``-o perfgate_profile=off`` takes none; a bare ``--perfgate-profile``
+profiles an unchanged benchmark too, its flame graphs beside the JSON report.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_session import FAKE_CLOCK_CONFTEST
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("py_spy_attaches")]
+pytestmark = pytest.mark.slow
 
 POLICY = """
 def normalize(o):
@@ -31,6 +39,30 @@ def clip(a):
 
 
 def value(o):
+    return sum(v * v for v in o)
+
+
+def act(o):
+    return clip(normalize(o)), value(o)
+"""
+# the same policy on the fake clock: 0.1 ms of fake time per pass over the list, a few times
+# its real cost, so a profile's 0.75 s turns (fake) take ~0.1-0.2 s of real work for py-spy to
+# sample; clip on line 6 as in POLICY
+FAKE_POLICY = """
+from conftest import CLOCK
+def normalize(o):
+    CLOCK.advance(0.0001)
+    return [v * 0.5 + 0.1 for v in o]
+def clip(a):
+    out = []
+    for _ in range({repeat}):
+        CLOCK.advance(0.0001)
+        out = [min(1.0, max(-1.0, v)) for v in a]
+    return out
+
+
+def value(o):
+    CLOCK.advance(0.0001)
     return sum(v * v for v in o)
 
 
@@ -56,18 +88,32 @@ def git(repo: Path, *args: str) -> None:
                    check=True, capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    top = tmp_path_factory.mktemp("profiled")
+def project(top: Path, policy: str, conftest: str | None = None) -> Path:
+    """A git project of two commits, base and head: ``policy`` with clip once, then four
+    times; ``conftest``: the text of the project's conftest in perf/, in both."""
     (top / "perf").mkdir()
-    (top / "perf" / "policy.py").write_text(POLICY.format(repeat=1))
+    if conftest is not None:
+        (top / "perf" / "conftest.py").write_text(conftest)
+        (top / ".gitignore").write_text("__pycache__/\n")
+    (top / "perf" / "policy.py").write_text(policy.format(repeat=1))
     (top / "perf" / "test_policy.py").write_text(TEST)
     git(top, "init", "-q", "-b", "main")
     git(top, "add", "-A")
     git(top, "commit", "-qm", "base")
-    (top / "perf" / "policy.py").write_text(POLICY.format(repeat=4))
+    (top / "perf" / "policy.py").write_text(policy.format(repeat=4))
     git(top, "commit", "-qam", "clip four times")
     return top
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return project(tmp_path_factory.mktemp("profiled"), POLICY)
+
+
+@pytest.fixture(scope="module")
+def fake_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same project on the fake clock: exact verdicts (the head's step: 0.500)."""
+    return project(tmp_path_factory.mktemp("profiled-fake"), FAKE_POLICY, FAKE_CLOCK_CONFTEST)
 
 
 def pytest_run(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -79,6 +125,8 @@ def pytest_run(repo: Path, *args: str, **env: str) -> subprocess.CompletedProces
                           env={**clean, **env})
 
 
+@pytest.mark.timing  # a verdict on the real clock; py-spy samples real CPU time
+@pytest.mark.usefixtures("py_spy_attaches")
 def test_a_regression_names_the_function_that_grew(repo: Path) -> None:
     done = pytest_run(repo, "--perfgate-ab=HEAD~1", f"--perfgate-json={repo}/out/r.json")
     out = done.stdout
@@ -96,21 +144,27 @@ def test_a_regression_names_the_function_that_grew(repo: Path) -> None:
     assert "clip (perf/policy.py:6)" in diff.read_text()
 
 
-def test_without_py_spy_the_verdict_stands_with_a_warning(repo: Path) -> None:
-    done = pytest_run(repo, "--perfgate-ab=HEAD~1", PERFGATE_PY_SPY="")
+def test_without_py_spy_the_verdict_stands_with_a_warning(fake_repo: Path) -> None:
+    done = pytest_run(fake_repo, "--perfgate-ab=HEAD~1", PERFGATE_PY_SPY="")
     out = done.stdout
     assert done.returncode == 1, out[-3000:]
     assert "perfgate REGRESSION" in out
+    assert "0.500 [0.500-0.500]" in out  # the fake clock: 0.3 -> 0.6 ms per step, exactly
+    assert "why (py-spy" not in out
     assert "no profile: PERFGATE_PY_SPY='' is not an executable py-spy" in out
 
 
-def test_off_takes_none_and_a_bare_flag_profiles_an_unchanged_benchmark(repo: Path) -> None:
-    off = pytest_run(repo, "--perfgate-ab=HEAD~1", "-o", "perfgate_profile=off")
+@pytest.mark.usefixtures("py_spy_attaches")
+def test_off_takes_none_and_a_bare_flag_profiles_an_unchanged_benchmark(fake_repo: Path
+                                                                        ) -> None:
+    off = pytest_run(fake_repo, "--perfgate-ab=HEAD~1", "-o", "perfgate_profile=off")
     assert off.returncode == 1 and "why (py-spy" not in off.stdout, off.stdout[-3000:]
-    same = pytest_run(repo, "--perfgate-ab=HEAD", "--perfgate-profile",
-                      f"--perfgate-json={repo}/same/r.json")
+    assert "no profile" not in off.stdout and "perfgate REGRESSION" in off.stdout
+    same = pytest_run(fake_repo, "--perfgate-ab=HEAD", "--perfgate-profile",
+                      f"--perfgate-json={fake_repo}/same/r.json")
     assert same.returncode == 0, same.stdout[-3000:]
-    profile = json.loads((repo / "same" / "r.json").read_text())[
+    assert "1.000 [1.000-1.000]" in same.stdout
+    profile = json.loads((fake_repo / "same" / "r.json").read_text())[
         "benchmarks"][0]["result"]["extra"]["profile"]
     assert profile["pairs"] == 6 and Path(profile["files"]["base"]).is_file()
     assert not any(n["changed"] for n in profile["grew"])  # nothing changed: none named so
@@ -123,7 +177,9 @@ def perfgate(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=clean)
 
 
-def test_perfgate_profile_of_a_revision_names_the_function(repo: Path) -> None:
+@pytest.mark.usefixtures("py_spy_attaches")
+def test_perfgate_profile_of_a_revision_names_the_function(fake_repo: Path) -> None:
+    repo = fake_repo
     done = perfgate(repo, "--turns=6", "HEAD~1", "HEAD", "test_policy.py", *AB[-4:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     lines = done.stdout.splitlines()
@@ -132,14 +188,17 @@ def test_perfgate_profile_of_a_revision_names_the_function(repo: Path) -> None:
     assert (repo / ".perfgate" / "profiles").is_dir()
 
 
-def test_perfgate_profile_usage_errors(repo: Path) -> None:
+def test_perfgate_profile_usage_errors(fake_repo: Path) -> None:
+    repo = fake_repo
     bad = perfgate(repo, "nosuchrev", ".")
     assert bad.returncode == 2 and "BASE 'nosuchrev': not a commit" in bad.stderr
     bad = perfgate(repo, "HEAD~1", "nosuchrev")
     assert bad.returncode == 2 and "HEAD 'nosuchrev': not a commit" in bad.stderr
 
 
-def test_history_mode_profiles_its_own_run_on_request(repo: Path) -> None:
+@pytest.mark.usefixtures("py_spy_attaches")
+def test_history_mode_profiles_its_own_run_on_request(fake_repo: Path) -> None:
+    repo = fake_repo
     done = pytest_run(repo, "--perfgate-profile", f"--perfgate-json={repo}/hist/r.json",
                       "--perfgate-windows=3", "--perfgate-window-time=0.2")
     assert done.returncode == 0, done.stdout[-3000:]

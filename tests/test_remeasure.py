@@ -1,6 +1,8 @@
 """History mode that decides: when the record cannot resolve the threshold, the newest
-baseline commit is measured again in A/B turns beside this tree (sleep-based steps, a 10%
-threshold, 2x margins). Real side processes and git worktrees."""
+baseline commit is measured again in A/B turns beside this tree. Real side processes and git
+worktrees, on the project's fake clock (FAKE_CLOCK_CONFTEST, committed, so the re-measured
+commit's sides run on it too): one recorded run never resolves anything, so the re-measure
+always runs, and its paired verdict is exact (a 2x slower head measures 0.500)."""
 
 from __future__ import annotations
 
@@ -11,15 +13,23 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TWO_CALLS
+from fake_session import FAKE_CLOCK_CONFTEST
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # real side processes and worktrees (on the fake clock)
 
 STEP = """
-import time
+from conftest import CLOCK
 SLOW = {slow}
 def test_s(perfgate):
-    perfgate.measure(lambda: time.sleep(0.002 * SLOW), transitions=8)
+    perfgate.measure(lambda: CLOCK.advance(0.002 * SLOW), transitions=8)
+"""
+# a perf test with two measure() calls: "warm" the same everywhere, "walk" SLOW times slower
+TWO_CALLS = """
+from conftest import CLOCK
+SLOW = {slow}
+def test_walk(perfgate):
+    perfgate.measure(lambda: CLOCK.advance(0.002), transitions=8, name="warm")
+    perfgate.measure(lambda: CLOCK.advance(0.002 * SLOW), transitions=8, name="walk")
 """
 RUN = ["--perfgate", "--perfgate-machine=box", "--perfgate-threshold=10%",
        "--perfgate-windows=4", "--perfgate-window-time=0.1", "--perfgate-warmup-max=5",
@@ -51,7 +61,8 @@ def scratch(tmp_path: Path, head_slow: float, step: str = STEP) -> Path:
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
     (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
-    (repo / ".gitignore").write_text("results/\n")
+    (repo / ".gitignore").write_text("results/\n__pycache__/\n")
+    (repo / "conftest.py").write_text(FAKE_CLOCK_CONFTEST)
     (repo / "perf" / "test_s.py").write_text(step.format(slow=1.0))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
@@ -76,6 +87,7 @@ def test_a_twice_as_slow_head_is_a_regression_though_the_record_cannot_tell(
     base = git(repo, "rev-parse", "HEAD~1")
     entry, out = verdict(repo, tmp_path / "r.json")
     assert entry["verdict"] == "REGRESSION", out
+    assert (entry["ratio"], entry["ci"]) == (0.5, [0.5, 0.5]), out  # the fake clock: exact
     words = " ".join(out.split())
     assert "re-measured: the record could not resolve the threshold (" in words
     assert f"so the baseline commit {base[:10]} was measured again in alternating turns" in words
@@ -91,9 +103,8 @@ def test_a_twice_as_slow_head_is_a_regression_though_the_record_cannot_tell(
 def test_an_unchanged_head_is_not_a_regression(tmp_path: Path) -> None:
     repo = scratch(tmp_path, 1.0)
     entry, out = verdict(repo, tmp_path / "r.json")
-    # not a regression; INCONCLUSIVE is allowed: 8 turns under whatever load this
-    # machine has may not resolve 10% (the study measures the rates)
-    assert entry["verdict"] in ("OK", "IMPROVEMENT", "INCONCLUSIVE"), out
+    # the fake clock: the same code measures exactly the same, so the pairs resolve 10%
+    assert (entry["verdict"], entry["ratio"]) == ("OK", 1.0), out
     assert str(entry["message"]).startswith("re-measured: the record could not resolve")
 
 
@@ -114,7 +125,6 @@ def test_where_it_cannot_re_measure_the_verdict_names_why(tmp_path: Path, how: s
         assert "re-measured: the record" not in words and "not re-measured" not in words
 
 
-
 def test_a_tests_later_measure_call_is_re_measured_past_its_earlier_one(
         tmp_path: Path) -> None:
     # the sides started for "walk" pass "warm" first, as the test runs
@@ -125,4 +135,5 @@ def test_a_tests_later_measure_call_is_re_measured_past_its_earlier_one(
            for e in json.loads((tmp_path / "r.json").read_text())["benchmarks"]}
     assert got["walk"]["verdict"] == "REGRESSION", out
     assert str(got["walk"]["message"]).startswith("re-measured: the record could not"), out
-    assert got["warm"]["verdict"] != "REGRESSION", out
+    assert got["walk"]["ratio"] == 0.5, out
+    assert (got["warm"]["verdict"], got["warm"]["ratio"]) == ("OK", 1.0), out

@@ -8,7 +8,8 @@ carry from one to the other.
 What is real: every `run:` script of .github/workflows/perfgate.yml (parsed with PyYAML,
 `${{ }}` expressions evaluated from a context built here), bash with Actions' `shell: bash`
 flags, the runner's file contract (GITHUB_OUTPUT, GITHUB_ENV, GITHUB_STEP_SUMMARY, ...),
-`if:` conditions, pytest --perfgate (history and A/B mode) with real timing, git (pushes to
+`if:` conditions, pytest --perfgate (history and A/B mode, bisect probes: real processes,
+timed on the scratch project's fake clock, so verdicts are exact), git (pushes to
 a scratch origin under GITHUB_SERVER_URL=file://...), each job's venv, the cleanup steps,
 perfgate check and report. What is simulated (tests/workflow_sim.py): the steps that only
 `uses:` an action (actions/checkout: a clone of the scratch origin at the ref, reusing a
@@ -16,7 +17,8 @@ repository it finds, as the action does; upload/download-artifact: copies), the 
 leg), the concurrency group (not enforced), an environment's required reviewers (a job waits
 unless approved), a self-hosted runner (its reused workspace, in a PID and mount namespace
 of its own) and its `.env` file (PERFGATE_BASE_PYTHON: this interpreter; PYTHONPATH: this
-checkout and this venv's packages, so no job downloads torch; pip offline).
+checkout and this venv's packages, so no job downloads torch; pip offline; a venv made without
+ensurepip's copy of pip, which the jobs would never run).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def save(job: Job, sha: str, origin: Path, tmp_path: Path, machine: str = "perf-
                    artifacts_from=job.artifacts)
 
 
-@pytest.mark.slow  # real A/B runs (two side processes each), ~30 s
+@pytest.mark.slow  # three jobs, each with its venv and an A/B run (fake clock), ~20 s
 def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Path],
                                                          runner: Machine) -> None:
     origin, dev = scratch
@@ -119,6 +121,9 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     assert (f"## perfgate: perf-epyc: PR vs merge base {base[:10]}: passed, nothing "
             "failed: ") in ok.summary
     assert (ok.artifacts / "perfgate-pr-perf-epyc" / "pr" / "report.json").is_file()
+    # the scratch project's fake clock: 64 transitions per 2 ms step on both sides, exactly
+    assert "| perf.test_perf_walk.test_walk | 32.0k | 32.0k | 1.000 [1.000-1.000] | 1 | OK |" \
+        in ok.summary
 
     slow = jobs["slow"]
     gate = slow.step("gate")
@@ -129,7 +134,10 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     assert err.startswith(f"::error file=perf/test_perf_walk.py,{TEST_LINE},title=perfgate "
                           "REGRESSION (perf-epyc%3A PR vs merge base")
     assert "FAILED: 1 benchmark(s) REGRESSION" in slow.summary
-    assert "| perf.test_perf_walk.test_walk |" in slow.summary
+    # 8x the work: exactly 1/8 the throughput, on the first pair and the fresh one
+    assert ("| perf.test_perf_walk.test_walk | 4.00k | 32.0k | 0.125 [0.125-0.125] | 0 | "
+            "REGRESSION |") in slow.summary
+    assert "(the pairs: 0.125 (REGRESSION), 0.125 (REGRESSION))" in slow.summary
 
     crash = jobs["crash"]
     gate = crash.step("gate")
@@ -139,7 +147,7 @@ def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Pa
     assert "INFRASTRUCTURE ERROR: not judged" in crash.summary
 
 
-@pytest.mark.slow  # real history runs, A/B runs against the anchor, git pushes, ~70 s
+@pytest.mark.slow  # five jobs: venvs, history and anchor runs (fake clock), plots, ~35 s
 def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path],
                                                       runner: Machine, tmp_path: Path) -> None:
     origin, dev = scratch
@@ -182,6 +190,9 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     assert "## perfgate: perf-xeon: history: passed" in ok.summary
     assert "## perfgate: perf-xeon: vs anchor v0.1: passed" in ok.summary
     assert "Find the commit" not in ok.summary  # only a failed anchor gate names a range
+    # the scratch project's fake clock: the same work measures exactly the same, both gates
+    assert ok.summary.count("| perf.test_perf_walk.test_walk | 32.0k | 32.0k | 1.000 "
+                            "[1.000-1.000] |") == 2, ok.summary
     report = ok.artifacts / "perfgate-perf-xeon" / "report"
     assert (report / "report.md").is_file() and list(report.glob("*.png"))
     assert "![" not in (report / "summary.md").read_text()  # no images in the job summary
@@ -199,6 +210,10 @@ def test_default_branch_job_history_anchor_and_report(scratch: tuple[Path, Path]
     assert len(errs) == 2 and all(e.startswith(f"::error file=perf/test_perf_walk.py,{TEST_LINE},")
                                   for e in errs)
     assert "history: FAILED: 1 benchmark(s) REGRESSION" in slow.summary
+    assert slow.summary.count("| perf.test_perf_walk.test_walk | 4.00k | 32.0k | 0.125 "
+                              "[0.125-0.125] | 0 | REGRESSION |") == 2, slow.summary  # exactly 1/8
+    assert ("throughput fell 87.5% (threshold 30%), p=0 against 4 baseline run(s), run-to-run "
+            "spread 0.0%") in slow.summary  # the first push's run, the two seeded, C2's
     assert "vs anchor v0.1: FAILED" in slow.summary
     # 5. a workload that raises: no verdict at all, so both gates say infrastructure error
     commit(dev, "C4 broken", crash=True)
@@ -284,7 +299,7 @@ def test_save_history_retries_a_branch_that_moved_without_a_git_identity(
     assert no_identity.returncode != 0  # this runner has no identity of its own
 
     job = run_job("save-history", "push", {}, "0" * 40, origin, machine, "perf-xeon",
-                  artifacts_from=art)
+                  artifacts_from=art, workflow=_quick("5"))
     push = job.steps[-1]
     assert push["code"] == 0, push["out"]
     assert "the push was rejected" in push["out"] and "(try 2)" in push["out"]
@@ -295,6 +310,19 @@ def test_save_history_retries_a_branch_that_moved_without_a_git_identity(
     assert git(dev, "show", f"origin/{BRANCH}:accepted.txt") == "accepted"  # nothing lost
 
 
+# A slow server: the first push waits in its pre-receive hook (up to 60 s) until a second one
+# arrives, so both writers fetched the branch before either lands, however the two jobs are
+# scheduled; the ref update that comes second finds the branch moved and is rejected.
+BOTH_FETCHED = """#!/bin/sh
+if mkdir first-push 2>/dev/null; then
+  n=0
+  while [ ! -d second-push ] && [ "$n" -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+else
+  mkdir second-push 2>/dev/null || true
+fi
+"""
+
+
 def test_two_runs_racing_for_one_branch_both_land(scratch: tuple[Path, Path],
                                                   tmp_path: Path) -> None:
     origin, dev = scratch
@@ -302,13 +330,13 @@ def test_two_runs_racing_for_one_branch_both_land(scratch: tuple[Path, Path],
     arts = [_run_artifact(origin, base, {f"results/perf-xeon/run-{i}.json": f"{i}\n"},
                           tmp_path / f"r{i}") for i in (1, 2)]
     hook = origin / "hooks" / "pre-receive"
-    hook.write_text("#!/bin/sh\nsleep 2\n")  # a slow server: both fetch before either lands
+    hook.write_text(BOTH_FETCHED)
     hook.chmod(0o755)
     jobs: dict[int, Job] = {}
 
     def one(i: int) -> None:
         jobs[i] = run_job("save-history", "push", {}, "0" * 40, origin, hosted(tmp_path / f"h{i}"),
-                          "perf-xeon", artifacts_from=arts[i])
+                          "perf-xeon", artifacts_from=arts[i], workflow=_quick("5"))
 
     (tmp_path / "h0").mkdir()
     (tmp_path / "h1").mkdir()
@@ -492,19 +520,15 @@ def test_bisect_tests_takes_paths_and_k_and_m_only(scratch: tuple[Path, Path], r
         assert job.annotations == [f"::error title=perfgate usage error::{says}"]
 
 
-@pytest.mark.slow  # a real bisection of four commits (A/B probes), ~1-2 min
+@pytest.mark.slow  # a bisection of four commits: five A/B probes (on the fake clock), ~15 s
 def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path, Path],
                                                              runner: Machine) -> None:
     origin, dev = scratch
     slow = commit(dev, "C2 slow", work=6)
     head = commit(dev, "C3", work=6)  # still slow
     git(dev, "push", "-q", "origin", "main")
-    # few short turns and a coarse threshold for a 6x step (the product defaults take minutes)
-    text = WORKFLOW.read_text().replace(
-        'bisect "$GOOD"', 'bisect --turns 8 --turn-time 0.05 --threshold 50% "$GOOD"')
     job = run_job("bisect", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
-                  _bisect_inputs(bisect_good="v0.1", bisect_tests="perf -k walk"),
-                  workflow=text)
+                  _bisect_inputs(bisect_good="v0.1", bisect_tests="perf -k walk"))
     step = job.step("bisect")
     assert step["code"] == 0, step["out"][-3000:]
     assert "[probe 1/" in step["out"]
@@ -512,6 +536,9 @@ def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path
         f"### perfgate bisect on perf-xeon: GOOD v0.1, BAD {head} (exit 0)\n\n```\n"
         "perfgate bisect: 1 step found between GOOD v0.1")
     assert f"first bad commit: {slow[:10]} \"C2 slow\"" in job.summary
+    # the workflow's own bisect settings, on the scratch project's fake clock: exactly 6x
+    assert ("its own step against its parent " in job.summary and "test_walk throughput "
+            "ratio 0.167 [0.167-0.167], REGRESSION (threshold 2%, 96 turns)" in job.summary)
     assert "[probe" not in job.summary and job.summary.endswith("```\n")
     assert job.steps[-1]["name"] == "Clean the runner" and not job.failed
 
@@ -555,9 +582,12 @@ while True:
         f.write(str(time.time()))
     for site in glob.glob(home + "/_work/_temp/perfgate-venv/lib/*/site-packages"):
         path = os.path.join(site, "zz_background.pth")
-        if not os.path.exists(path):
-            with open(path, "w") as f:
-                f.write(PTH.format(what="background"))
+        try:  # the runner empties _temp between jobs: a venv may go while this looks at it
+            if not os.path.exists(path):
+                with open(path, "w") as f:
+                    f.write(PTH.format(what="background"))
+        except OSError:
+            pass
     time.sleep(0.02)
 '''
 
@@ -585,7 +615,7 @@ def _forks_copy_without_cleanup() -> str:
     return yaml.safe_dump(wf)
 
 
-@pytest.mark.slow  # a PR job and a push job with their venvs, real runs, ~2 min
+@pytest.mark.slow  # a PR job and a push job with their venvs (fake clock), ~20 s
 def test_what_a_pull_request_leaves_on_the_runner_never_reaches_the_push_job(
         scratch: tuple[Path, Path], runner: Machine, tmp_path: Path) -> None:
     if not runner.ns_pid:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fake_session import FAKE_CLOCK_CONFTEST
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "perfgate.yml"
@@ -217,7 +218,12 @@ class Machine:
     def __init__(self, home: Path, namespace: bool = False, pid2: str = "",
                  user: int | None = None) -> None:
         self.home, self.jobs, self.ns_pid, self.user = home, 0, 0, user
-        self.python = sys.executable if user is None else user_python()  # the runner's .env
+        # the runner's .env names its interpreter (PERFGATE_BASE_PYTHON): this one, or one the
+        # runner's user can run, behind a wrapper only root may change (RUNNER_PYTHON)
+        self.python = str(home.parent / f".python-{home.name}")
+        Path(self.python).write_text(RUNNER_PYTHON.format(
+            python=sys.executable if user is None else user_python()))
+        Path(self.python).chmod(0o755)
         self.workspace = home / "_work" / "scratch" / "scratch"  # the runner's layout
         self.workspace.mkdir(parents=True, exist_ok=True)
         (home / "_tool").mkdir(exist_ok=True)
@@ -267,6 +273,19 @@ class Machine:
             os.kill(self.ns_pid, signal.SIGKILL)  # the namespace's init: all in it end
             self.holder.communicate(timeout=30)
             self.ns_pid = 0
+
+
+# The runner's interpreter, as its .env names it (PERFGATE_BASE_PYTHON). A venv it makes has
+# no pip of its own: a job's `$venv/bin/python -m pip` runs this checkout's venv's pip in any
+# case (the .env's PYTHONPATH comes before the venv's site-packages), so the copy ensurepip
+# would install there, seconds of every job, would never run.
+RUNNER_PYTHON = """#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+  shift 2
+  exec "{python}" -m venv --without-pip "$@"
+fi
+exec "{python}" "$@"
+"""
 
 
 def user_python() -> str:
@@ -480,8 +499,13 @@ def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, s
 
 # --- the scratch project the workflow tests run the jobs on --------------------------------
 
-# The load guard is off (a 1000-core limit): the helpers sharing this machine keep it busy,
-# and these tests are about the workflow's plumbing (the guard: tests/test_timing.py).
+# The scratch project measures on a fake clock: its conftest.py (FAKE_CLOCK_CONFTEST, in
+# every revision, so the A/B sides, fresh pairs, bisect probes and history runs of any commit
+# use it) gives every pytest process of the project a FakeClock and no load guard, and
+# mylib.step moves that clock by 2 ms per unit of WORK. A run takes no real measurement time
+# and its verdicts are exact (a WORK=8 commit measures exactly 8x slower): these tests are
+# about the workflow's plumbing (the timing itself: tests/test_timing.py). The ini's load
+# limit (1000 cores) stays for a revision without the fake clock.
 INI = """[pytest]
 pythonpath = .
 perfgate_windows = 6
@@ -502,7 +526,11 @@ build-backend = "setuptools.build_meta"
 [tool.setuptools]
 py-modules = ["mylib"]
 """
-LIB = "WORK = {work}\n\n\ndef step():\n{body}    return sum(range(3000 * WORK))\n"
+LIB = ("CLOCK = None  # the project's fake clock: conftest.py sets it\n"
+       "WORK = {work}\n\n\ndef step():\n{body}    CLOCK.advance(0.002 * WORK)\n")
+# mylib gets the clock from the conftest (a test module's `from conftest import CLOCK` would
+# find whichever conftest.py pytest loaded last: a pull request may add one under perf/)
+CONFTEST = FAKE_CLOCK_CONFTEST + "\n\nimport mylib  # noqa: E402\n\nmylib.CLOCK = CLOCK\n"
 PERF = ("import mylib\n\n\n"
         "def test_walk(perfgate):\n"
         "    perfgate.measure(mylib.step, transitions=64)\n")
@@ -533,6 +561,7 @@ def make_scratch(where: Path) -> tuple[Path, Path]:
     (dev / "perf").mkdir()
     (dev / "perf" / "test_perf_walk.py").write_text(PERF)
     (dev / "pytest.ini").write_text(INI)
+    (dev / "conftest.py").write_text(CONFTEST)
     (dev / "pyproject.toml").write_text(PYPROJECT)
     (dev / "constraints").mkdir()
     (dev / "constraints" / "perf.txt").write_text(
