@@ -105,6 +105,16 @@ def _cli_outside_this_repository(request: pytest.FixtureRequest,
         monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker_inside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under run.sh's parallel phase this process is an xdist worker, and the pytest runs a
+    test starts (in process or as subprocesses) would inherit PYTEST_XDIST_WORKER: there
+    pytest-benchmark disables its benchmarks and warns. Each test's own runs see the
+    environment of a plain pytest run, as they do in the timing phase."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def regressed(tmp_path: Path) -> Path:
     """A results dir of machine 'box' whose newest run is 2x slower than the five before it
