@@ -30,28 +30,18 @@ pytestmark = pytest.mark.slow  # real probes: pytest, side processes, git worktr
 
 PERF = """
 import numpy as np
-WORK = {work}
+{clock}WORK = {work}
 X = np.random.default_rng(0).random(20_000)
 def test_walk(perfgate):
     def step():
         for _ in range(WORK):
             np.sort(X)
-    perfgate.measure(step, transitions=8)
+{tick}    perfgate.measure(step, transitions=8)
 """
 # on the fake clock: 4 ms of fake time per unit of work, more than its real time (one sort of
 # 20k numbers): a turn takes little real time, and py-spy still sees the step's sorts grow
-FAKE_PERF = """
-import numpy as np
-from conftest import CLOCK
-WORK = {work}
-X = np.random.default_rng(0).random(20_000)
-def test_walk(perfgate):
-    def step():
-        for _ in range(WORK):
-            np.sort(X)
-            CLOCK.advance(0.004)
-    perfgate.measure(step, transitions=8)
-"""
+FAKE = {"clock": "from conftest import CLOCK\n", "tick": "            CLOCK.advance(0.004)\n"}
+REAL = {"clock": "", "tick": ""}
 ARGS = ["--turns", "24", "--turn-time", "0.05", "--threshold", "50%",
         "--setup", "test ! -e broken"]
 FAKE_ARGS = ["--turns", "8", "--turn-time", "0.05", "--threshold", "10%",
@@ -66,7 +56,7 @@ def git(repo: Path, *args: str) -> str:
 def scratch(repo: Path, works: list[int], broken: int | None = None,
             fake_clock: bool = False) -> list[str]:
     """One commit per entry of ``works`` (the step's numpy work); ``broken``'s set-up fails.
-    ``fake_clock``: every commit has FAKE_CLOCK_CONFTEST and steps of FAKE_PERF."""
+    ``fake_clock``: every commit has FAKE_CLOCK_CONFTEST and steps that advance it."""
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
@@ -76,7 +66,7 @@ def scratch(repo: Path, works: list[int], broken: int | None = None,
         (repo / ".gitignore").write_text("__pycache__/\n")
     hashes = []
     for i, work in enumerate(works):
-        (repo / "test_perf.py").write_text((FAKE_PERF if fake_clock else PERF).format(work=work))
+        (repo / "test_perf.py").write_text(PERF.format(work=work, **(FAKE if fake_clock else REAL)))
         (repo / "n.txt").write_text(str(i))
         marker = repo / "broken"
         if i == broken:
