@@ -49,3 +49,30 @@ def test_out_that_cannot_be_made_is_a_usage_error(repo: Path,
 def test_a_revision_with_a_space_is_a_usage_error(repo: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert "error:" in usage_error(["profile", "HEAD", "my branch"], capsys)
+
+
+@pytest.fixture
+def two_commits(repo: Path) -> Path:
+    (repo / "test_perf.py").write_text("def test_walk(perfgate):\n    perfgate.measure("
+                                       "lambda: None, transitions=1)\n")
+    subprocess.run([*GIT, "commit", "-qam", "measured"], cwd=repo, check=True)
+    return repo
+
+
+@pytest.mark.parametrize("command", [["profile", "HEAD~1", "."],
+                                     ["bisect", "HEAD~1", "HEAD"]])
+def test_a_usage_error_of_the_pytest_run_is_the_commands_usage_error(
+        command: list[str], two_commits: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest's exit 4 (an option it does not know, a bad PERFGATE_* value) is exit 2 with
+    pytest's words, not "infrastructure" (3) with a hint about test selection."""
+    monkeypatch.setenv("PERFGATE_AB_CONFIRM", "garbage")
+    said = usage_error([*command, "test_perf.py"], capsys)
+    assert said.startswith(f"perfgate {command[0]}: error: pytest refused its arguments or "
+                           "settings (exit 4): ")
+    assert "environment variable PERFGATE_AB_CONFIRM: 'garbage' is not a boolean" in said
+    assert said.endswith("fix the pytest arguments given after the revisions, or the "
+                         "PERFGATE_* variable or ini option it names")
+    trees = subprocess.run(["git", "worktree", "list"], cwd=two_commits, capture_output=True,
+                           text=True, check=True).stdout.strip().splitlines()
+    assert len(trees) == 1, trees  # the probe's worktree went with it

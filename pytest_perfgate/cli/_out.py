@@ -31,6 +31,20 @@ class UsageError(Exception):
     Python caller of a command's ``run`` gets the exception."""
 
 
+PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR (this module does not import pytest)
+MISSING_PATH = "file or directory not found"  # pytest's exit 4 for a test path that is absent
+
+
+def inner_usage_error(output: str) -> str:
+    """The message of a usage error of the pytest run a command started: pytest's own error
+    lines (its bad option or value, named with its source) and where the fix goes."""
+    said = [line.strip() for line in output.splitlines()
+            if "error:" in line or line.startswith("ERROR")] or output.strip().splitlines()[-3:]
+    return ("pytest refused its arguments or settings (exit 4): " + " ".join(said)[-600:]
+            + ": fix the pytest arguments given after the revisions, or the PERFGATE_* "
+            "variable or ini option it names")
+
+
 @dataclass
 class Reply:
     """What one command run says besides its printed lines: the ``--json`` body, the

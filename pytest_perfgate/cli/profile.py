@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._out import UsageError
+from pytest_perfgate.cli._out import PYTEST_USAGE_ERROR, UsageError, inner_usage_error
 from pytest_perfgate.session.options import argparse_type, parse_path, parse_rev, parse_turns
 
 EXIT_PROFILED = 0  # every benchmark measured has its profile
@@ -100,9 +100,11 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
     if commit is None:
         done = subprocess.run([sys.executable, "-m", "pytest", *opts, *pytest_args],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        output = done.stdout + done.stderr
+        rc, output = done.returncode, done.stdout + done.stderr
     else:
-        output = _in_worktree(repo, commit, opts, pytest_args)
+        rc, output = _in_worktree(repo, commit, opts, pytest_args)
+    if rc == PYTEST_USAGE_ERROR:
+        raise UsageError(inner_usage_error(output))
     try:
         judged = read_report(report) if report.exists() else []
     except (OSError, ValueError) as e:
@@ -129,8 +131,10 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:120]
 
 
-def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: Sequence[str]) -> str:
-    """pytest at the same place in a worktree of ``head`` as here; its output."""
+def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: Sequence[str]
+                 ) -> tuple[int, str]:
+    """pytest at the same place in a worktree of ``head`` as here: its exit status and
+    output."""
     from pytest_perfgate.history.vcs import toplevel
     from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT, worktree
     from pytest_perfgate.modes.place import Place
@@ -147,8 +151,8 @@ def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: Sequence[s
                 "import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         with tempfile.TemporaryFile() as log:
-            subprocess.run([sys.executable, "-c", boot, *opts,
-                            *place.map_args(pytest_args, tree)], cwd=cwd, env=env,
-                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            done = subprocess.run([sys.executable, "-c", boot, *opts,
+                                   *place.map_args(pytest_args, tree)], cwd=cwd, env=env,
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             log.seek(0)
-            return log.read().decode(errors="replace")
+            return done.returncode, log.read().decode(errors="replace")

@@ -21,6 +21,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_perfgate.cli._out import (
+    MISSING_PATH,
+    PYTEST_USAGE_ERROR,
+    UsageError,
+    inner_usage_error,
+)
 from pytest_perfgate.cli.bisect.search import Probe, Reading
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.modes import group
@@ -184,6 +190,10 @@ class PytestProbe:
                                            j.verdict.ci, j.verdict.message,
                                            _profile(j.result.extra.get("profile")))
                     for j in judged if j.verdict is not None}
+        if not readings and rc == PYTEST_USAGE_ERROR and MISSING_PATH not in output:
+            # an option or value pytest refuses: every probe would say the same (a test file
+            # missing at this commit is that commit's, and skips it)
+            raise UsageError(inner_usage_error(output))
         if not readings:
             return skipped(f"pytest measured nothing (exit {rc}): {_tail(output)}")
         return Probe(commit, base, turns, readings, seconds=time.monotonic() - start,
