@@ -378,8 +378,12 @@ def assert_turns(out: str, turns: int) -> None:
 
 def ring_segments() -> set[str]:
     """The ring segments in /dev/shm this test may have made or leaked: all but those whose
-    creator (the pid in the name, ring/segment.py) is alive outside this process's tree, as a
-    test running beside this one under xdist, or another user's run, is."""
+    creator (the pid in the name, ring/segment.py) is alive outside this process's tree and
+    still holds the segment's creator lock, as a test running beside this one under xdist
+    does. The lock decides, not the pid alone: pids wrap (pid_max is often 32768), so a
+    killed creator's pid may already name another process."""
+    import fcntl
+
     import psutil
 
     from pytest_perfgate.ring.segment import PREFIX
@@ -392,6 +396,15 @@ def ring_segments() -> set[str]:
             continue
         pid = name[len(PREFIX):].split("_", 1)[0]
         if pid.isdigit() and int(pid) not in tree and psutil.pid_exists(int(pid)):
-            continue
+            try:
+                fd = os.open(f"/dev/shm/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # gone meanwhile
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its creator lives: another test's ring
+            finally:
+                os.close(fd)  # closing the descriptor drops the probe's own lock
         found.add(name)
     return found
