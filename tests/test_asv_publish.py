@@ -198,6 +198,7 @@ def _clean(log: PageLog) -> None:
     assert not log.outside, f"the page still reaches other hosts: {log.outside}"
 
 
+@pytest.mark.timing  # asv's redraw race (ASV_REDRAW_RACE) comes with load: drawn alone
 def test_gated_series_graph_is_drawn_with_a_time_axis(site: dict[str, Any],
                                                       tmp_path: Path) -> None:
     gated = site["gated"]
@@ -224,6 +225,7 @@ def test_gated_series_graph_is_drawn_with_a_time_axis(site: dict[str, Any],
     _axis_ok(site, gated, drawn)
 
 
+@pytest.mark.timing  # asv's redraw race (ASV_REDRAW_RACE) comes with load: drawn alone
 def test_other_series_graphs_are_drawn(site: dict[str, Any], tmp_path: Path) -> None:
     others = [n for n in site["series"] if n != site["gated"]]
     assert f"{BENCH}.phase.physics" in {n.removesuffix("_ms") for n in others}, others

@@ -132,6 +132,7 @@ HOVER_JS = r"""() => {
 }"""
 
 
+@pytest.mark.timing  # asv draws the graph: its redraw race comes with load, so alone
 def test_axis_and_tooltip_read_one_unit_without_exponent_ticks(
         tmp_path: Path, node_modules: Path) -> None:
     """A series of 0.6-1.2 us per env-step read 'nanoseconds' with ticks up to 1.00e+3,
