@@ -25,10 +25,10 @@ case "$what" in
   test)
     set +e
     times="$(mktemp -d)"
-    # Two phases (docs/testing.md): every test not marked `timing` two at a time under
-    # pytest-xdist (tests sharing /dev/shm listings in one xdist_group), then the `timing`
-    # tests one at a time, alone on the machine: a timing test beside another is a flaky test.
-    "$VENV/bin/python" -m pytest tests -n "${PERFGATE_TEST_WORKERS:-2}" --dist loadgroup \
+    # Two phases (docs/testing.md): every other test two at a time under pytest-xdist, then
+    # the `timing` tests and the ring tests that list /dev/shm (tests/conftest.py) one at a
+    # time, alone on the machine: a timing test beside another is a flaky test.
+    "$VENV/bin/python" -m pytest tests -n "${PERFGATE_TEST_WORKERS:-2}" \
       --phase=parallel --junitxml="$times/parallel.xml" "$@"
     rc1=$?
     "$VENV/bin/python" -m pytest tests --phase=timing --junitxml="$times/timing.xml" "$@"

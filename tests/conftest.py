@@ -148,22 +148,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # Tests that make rings compare listings of /dev/shm before and after, and a ring's start-up
-# sweeps it: under xdist they share one worker (--dist loadgroup), so another test's live ring
-# never shows up in their listing.
+# sweeps it: they run in the serial phase with the timing tests (pytest-xdist's xdist_group
+# did not keep them on one worker here: xdist 3.8 with pytest 9.2 spread a group's tests).
 SHM_MODULES = ("test_ring", "test_trust_ring_sweep", "test_gpu_ring", "test_gpu_placement")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def _serial(item: pytest.Item) -> bool:
+    return item.get_closest_marker("timing") is not None or \
+        item.path.stem.startswith(SHM_MODULES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.stem.startswith(SHM_MODULES):
-            item.add_marker(pytest.mark.xdist_group("dev-shm"))
     phase = config.getoption("--phase")
     if phase == "all":
         return
     want_timing = phase == "timing"
-    keep = [i for i in items if (i.get_closest_marker("timing") is not None) == want_timing]
-    dropped = [i for i in items if (i.get_closest_marker("timing") is not None) != want_timing]
+    keep = [i for i in items if _serial(i) == want_timing]
+    dropped = [i for i in items if _serial(i) != want_timing]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

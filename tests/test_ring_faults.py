@@ -151,6 +151,7 @@ def test_killed_parent_leaves_no_orphan_and_no_segment(tmp_path: Path) -> None:
     assert not alive, "the consumer outlived its killed producer"
 
 
+@pytest.mark.timing  # a stale segment planted in /dev/shm: a ring started beside it sweeps it
 @slow
 def test_segment_of_a_parent_killed_before_attach_is_swept_at_next_start(
         tmp_path: Path) -> None:

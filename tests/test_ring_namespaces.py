@@ -39,6 +39,7 @@ def test_a_ring_made_in_another_pid_namespace_does_not_sweep_a_live_one() -> Non
         ring.close()
 
 
+@pytest.mark.timing  # a stale segment planted in /dev/shm: a ring started beside it sweeps it
 def test_a_dead_creators_segment_is_still_swept(tmp_path: Path) -> None:
     """The lock goes with its process: a segment whose creator died is removed."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import os\n"
