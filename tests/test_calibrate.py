@@ -284,6 +284,7 @@ def test_walk(perfgate):
 """
 
 
+@pytest.mark.timing  # real sides and the real load guard: load re-measures pairs
 @pytest.mark.slow
 def test_cli_runs_a_study_on_real_side_processes(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
