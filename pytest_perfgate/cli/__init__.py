@@ -102,20 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 EXIT_STOPPED = 130  # stopped by Ctrl-C or SIGTERM, every command (128 + SIGINT)
-EXIT_INFRA = 3
 DEBUG_ENV = "PERFGATE_DEBUG"
 
 
 def _infrastructure(ns: argparse.Namespace, e: Exception) -> int:
     """An error no command turned into its own message: exit 3 (never judged, never a pass),
     one line naming it, the traceback only with --debug; a --json caller still gets its
-    document."""
-    import json
+    document (the command's own :class:`Reply`)."""
     import traceback
 
-    from pytest_perfgate.cli._out import SCHEMA_VERSION
+    from pytest_perfgate.cli._out import Reply
 
-    prog = f"perfgate {ns.command}"
     if isinstance(e, OSError) and e.filename is not None:
         what = f"{e.strerror or e}: {e.filename}" + (
             f" -> {e.filename2}" if e.filename2 is not None else "")
@@ -125,12 +122,8 @@ def _infrastructure(ns: argparse.Namespace, e: Exception) -> int:
                    f"output of `perfgate --debug {ns.command} ...`)")
     if ns.debug or os.environ.get(DEBUG_ENV) == "1":
         traceback.print_exc()
-    print(f"{prog}: infrastructure error: {message}", file=sys.stderr)
-    if getattr(ns, "json", False):
-        print(json.dumps({"schema": SCHEMA_VERSION, "command": ns.command, "exit": EXIT_INFRA,
-                          "error": {"kind": "infrastructure", "message": message},
-                          "version": version()}, indent=2, sort_keys=True))
-    return EXIT_INFRA
+    reply = Reply(f"perfgate {ns.command}", bool(getattr(ns, "json", False)))
+    return reply.emit(lambda: reply.infra(message))
 
 
 __all__ = ["Command", "commands", "main", "make_parser"]

@@ -34,6 +34,7 @@ FIRST_RUN_UNSTABLE = ("there is no baseline yet, so nothing to protect: a warnin
                       "failure (it is recorded with its UNSTABLE mark and joins no baseline; "
                       "once a baseline exists, UNSTABLE fails as --perfgate-unstable says)")
 
+
 class HistoryMode:
     """Measure here; judge against the newest ancestor runs of this machine fingerprint.
 
