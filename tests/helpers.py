@@ -108,6 +108,8 @@ CONFTEST = FAKE_CLOCK_CONFTEST + """
 def pytest_perfgate_machine_info(config, info):
     if os.environ.get("FAKE_MUJOCO"):
         info["versions"] = {**info["versions"], "mujoco-core": os.environ["FAKE_MUJOCO"]}
+    if os.environ.get("FAKE_CPU"):
+        info["cpu_model"] = os.environ["FAKE_CPU"]
 
 def pytest_perfgate_verdict(config, judged):
     outcome = "SMOKE" if judged.verdict is None else judged.verdict.outcome.value

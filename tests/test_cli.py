@@ -15,7 +15,7 @@ def test_every_module_is_one_command() -> None:
                                             "calibrate", "check", "compare", "forget",
                                             "history",
                                             "machine", "profile", "publish",
-                                            "report",
+                                            "rebaseline", "report",
                                             "ring-compare",
                                             "sweep"]
     assert all(issubclass(c, Command) for c in commands())

@@ -62,7 +62,7 @@ def test_a_change_point_says_when_the_machine_or_nothing_changed(tmp_path: Path,
     assert history("walk", "--results-dir", str(tmp_path / "fp")) == 0
     assert capsys.readouterr().out.splitlines()[-2].endswith(
         "(run 20240101T000008-aa0008); the machine's fingerprint changed here (aaa -> bbb): "
-        "new hardware or software, not only new code")
+        "new hardware, not only new code")
     runs = record(tmp_path / "same", STEP)
     for run in runs:  # one commit throughout: the machine moved
         path = tmp_path / "same" / "box" / "perfgate" / f"{run.run_id}.pgrun"

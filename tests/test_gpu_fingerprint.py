@@ -22,9 +22,9 @@ from pytest_perfgate.gpu.fingerprint import (
 from pytest_perfgate.gpu.nvml import Nvml
 from pytest_perfgate.history.machine_id import (
     collect_metadata,
-    describe_mismatch,
     fingerprint,
     fingerprint_fields,
+    gpu_model,
 )
 
 CUDA_TORCH = {"torch": types.SimpleNamespace(version=types.SimpleNamespace(cuda="12.8"))}
@@ -69,7 +69,7 @@ def test_cuda_visible_devices_decides_what_is_visible(fake_nvml) -> None:
 
 def test_a_cpu_machine_records_no_gpu_and_keeps_its_fingerprint(tmp_path: Path) -> None:
     """No NVML, no driver: no gpu key, nothing started, and the fingerprint hashes the
-    same fields as before GPUs were known."""
+    machine's fields only."""
     asked = []
     assert gpu_metadata(None, env={}, root=tmp_path, torch_probe=lambda: asked.append(1)) \
         is None
@@ -77,13 +77,19 @@ def test_a_cpu_machine_records_no_gpu_and_keeps_its_fingerprint(tmp_path: Path) 
     meta = collect_metadata("m", root=tmp_path, versions={"numpy": "2.0"}, gpu=lambda: None)
     assert "gpu" not in meta
     old = ("machine", "cpu_model", "cpu_logical", "affinity", "cgroup_cpu_quota",
-           "numa_nodes", "python", "mujoco", "numpy", "torch")
+           "numa_nodes")
     assert tuple(fingerprint_fields(meta)) == old
     blob = json.dumps({k: fingerprint_fields(meta)[k] for k in old}, sort_keys=True)
     assert fingerprint(meta) == hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def test_a_change_of_gpu_driver_or_cuda_runtime_is_a_new_fingerprint(fake_nvml) -> None:
+def test_a_driver_upgrade_is_the_environment_and_the_gpu_model_the_hardware(fake_nvml
+                                                                         ) -> None:
+    """A driver or CUDA runtime upgrade keeps every baseline and is named in the verdicts;
+    another GPU is another machine for the benchmarks that ran on it (select_baseline's
+    ``gpu``), and nothing for the CPU-only ones."""
+    from pytest_perfgate.history import environment
+
     def meta(**change: object) -> dict:
         gpu = gpu_metadata(env={}, modules=CUDA_TORCH)
         assert gpu is not None
@@ -91,22 +97,18 @@ def test_a_change_of_gpu_driver_or_cuda_runtime_is_a_new_fingerprint(fake_nvml) 
         return collect_metadata("m", root="/nonexistent", versions={}, gpu=lambda: gpu)
 
     base = meta()
-    assert fingerprint_fields(base)["gpu"] == "2x NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, " \
-        "170 SMs)"
-    assert fingerprint(meta()) == fingerprint(base)
+    assert gpu_model(base) == "2x NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs)"
     for change in ({"driver": "580.1"}, {"cuda_runtime": "13.0"},
                    {"devices": base["gpu"]["devices"][:1]}):
-        assert fingerprint(meta(**change)) != fingerprint(base)
-    assert describe_mismatch(fingerprint_fields(base),
-                             fingerprint_fields(meta(driver="580.1"))) == \
-        "gpu_driver 575.51.03 -> 580.1"
-    cpu = collect_metadata("m", root="/nonexistent", versions={}, gpu=lambda: None)
-    assert describe_mismatch(fingerprint_fields(cpu), fingerprint_fields(base)) == (
-        "gpu none -> '2x NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs)', "
-        "gpu_driver none -> 575.51.03, cuda_runtime none -> 12.8")
+        assert fingerprint(meta(**change)) == fingerprint(base)
+    assert gpu_model(meta(driver="580.1", cuda_runtime="13.0")) == gpu_model(base)
+    assert gpu_model(meta(devices=base["gpu"]["devices"][:1])) != gpu_model(base)
+    found = environment.changes(environment.of_run(base),
+                                environment.of_run(meta(driver="580.1")))
+    assert [c.words() for c in found] == ["gpu driver 575.51.03 -> 580.1"]
     # settings are recorded, not matched: a power limit change keeps the baseline
-    assert fingerprint(meta(devices=[{**d, "power_limit_w": 400.0}
-                                     for d in base["gpu"]["devices"]])) == fingerprint(base)
+    assert gpu_model(meta(devices=[{**d, "power_limit_w": 400.0}
+                                   for d in base["gpu"]["devices"]])) == gpu_model(base)
 
 
 def test_without_nvml_torch_answers_in_a_child_where_a_driver_is_loaded(tmp_path: Path,
@@ -150,16 +152,16 @@ def test_perfgate_machine_shows_the_gpus(fake_nvml, monkeypatch, capsys) -> None
     assert main(["machine", "--machine", "gpu-box"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    at = lines.index("GPUs (name, memory, compute capability and SMs match; settings are "
-                     "recorded):")
+    at = lines.index("GPUs (name, memory, compute capability and SMs match; driver and CUDA "
+                     "are the environment; settings are recorded):")
     runtime = torch_cuda_runtime() or "none"
     assert lines[at + 1:at + 3] == [
         "  0: NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs); persistence enabled, "
         "power limit 575 W",
         f"  driver 575.51.03, CUDA driver 12.9, CUDA runtime (torch) {runtime}; read through "
         "nvml"]
-    assert "  gpu                    NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs)" \
-        in lines
+    assert "  gpu                    NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs) " \
+        "(for the benchmarks that ran on the GPU)" in lines
     assert "8f2c1e9a" not in out
 
 

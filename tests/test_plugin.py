@@ -157,15 +157,36 @@ def test_pytest_benchmark_results_are_gated(pytester: pytest.Pytester) -> None:
 
 def test_other_fingerprint_is_no_baseline_and_says_why(
         sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FAKE_MUJOCO", "4.0.0")
+    monkeypatch.setenv("FAKE_CPU", "Xeon A")
     run(sandbox, monkeypatch).assert_outcomes(passed=1)
-    monkeypatch.setenv("FAKE_MUJOCO", "4.0.1")
+    monkeypatch.setenv("FAKE_CPU", "Xeon B")
     res = run(sandbox, monkeypatch, 2.0)
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines([
         "*NO BASELINE: no results for test_perf.test_walk on this machine fingerprint (*); "
-        "1 run exists on fingerprint * which differs in: mujoco 4.0.0 -> 4.0.1; this run is "
-        "recorded at the end of the session and becomes the baseline of later commits*"])
+        "1 run exists on fingerprint * which differs in: cpu_model 'Xeon A' -> 'Xeon B'; this "
+        "run is recorded at the end of the session and becomes the baseline of later commits*"])
+
+
+def test_a_dependency_bump_is_judged_against_the_runs_before_it_and_named(
+        sandbox: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment is part of the change: a slower mujoco-core fails the gate, naming
+    the package, where it used to start a new baseline (NO BASELINE, exit 0)."""
+    monkeypatch.setenv("FAKE_MUJOCO", "4.0.0")
+    for _ in range(5):
+        run(sandbox, monkeypatch).assert_outcomes(passed=1)
+    monkeypatch.setenv("FAKE_MUJOCO", "4.0.1")
+    res = run(sandbox, monkeypatch, 1.5, "--perfgate-json=report.json")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*perfgate rebaseline * --reason*",
+                              "*REGRESSION*Since the baseline: mujoco-core 4.0.0 -> 4.0.1*"])
+    rep = json.loads((sandbox.path / "report.json").read_text())["benchmarks"][0]
+    assert rep["verdict"] == "REGRESSION"
+    assert rep["environment_changes"] == [{"name": "mujoco-core", "before": "4.0.0",
+                                           "after": "4.0.1"}]
+    same = run(sandbox, monkeypatch, 1.0)  # the new version at the old speed: named, OK
+    same.assert_outcomes(passed=1)
+    same.stdout.fnmatch_lines(["*Since the baseline: mujoco-core 4.0.0 -> 4.0.1*"])
 
 
 def test_markdown_summary_and_no_record(sandbox: pytest.Pytester,

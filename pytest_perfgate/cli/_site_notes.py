@@ -10,6 +10,7 @@ says how to serve the site, and a note above the benchmarks for the other two.
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 
 from pytest_perfgate.core.atomic import atomic_write
@@ -58,6 +59,10 @@ def history_notes(results_dir: Path) -> list[str]:
                     verdict = None if r.run_id in decisions.accepted else b.verdict
                     newest[name] = (r.started_at, verdict, r.run_id)
         where = "" if len(machines) < 2 else f", machine {machine}"
+        notes += [f"New baseline on machine {machine} from run {m.run_id} (commit "
+                  f"{m.commit[:10]}, {time.strftime('%Y-%m-%d', time.gmtime(m.at))}): "
+                  f"{m.reason}. Runs before it judge nothing any more (perfgate rebaseline)."
+                  for m in decisions.rebaselines]
         failed += [f"{name} ({verdict}, run {run_id}{where})"
                    for name, (_, verdict, run_id) in sorted(newest.items())
                    if verdict in FAILED_VERDICTS]

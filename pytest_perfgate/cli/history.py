@@ -133,14 +133,36 @@ def run(benchmark: str | None, *, where: Where | None = None, series: str = GATE
     except changepoints.MissingLibrary as e:
         return reply.infra(str(e))
     noise = warned(reply, lambda: gate_noise(found, s, Path.cwd()))
-    for line in render(s, cps, place, noise):
+    events = warned(reply, lambda: context_events(s, found.results_dir, found.machine))
+    for line in render(s, cps, place, noise, events):
         print(line)
-    reply.body = series_json(s, cps, found.machine, str(found.results_dir), noise)
+    reply.body = series_json(s, cps, found.machine, str(found.results_dir), noise, events)
     return 0
 
 
+def context_events(s: Series, results_dir: Path, machine: str) -> dict[int, str]:
+    """What changed at each run besides the code, by point index: the environment since the
+    run before (a dependency bump), a new baseline a person started (perfgate rebaseline)."""
+    from pytest_perfgate.history import environment
+    from pytest_perfgate.history.decisions import load_decisions
+
+    out: dict[int, list[str]] = {}
+    for i in range(1, len(s.points)):
+        found = environment.changes(environment.of_run(s.points[i - 1].run.metadata),
+                                    environment.of_run(s.points[i].run.metadata))
+        if found:
+            out.setdefault(i, []).append(f"environment: {environment.describe(found)}")
+    for mark in load_decisions(results_dir, machine).rebaselines:
+        at = next((i for i, p in enumerate(s.points) if p.run.started_at >= mark.at), None)
+        if at is not None:
+            out.setdefault(at, []).append(f"new baseline from run {mark.run_id} "
+                                          f"(perfgate rebaseline: {mark.reason})")
+    return {i: "; ".join(words) for i, words in out.items()}
+
+
 def series_json(s: Series, cps: list[Any], machine: str, results_dir: str,
-                noise: float | None = None) -> dict[str, Any]:
+                noise: float | None = None, events: dict[int, str] | None = None
+                ) -> dict[str, Any]:
     """The --json document of ``perfgate history`` (schema: docs/cli.md)."""
     from pytest_perfgate.cli._out import number as num
     from pytest_perfgate.report.changepoints import MIN_POINTS
@@ -163,6 +185,8 @@ def series_json(s: Series, cps: list[Any], machine: str, results_dir: str,
                           for k, cp in enumerate(cps)],
         "noise": num(noise if noise is not None else gate_spread(s.values)[0]) if enough
         else None,
+        "events": [{"index": i, "run_id": s.points[i].run.run_id, "what": text}
+                   for i, text in sorted((events or {}).items())],
     }
 
 
@@ -308,13 +332,18 @@ def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
     return max(ev.between or 0.0, ev.within or 0.0)
 
 
-def render(s: Series, cps: list[Any], where: str, noise: float | None = None) -> list[str]:
-    """The whole output: a header, the table, the change points and what can be seen."""
+def render(s: Series, cps: list[Any], where: str, noise: float | None = None,
+           events: dict[int, str] | None = None) -> list[str]:
+    """The whole output: a header, the table (``events``: what changed besides the code,
+    above the run it came with), the change points and what can be seen."""
     from pytest_perfgate.report.changepoints import MIN_POINTS
 
     n = len(s.points)
     out = [f"perfgate history: {s.benchmark}, {s.kind} series, {n} run(s) of {where}"]
-    marks = {cp.index: describe_change(s, cp) for cp in cps}
+    marks = dict(events or {})
+    for cp in cps:
+        marks[cp.index] = "; ".join(filter(None, (describe_change(s, cp),
+                                                  marks.get(cp.index))))
     out += list(table(s, marks))
     if any(p.run.dirty for p in s.points):
         out.append("(+: measured on a checkout with uncommitted changes)")

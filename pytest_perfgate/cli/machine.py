@@ -74,19 +74,32 @@ def run(machine: str | None = None, *, as_json: bool = False,
         print(f"wrote machine {meta['machine']!r} to {path}: record with "
               f"`asv run --machine {meta['machine']}`")
     if as_json:
+        from pytest_perfgate.history import environment
+
         print(json.dumps({"fingerprint": fp, "fingerprint_fields": fields,
-                          "metadata": meta}, indent=2, sort_keys=True, default=str))
+                          "gpu_model": info.gpu_model(meta), "metadata": meta,
+                          "environment": environment.collect(())},
+                         indent=2, sort_keys=True, default=str))
         return 0
     print(f"machine      {meta.get('machine')}")
     print(f"fingerprint  {fp}")
     print("fingerprint fields (a baseline must match all of them):")
     for k in sorted(fields):
         print(f"  {k:<22} {fields[k]}")
+    gpu = info.gpu_model(meta)
+    if gpu:
+        print(f"  {'gpu':<22} {gpu} (for the benchmarks that ran on the GPU)")
     from pytest_perfgate.gpu.fingerprint import describe
+    from pytest_perfgate.history import environment
 
-    print("GPUs (name, memory, compute capability and SMs match; settings are recorded):")
+    print("GPUs (name, memory, compute capability and SMs match; driver and CUDA are the "
+          "environment; settings are recorded):")
     for line in describe(meta.get("gpu")):
         print(f"  {line}")
+    env = environment.collect(())
+    print(f"environment (named in a verdict when it changed since its baseline, never a new "
+          f"baseline): Python {env['python']}, {len(env['packages'])} distributions "
+          f"({len(env['editable'])} editable, left out); `--json` lists them")
     rest = sorted(k for k in meta if k not in fields and k not in ("machine", "gpu"))
     if rest:
         print("other metadata (recorded, not matched):")

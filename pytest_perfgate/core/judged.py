@@ -29,6 +29,9 @@ class Judged:
     baseline_rate: float | None = None  # the baseline's level, as BenchResult.rate
     baseline_phases: dict[str, float] = field(default_factory=dict)  # median ms per call
     where: tuple[str, int] | None = None  # the test's file and line, for CI annotations
+    # what differs in the environment since the baseline runs ({name, before, after}),
+    # history/environment.py; empty when nothing did or nothing is known
+    environment_changes: tuple[Mapping[str, str | None], ...] = ()
 
 
 def summarize(name: str, m: Measurement, transitions: int,

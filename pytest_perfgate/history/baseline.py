@@ -16,13 +16,13 @@ from typing import Any
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.history.asv_runs import is_asv_run
 from pytest_perfgate.history.decisions import Decisions
-from pytest_perfgate.history.machine_id import describe_mismatch, fingerprint_fields
+from pytest_perfgate.history.machine_id import describe_mismatch, fingerprint_fields, gpu_model
 
 
 def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: str,
                     head_commit: str, is_ancestor: Callable[[set[str]], set[str]], n: int = 5,
                     explicit_commit: str | None = None, head_dirty: bool = False,
-                    decisions: Decisions | None = None
+                    decisions: Decisions | None = None, gpu: str | None = None
                     ) -> list[tuple[RunRecord, BenchResult]]:
     """The newest ``n`` runs (by started_at) that may serve as ``bench_name``'s baseline.
 
@@ -34,13 +34,15 @@ def select_baseline(runs: Sequence[RunRecord], bench_name: str, *, fingerprint: 
     test is the commit plus the dirty flag: a dirty tree at commit C is judged by C's clean
     runs (its ancestor), never by C's dirty runs (other edits, or the same ones). Outside
     git (HEAD all zeros) every run counts. With ``explicit_commit`` (full hash or prefix)
-    only that commit's runs count: a person chose them.
+    only that commit's runs count: a person chose them. ``gpu`` (the GPUs' model, for a
+    benchmark that used them): only runs on the same GPUs count.
     """
     if n < 1:
         raise ValueError(f"baseline size n={n} must be at least 1: use the default 5")
     d = decisions if decisions is not None else Decisions()
     pool = [r for r in runs if r.fingerprint == fingerprint and bench_name in r.benchmarks
-            and d.may_serve(r, bench_name)]
+            and d.may_serve(r, bench_name)
+            and (gpu is None or gpu_model(r.metadata) == gpu)]
     if explicit_commit is not None:
         want = explicit_commit.strip().lower()
         if not want:

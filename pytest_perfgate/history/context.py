@@ -8,7 +8,7 @@ the history mode judges against it, and the session records every mode's run thr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,17 @@ class HistoryContext:
     """Machine facts, git facts and past runs, gathered once per session."""
 
     def __init__(self, rootdir: Path, results_dir: Path, machine_name: str | None,
-                 machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 machine_info: Callable[[dict[str, Any]], None] | None = None,
+                 env_vars: Sequence[str] = ()) -> None:
         """``rootdir`` is where git is asked: the test files' checkout, not pytest's
-        rootdir (which a path-valued option can move out of the repository)."""
-        from pytest_perfgate.history import decisions, machine_id, vcs
+        rootdir (which a path-valued option can move out of the repository). ``env_vars``:
+        the variables recorded with the environment beside the default ones."""
+        from pytest_perfgate.history import decisions, environment, machine_id, vcs
         from pytest_perfgate.history import store as history
 
         self.rootdir = rootdir
         self.meta = machine_id.collect_metadata(machine_name)
+        self.meta[environment.ENV_KEY] = environment.collect(env_vars, self.meta.get("gpu"))
         if machine_info is not None:  # users add or change fields before the fingerprint
             machine_info(self.meta)
         self.machine = self.meta["machine"]
@@ -110,15 +113,18 @@ class HistoryOpener:
 
     def __init__(self, root: Path, results_dir: Callable[[Path], Path],
                  machine_name: str | None,
-                 machine_info: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 machine_info: Callable[[dict[str, Any]], None] | None = None,
+                 env_vars: Sequence[str] = ()) -> None:
         self.root = root
         self._results_dir = results_dir
         self._machine_name = machine_name
         self._machine_info = machine_info
+        self._env_vars = tuple(env_vars)
         self.opened: HistoryContext | None = None
 
     def __call__(self) -> HistoryContext:
         if self.opened is None:
             self.opened = HistoryContext(self.root, self._results_dir(self.root),
-                                         self._machine_name, self._machine_info)
+                                         self._machine_name, self._machine_info,
+                                         self._env_vars)
         return self.opened

@@ -16,9 +16,10 @@ changed or deleted, so a decision can always be undone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pytest_perfgate.core.atomic import atomic_write, load_json, locked
 from pytest_perfgate.core.names import is_safe_name, safe_name
 from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.files import HistoryWarning
+from pytest_perfgate.history.machine_id import refingerprint
 
 DECISIONS_FILE = "decisions.pgaccept"
 DECISIONS_FORMAT = 1
@@ -39,15 +41,39 @@ class AcceptError(ValueError):
 
 
 @dataclass(frozen=True)
+class Rebaseline:
+    """A person's word that runs from ``run_id`` on are the new baseline (an intended
+    dependency upgrade): runs started before ``at`` judge nothing any more."""
+
+    run_id: str
+    at: float  # the run's started_at
+    commit: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run_id, "at": self.at, "commit": self.commit, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Decisions:
-    """Which runs a person accepted or forgot on one machine."""
+    """Which runs a person accepted or forgot on one machine, and where they started a new
+    baseline."""
 
     accepted: frozenset[str] = frozenset()
     forgotten: frozenset[str] = frozenset()
+    rebaselines: tuple[Rebaseline, ...] = ()  # oldest first
+
+    @property
+    def since(self) -> float | None:
+        """Runs started before this judge nothing (the newest rebaseline)."""
+        return max((r.at for r in self.rebaselines), default=None)
 
     def may_serve(self, run: RunRecord, bench: str) -> bool:
         """Whether ``run``'s result of ``bench`` may be part of a baseline or the spread."""
         if run.run_id in self.forgotten:
+            return False
+        since = self.since
+        if since is not None and run.started_at < since:
             return False
         result = run.benchmarks.get(bench)
         if result is None:
@@ -113,12 +139,31 @@ def _parse(data: Any) -> tuple[Decisions, list[str]]:
             problems.append(f"{key!r}: {len(bad)} value(s) that are no run id "
                             f"({', '.join(repr(b) for b in bad[:3])})")
         sets.append(frozenset(i for i in ids if is_safe_name(i)))
-    return Decisions(sets[0], sets[1]), problems
+    marks = data.get("rebaselines", [])
+    kept = [m for m in marks if _rebaseline(m) is not None] if isinstance(marks, list) else []
+    if not isinstance(marks, list) or len(kept) < len(marks):
+        problems.append("'rebaselines': entries that are no rebaseline "
+                        "({\"run\", \"at\", \"commit\", \"reason\"})")
+    found = tuple(sorted((r for r in map(_rebaseline, kept) if r is not None),
+                         key=lambda r: r.at))
+    return Decisions(sets[0], sets[1], found), problems
+
+
+def _rebaseline(m: Any) -> Rebaseline | None:
+    if not isinstance(m, dict) or not is_safe_name(m.get("run")):
+        return None
+    at, commit, reason = m.get("at"), m.get("commit", ""), m.get("reason", "")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) \
+            or not isinstance(commit, str) or not isinstance(reason, str):
+        return None
+    return Rebaseline(m["run"], float(at), commit, reason)
 
 
 def _save(results_dir: str | os.PathLike[str], machine: str, d: Decisions) -> None:
-    data = {"perfgate_decisions": DECISIONS_FORMAT, "accepted": sorted(d.accepted),
-            "forgotten": sorted(d.forgotten)}
+    data: dict[str, Any] = {"perfgate_decisions": DECISIONS_FORMAT,
+                            "accepted": sorted(d.accepted), "forgotten": sorted(d.forgotten)}
+    if d.rebaselines:
+        data["rebaselines"] = [r.to_json() for r in d.rebaselines]
     atomic_write(decisions_path(results_dir, machine),
                  (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
@@ -159,7 +204,7 @@ def find_run(results_dir: str | os.PathLike[str], machine: str | None, run_id: s
 
 def _read(path: Path) -> RunRecord:
     try:
-        return RunRecord.from_json(load_json(path))
+        return refingerprint(RunRecord.from_json(load_json(path)))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise AcceptError(f"cannot read run file {path}: {e}") from None
 
@@ -179,7 +224,7 @@ def _failed_siblings(folder: Path, run: RunRecord) -> list[str]:
         if p.stem == run.run_id:
             continue
         try:
-            other = RunRecord.from_json(load_json(p))
+            other = refingerprint(RunRecord.from_json(load_json(p)))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # the store warns about unreadable records when it loads them
         if (other.commit, other.dirty, other.fingerprint) == (run.commit, run.dirty,
@@ -200,7 +245,8 @@ def accept(results_dir: str | os.PathLike[str], machine: str | None, run_id: str
     ids = {run_id, *siblings}
     with locked(path.parent / ".decisions.lock"):
         d = load_decisions(results_dir, m, strict=True)
-        _save(results_dir, m, Decisions(d.accepted | ids, d.forgotten - ids))
+        _save(results_dir, m, replace(d, accepted=d.accepted | ids,
+                                      forgotten=d.forgotten - ids))
     if failed:
         also = (f" together with {len(siblings)} other failed run(s) of commit "
                 f"{run.commit[:10]} ({', '.join(siblings)})" if siblings else "")
@@ -217,6 +263,31 @@ def forget(results_dir: str | os.PathLike[str], machine: str | None, run_id: str
     m, path = find_run(results_dir, machine, run_id)
     with locked(path.parent / ".decisions.lock"):
         d = load_decisions(results_dir, m, strict=True)
-        _save(results_dir, m, Decisions(d.accepted - {run_id}, d.forgotten | {run_id}))
+        _save(results_dir, m, replace(d, accepted=d.accepted - {run_id},
+                                      forgotten=d.forgotten | {run_id}))
     return (f"forgot run {run_id} on machine {m}: it no longer serves as a baseline or in "
             f"the run-to-run spread; its files stay (undo: perfgate accept {run_id})")
+
+
+def rebaseline(results_dir: str | os.PathLike[str], machine: str | None, run_id: str,
+               reason: str) -> str:
+    """Start a new baseline at ``run_id`` (an intended upgrade): it and later runs judge
+    later commits, earlier ones no more; it and its failed siblings are accepted. Returns
+    the message to print; raises AcceptError naming the problem and the fix."""
+    if not reason.strip():
+        raise AcceptError("the reason is empty: say why the baseline starts again, e.g. "
+                          "--reason 'numpy 2.2 upgrade, intended'")
+    m, path = find_run(results_dir, machine, run_id)
+    run = _read(path)
+    siblings = _failed_siblings(path.parent, run) if _failed(run) else []
+    ids = {run_id, *siblings}
+    mark = Rebaseline(run_id, run.started_at, run.commit, reason.strip())
+    with locked(path.parent / ".decisions.lock"):
+        d = load_decisions(results_dir, m, strict=True)
+        marks = tuple(sorted([*(r for r in d.rebaselines if r.run_id != run_id), mark],
+                             key=lambda r: r.at))
+        _save(results_dir, m, replace(d, accepted=d.accepted | ids,
+                                      forgotten=d.forgotten - ids, rebaselines=marks))
+    return (f"new baseline on machine {m} from run {run_id} (commit {run.commit[:10]}): "
+            "runs recorded before it judge nothing any more; the history keeps them, and "
+            f"the site marks the change ({reason.strip()})")

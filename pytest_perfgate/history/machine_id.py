@@ -2,9 +2,11 @@
 
 Everything is read from /proc and /sys under a ``root`` (so tests can build fake trees) and
 every probe degrades to ``None`` on an odd or missing file: metadata must never fail a run.
-The fingerprint hashes only what decides comparability (hardware seen by the process, its
-CPU budget, and the versions of the code doing the heavy lifting); volatile things such as
-the frequency governor or memory size are recorded but do not split the history.
+The fingerprint hashes only what the machine is (hardware seen by the process and its CPU
+budget): runs on another fingerprint are another machine's history. What the code ran on
+(Python, packages, the GPU driver) is the environment (:mod:`.environment`): part of the
+change under test, recorded with each run and named in verdicts, never a new history.
+Volatile things such as the frequency governor or memory size are recorded only.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import platform
 import re
 import socket
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.placement.cgroup import cgroup_cpu_quota as _cgroup_cpu_quota
 from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
@@ -28,8 +31,10 @@ from pytest_perfgate.placement.cpus import format_cpus, parse_cpulist
 VERSIONED = ("numpy", "torch", "mujoco", "mujoco-core", "asv", "scipy", "psutil",
              "pytest", "pytest-perfgate")
 FINGERPRINT_KEYS = ("machine", "cpu_model", "cpu_logical", "affinity", "cgroup_cpu_quota",
-                    "numa_nodes", "python", "mujoco", "numpy", "torch",
-                    "gpu", "gpu_driver", "cuda_runtime")  # the last three: GPU machines only
+                    "numa_nodes")
+if TYPE_CHECKING:
+    from pytest_perfgate.core.results import RunRecord
+
 GpuProbe = Callable[[], "dict[str, Any] | None"]
 
 
@@ -228,31 +233,36 @@ def collect_metadata(machine_name: str | None = None, *, root: str | os.PathLike
 
 
 def fingerprint_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields that decide whether two results are comparable, by display name."""
+    """The fields that decide whether two results are comparable, by display name: the
+    machine only. The GPU model decides it too, for a benchmark that used the GPU
+    (:func:`gpu_model`, applied by the baseline rule per benchmark)."""
+    return {k: meta.get(k) for k in FINGERPRINT_KEYS}
+
+
+def gpu_model(meta: Mapping[str, Any]) -> str | None:
+    """The GPUs as hardware (model, memory, SMs; no driver): a benchmark that ran on the GPU
+    is compared only with runs on the same GPUs."""
     from pytest_perfgate.gpu.fingerprint import fingerprint_fields as gpu_fields
 
-    vers = meta.get("versions") or {}
-    py = str(meta.get("python") or "")
     gpu = meta.get("gpu")
-    return {
-        "machine": meta.get("machine"),
-        "cpu_model": meta.get("cpu_model"),
-        "cpu_logical": meta.get("cpu_logical"),
-        "affinity": meta.get("affinity"),
-        "cgroup_cpu_quota": meta.get("cgroup_cpu_quota"),
-        "numa_nodes": meta.get("numa_nodes"),
-        "python": ".".join(py.split(".")[:2]) or None,
-        "mujoco": vers.get("mujoco-core") or vers.get("mujoco"),
-        "numpy": vers.get("numpy"),
-        "torch": vers.get("torch"),
-        **gpu_fields(gpu if isinstance(gpu, Mapping) else None),
-    }
+    return gpu_fields(gpu if isinstance(gpu, Mapping) else None).get("gpu")
 
 
 def fingerprint(meta: Mapping[str, Any]) -> str:
-    """Short stable hash of :func:`fingerprint_fields` (12 hex digits)."""
+    """Short stable hash of :func:`fingerprint_fields` (12 hex digits). Computed from a
+    run's metadata whenever it is read (:func:`refingerprint`), so runs recorded when the
+    fingerprint held package versions join the same machine's history."""
     blob = json.dumps(fingerprint_fields(meta), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def refingerprint(run: RunRecord) -> RunRecord:
+    """``run`` with the fingerprint today's rule gives its recorded metadata (a record
+    whose metadata holds no machine facts keeps the one it carries)."""
+    if not any(k in run.metadata for k in FINGERPRINT_KEYS[1:]):
+        return run
+    fp = fingerprint(run.metadata)
+    return run if fp == run.fingerprint else replace(run, fingerprint=fp)
 
 
 def describe_mismatch(a_fields: Mapping[str, Any], b_fields: Mapping[str, Any]) -> str:

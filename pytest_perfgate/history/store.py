@@ -48,6 +48,7 @@ from pytest_perfgate.history.files import (
     unreadable_sidecar,
     warn_history,
 )
+from pytest_perfgate.history.machine_id import refingerprint
 
 SIDECAR_DIR = "perfgate"
 SIDECAR_SUFFIX = ".pgrun"
@@ -134,7 +135,7 @@ class History:
                 data = load_json(path)
                 if not isinstance(data, dict):
                     raise ValueError(f"expected a JSON object, found {describe(data)}")
-                run = RunRecord.from_json(data)  # checks every field against the schema
+                run = refingerprint(RunRecord.from_json(data))  # schema-checked
                 check_asv_names(run)
                 # a copied or moved file: accept/forget find a run by its file name, and a
                 # run counted twice (or on another machine's fingerprint) skews the spread

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_perfgate.core.gate import Rule, evaluate, no_baseline
+from pytest_perfgate.core.gate import Outcome, Rule, Verdict, evaluate, no_baseline
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.results import BenchResult, RunRecord
@@ -103,7 +103,8 @@ class HistoryMode:
         gpu = gpu_memory_result(result)
         base: list[tuple[RunRecord, BenchResult]] = []
         if mem is not None or gpu is not None:
-            base = self._baseline(self.context(), result.name)[:self.baseline_runs]
+            base = self._baseline(self.context(), result.name,
+                                  bool(result.gpu))[:self.baseline_runs]
         commits = [run.commit for run, _ in base]
         if mem is None:
             mem, verdict, host_commits = not_sampled(result)
@@ -121,16 +122,19 @@ class HistoryMode:
             self.sink(j)
         return tuple(out)
 
-    def _baseline(self, ctx: HistoryContext, name: str
+    def _baseline(self, ctx: HistoryContext, name: str, uses_gpu: bool = False
                   ) -> list[tuple[RunRecord, BenchResult]]:
-        """The runs that may judge ``name``, newest first (the level takes the first n)."""
+        """The runs that may judge ``name``, newest first (the level takes the first n); a
+        benchmark that ran on the GPU only by runs on the same GPUs."""
         from pytest_perfgate.history.baseline import select_baseline
+        from pytest_perfgate.history.machine_id import gpu_model
 
         wide = select_baseline(
             [r for r in ctx.runs if is_history_run(r)], name,
             fingerprint=ctx.fingerprint, head_commit=ctx.git.commit,
             is_ancestor=ctx.is_ancestor, n=max(self.baseline_runs, SPREAD_RUNS),
-            explicit_commit=self.baseline, head_dirty=ctx.git.dirty, decisions=ctx.decisions)
+            explicit_commit=self.baseline, head_dirty=ctx.git.dirty, decisions=ctx.decisions,
+            gpu=gpu_model(ctx.meta) if uses_gpu else None)
         wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
         return wide
 
@@ -148,7 +152,7 @@ class HistoryMode:
 
         ctx = self.context()
         n = self.baseline_runs
-        wide = self._baseline(ctx, result.name)
+        wide = self._baseline(ctx, result.name, bool(result.gpu))
         base = wide[:n]
         commits = [run.commit for run, _ in base]
         metric = metric_for(result.unit)
@@ -170,13 +174,17 @@ class HistoryMode:
         if ev is not None and ev.level_runs:  # the runs that set the level: no other figure
             base = [base[i] for i in ev.level_runs]
             commits = [run.commit for run, _ in base]
+        changed: tuple[dict[str, str | None], ...] = ()
         if base:
             # the figure the ratio divides by: the geometric mean of the run medians
             base_sps = 1e6 / math.exp(statistics.fmean(math.log(b.value) for _, b in base))
             names = {p for _, b in base for p in b.phases}
             base_phases = {p: statistics.median(b.phases[p].ms_per_call for _, b in base
                                                 if p in b.phases) for p in names}
-        return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases)
+            verdict, changed = environment_note(verdict, [r.metadata for r, _ in base],
+                                                ctx.meta)
+        return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases,
+                      environment_changes=changed)
 
     def _why_no_baseline(self, ctx: HistoryContext, name: str) -> str:
         from pytest_perfgate.history.baseline import describe_other_fingerprints
@@ -202,6 +210,23 @@ class HistoryMode:
         held = _held_back(mine, name, ctx)
         return (f"no earlier run of {name} on {where} at an ancestor commit{git}{skipped}"
                 f"{held}{_shallow(mine, ctx)}; {kept}")
+
+
+def environment_note(verdict: Verdict, baseline: list[Mapping[str, Any]],
+                     meta: Mapping[str, Any]
+                     ) -> tuple[Verdict, tuple[dict[str, str | None], ...]]:
+    """``verdict`` naming what changed in the environment since its baseline runs (a
+    dependency bump is part of the change: it is judged, and named, never a new baseline),
+    and the changes for the report's ``environment_changes``."""
+    from pytest_perfgate.history import environment
+
+    found = environment.since_baseline(baseline, environment.of_run(meta))
+    if not found:
+        return verdict, ()
+    note = environment.sentence(found)
+    if verdict.outcome is Outcome.REGRESSION:
+        note += " (the drop may come with them: the gate fails it as any other)"
+    return verdict.noted(note), tuple(c.to_json() for c in found)
 
 
 def _shallow(runs: list[RunRecord], ctx: HistoryContext) -> str:

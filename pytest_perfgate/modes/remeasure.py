@@ -44,6 +44,7 @@ class RemeasurePlan:
     setup: str | None = None
     budget_s: float = 900.0
     confirm: bool = True  # a change one pair calls is measured by fresh pairs (ab/confirm.py)
+    env_files: tuple[str, ...] | None = None  # the declarations that give a side its own env
 
 
 class Remeasure:
@@ -121,11 +122,16 @@ class Remeasure:
         got = self._setups.get(commit)
         if got is None:
             assert self.place is not None
+            from pytest_perfgate.envs.build import EnvBuildError
+
             try:
                 got = start_ab(self.place, commit, self.plan.setup, self._stack,
-                               source="the baseline commit", setup_source="--perfgate-ab-setup")
+                               source="the baseline commit", setup_source="--perfgate-ab-setup",
+                               env_files=self.plan.env_files)
             except ABSetupError as e:
                 got = str(e)
+            except EnvBuildError as e:
+                got = f"the environment the baseline commit declares cannot be built: {e}"
             self._setups[commit] = got
         return got
 

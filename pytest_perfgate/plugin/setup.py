@@ -130,13 +130,23 @@ def start_ab(config: pytest.Config, options: Options, where: dict[str, str] | No
     assert options.ab is not None
     stack = contextlib.ExitStack()
     config.add_cleanup(stack.close)
+    from pytest_perfgate.envs.build import EnvBuildError
+    from pytest_perfgate.plugin.summary import INFRA_EXIT
+
     try:
         said = where or {}
-        return start_ab(place(config), options.ab, options.ab_setup, stack,
-                        said.get("ab", "--perfgate-ab"),
-                        said.get("ab_setup", "--perfgate-ab-setup"))
+        setup = start_ab(place(config), options.ab, options.ab_setup, stack,
+                         said.get("ab", "--perfgate-ab"),
+                         said.get("ab_setup", "--perfgate-ab-setup"), options.env_files)
+        for line in setup.environment_lines():
+            print(f"perfgate: {line}", flush=True)
+        return setup
     except ABSetupError as e:
         raise pytest.UsageError(f"perfgate: {e}") from None
+    except EnvBuildError as e:  # never a verdict, never OK: the run stops, exit 3
+        stack.close()
+        pytest.exit(f"perfgate: infrastructure error: cannot build the environment the base "
+                    f"{options.ab} declares: {e}", returncode=int(INFRA_EXIT))
 
 
 def place(config: pytest.Config) -> Place:

@@ -80,9 +80,10 @@ def table(judged: Sequence[Judged]) -> list[str]:
 
 def worth_a_line(j: Judged) -> bool:
     """Whether the verdict's message is shown: any but a plain OK. An OK that fresh pairs of
-    side processes reached against a first pair's called change is not plain."""
+    side processes reached against a first pair's called change is not plain, nor one whose
+    baseline ran in another environment (it names the change)."""
     v, pairs = j.verdict, j.result.extra.get("ab_pairs")
-    return v is not None and (v.outcome is not Outcome.OK
+    return v is not None and (v.outcome is not Outcome.OK or bool(j.environment_changes)
                               or (isinstance(pairs, list) and len(pairs) > 1))
 
 
@@ -211,10 +212,14 @@ def explain(j: Judged, run_id: str | None = None) -> str:
 
         lines.extend(f"  {line}" for line in profile_lines(profile))
     if v.outcome is Outcome.REGRESSION and r.extra.get("ab_base") is None:
+        rid = run_id or "RUN_ID"
+        how = (f"perfgate rebaseline {rid} --reason '...'" if j.environment_changes
+               else f"perfgate accept {rid}")
         lines.append("  this run never serves as a baseline (re-running cannot pass it); if "
-                     "the slowdown is intended, accept it: "
-                     + (f"perfgate accept {run_id}" if run_id else
-                        "record the run (--perfgate-record true), then perfgate accept RUN_ID"))
+                     + ("the upgrade's slowdown is intended, start a new baseline: "
+                        if j.environment_changes else "the slowdown is intended, accept it: ")
+                     + (how if run_id else
+                        f"record the run (--perfgate-record true), then {how}"))
     return "\n".join(lines)
 
 
@@ -234,6 +239,7 @@ def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dic
             "resolvable_drop": None if v is None else v.resolvable,
             "threshold": j.rule.threshold, "fails": bool(v and v.fails(j.rule)),
             "baseline_commits": j.baseline_commits, "top_phase": top_phase(j),
+            "environment_changes": [dict(c) for c in j.environment_changes],
             "result": BenchRecord.of(j.result, None if v is None else v.outcome.value,
                                      None if v is None else j.rule.threshold,
                                      j.where).to_json(),

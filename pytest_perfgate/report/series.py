@@ -75,12 +75,19 @@ class Series:
 
 def cause(s: Series, index: int) -> str:
     """What else changed where a change point begins ("" when only the commit did): a new
-    machine fingerprint, or no new commit at all (the machine's speed moved, docs/design.md
-    §1)."""
+    machine fingerprint, a new environment, or no new commit at all (the machine's speed
+    moved, docs/design.md §1)."""
+    from pytest_perfgate.history import environment
+
     prev, here = s.points[index - 1].run, s.points[index].run
     if prev.fingerprint != here.fingerprint:
         return (f"the machine's fingerprint changed here ({prev.fingerprint} -> "
-                f"{here.fingerprint}): new hardware or software, not only new code")
+                f"{here.fingerprint}): new hardware, not only new code")
+    found = environment.changes(environment.of_run(prev.metadata),
+                                environment.of_run(here.metadata))
+    if found:
+        return (f"the environment changed here ({environment.describe(found)}): the "
+                "dependencies may have moved it, not only the code")
     if prev.commit == here.commit:
         return "the run before it measured the same commit: the machine's speed moved, not " \
                "the code"

@@ -74,7 +74,8 @@ class GateSession:
         self.meters = Meters(None if self.smoke else MeasureConfig(
             windows=o.windows, window_s=o.window_time, warmup_max_s=o.warmup_max,
             load_limit=o.load_limit), clock)
-        self.history = HistoryOpener(self.rootdir, o.results_path, o.machine, machine_info)
+        self.history = HistoryOpener(self.rootdir, o.results_path, o.machine, machine_info,
+                                     env_vars=o.env_vars or ())
         self.verdicts = Verdicts(on_verdict)
         # Judges in-process results in every mode (pytest-benchmark's too).
         self.remeasure: Remeasure | None = None
@@ -83,7 +84,7 @@ class GateSession:
 
             self.remeasure = Remeasure(place, self.meters, RemeasurePlan(
                 o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget,
-                o.ab_confirm),
+                o.ab_confirm, o.env_files),
                 profile=self._profiling())
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
                                         o.baseline_runs, o.baseline, records=o.record,

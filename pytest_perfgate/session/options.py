@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,36 @@ def parse_path(text: str) -> str:
     return os.path.expanduser(s)
 
 
+def parse_env_vars(text: str) -> tuple[str, ...]:
+    """Environment variable names, separated by spaces or commas (an ini value may span
+    lines)."""
+    names = [n for n in re.split(r"[\s,]+", str(text)) if n]
+    if not names:
+        raise OptionError(f"{text!r} names no variable: give names such as "
+                          "'OMP_NUM_THREADS MUJOCO_GL'")
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+    if bad:
+        raise OptionError(f"{bad[0]!r} is not an environment variable name: give names of "
+                          "letters, digits and _, e.g. 'OMP_NUM_THREADS MUJOCO_GL'")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_env_files(text: str) -> tuple[str, ...]:
+    """Globs of dependency declarations relative to the project's top folder; ``none``
+    turns each side's own environment off."""
+    names = [n for n in re.split(r"[\s,]+", str(text)) if n]
+    if not names:
+        raise OptionError(f"{text!r} names no file: give globs such as "
+                          "'requirements*.txt uv.lock', or none")
+    if names == ["none"]:
+        return ()
+    bad = [n for n in names if n.startswith("/") or ".." in Path(n).parts]
+    if bad:
+        raise OptionError(f"{bad[0]!r} is not a path inside the project: give globs relative "
+                          "to its top folder, e.g. 'requirements*.txt'")
+    return tuple(dict.fromkeys(names))
+
+
 def parse_command(text: str) -> str:
     s = str(text).strip()
     if not s:
@@ -270,6 +301,10 @@ SPECS: tuple[Spec, ...] = (
          "results_dir, else .perfgate/results)", "PERFGATE_RESULTS_DIR"),
     Spec("machine", parse_machine, "machine name to record and compare under (default: "
          "hostname; set it on ephemeral runners)", "PERFGATE_MACHINE"),
+    Spec("env_vars", parse_env_vars, "environment variables recorded with each run and "
+         "named in a verdict when they changed since its baseline, space- or "
+         "comma-separated (thread counts, MUJOCO_GL and CUDA_VISIBLE_DEVICES always are)",
+         "PERFGATE_ENV_VARS"),
     Spec("windows", parse_positive_int, "measured windows per benchmark"),
     Spec("window_time", parse_seconds, "seconds per measured window"),
     Spec("warmup_max", parse_seconds, "longest warm-up before UNSTABLE, seconds"),
@@ -292,6 +327,12 @@ SPECS: tuple[Spec, ...] = (
     Spec("ab_confirm", parse_bool, "a REGRESSION of one pair of side processes is measured "
          "again by a fresh pair, a third breaking a tie: the verdict is what two pairs that "
          "judged agree on", "PERFGATE_AB_CONFIRM"),
+    Spec("env_files", parse_env_files, "A/B, re-measuring and bisect: the dependency "
+         "declarations (globs from the project's top folder) whose change between the sides "
+         "runs the base in the environment its own declarations pin, built with uv or pip "
+         "(default: pyproject.toml, requirements*.txt, requirements/*.txt, constraints*.txt, "
+         "uv.lock, poetry.lock, Pipfile.lock, environment.yml; none: off)",
+         "PERFGATE_ENV_FILES"),
     Spec("ab_setup", parse_command, "shell command run in the base worktree before measuring "
          "(e.g. building extensions)"),
     Spec("jsonl", parse_path, "append one JSON line per measured benchmark to this file "
@@ -338,6 +379,7 @@ class Options:
     baseline: str | None = None
     results_dir: str | None = None
     machine: str | None = None
+    env_vars: tuple[str, ...] | None = None
     windows: int = 8
     window_time: float = 1.0
     warmup_max: float = 5.0
@@ -353,6 +395,7 @@ class Options:
     ab_looks: int = 4
     ab_confirm: bool = True
     ab_setup: str | None = None
+    env_files: tuple[str, ...] | None = None
     jsonl: str | None = None
     select: str = "all"  # "only": perf tests only; "skip": every test but the perf tests
     counts: bool | None = None  # None: off (help shows no default for a bare flag)

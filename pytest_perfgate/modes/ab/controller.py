@@ -11,6 +11,7 @@ the working tree); the plugin calls it at configure time and shows its
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.metric import Metric, metric_for
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
+from pytest_perfgate.envs.declarations import DeclarationError
 from pytest_perfgate.modes import group
 from pytest_perfgate.modes.ab import confirm
 from pytest_perfgate.modes.ab.abba import Paired, measure_sequential
@@ -37,6 +39,8 @@ from pytest_perfgate.modes.mode import BenchCall, MeterFactory, Sink
 from pytest_perfgate.modes.place import Place, PlaceError
 
 if TYPE_CHECKING:
+    from pytest_perfgate.envs.build import SideEnv
+    from pytest_perfgate.history.environment import Change
     from pytest_perfgate.profile.changed import Changes
     from pytest_perfgate.profile.interleaved import ProfilePlan
 
@@ -52,6 +56,40 @@ class ABSetup:
     base_commit: str
     base_label: str  # the revision as the user gave it
     plugin_root: str  # the sides import this copy of pytest_perfgate
+    # each side's own environment where its dependency declarations ask for one
+    base_env: SideEnv | None = None
+    head_env: SideEnv | None = None
+
+    def environment_lines(self) -> list[str]:
+        """What each side's own environment holds, and what it cost, for the terminal."""
+        out = []
+        for role, env in (("base", self.base_env), ("head", self.head_env)):
+            if env is None:
+                continue
+            held = ", ".join(f"{n} {v}" + (f" (this environment has {env.replaced[n]})"
+                                           if env.replaced.get(n) else " (added)")
+                             for n, v in env.overlay.items())
+            how = "reused (cached)" if env.cached else f"built with {env.tool}"
+            out.append(f"the {role} runs in its own environment: {held}; its "
+                       f"{', '.join(env.declarations)} say so; {how} in {env.seconds:.1f} s")
+        return out
+
+    def environment_changes(self) -> list[Change]:
+        """What the head runs on that the base does not: the packages either side's own
+        environment holds, base version -> head version."""
+        from pytest_perfgate.history.environment import Change
+
+        names = sorted(set(self.base_env.overlay if self.base_env else {})
+                       | set(self.head_env.overlay if self.head_env else {}))
+
+        def version(env: SideEnv | None, other: SideEnv | None, n: str) -> str | None:
+            if env is not None and n in env.overlay:
+                return env.overlay[n]
+            return other.replaced.get(n) if other is not None else None
+
+        out = [Change(n, version(self.base_env, self.head_env, n),
+                      version(self.head_env, self.base_env, n)) for n in names]
+        return [c for c in out if c.before != c.after]
 
 
 # The sides import the controller's copy of pytest_perfgate: the folder holding the package.
@@ -80,9 +118,35 @@ def worktree(repo: Path, rev: str, source: str = "--perfgate-ab") -> Iterator[Pa
                            f"{e}") from None
 
 
+ENV_REFERENCE = "PERFGATE_ENV_REFERENCE"  # the tree whose declarations the env holds
+
+
+def side_envs(root: Path, base_dir: Path, env_files: Sequence[str] | None
+              ) -> tuple[SideEnv | None, SideEnv | None]:
+    """Each side's own environment where its declarations say something else than the
+    reference tree's (the checkout this environment was installed for: ``root``, or the one
+    :data:`ENV_REFERENCE` names, e.g. a bisection's). ``env_files`` () turns it off."""
+    import os
+
+    from pytest_perfgate.envs import declarations
+    from pytest_perfgate.envs.build import side_env
+    from pytest_perfgate.sim.settled import cache_dir
+
+    patterns = declarations.DEFAULT_PATTERNS if env_files is None else tuple(env_files)
+    if not patterns:
+        return None, None
+    ref = Path(os.environ.get(ENV_REFERENCE) or root)
+    cache = cache_dir() or Path(tempfile.gettempdir()) / "pytest-perfgate"
+    out = []
+    for tree in (base_dir, root):
+        changed = declarations.changed(ref, tree, patterns) if tree != ref else []
+        out.append(side_env(tree, changed, cache) if changed else None)
+    return out[0], out[1]
+
+
 def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack,
-             source: str = "--perfgate-ab", setup_source: str = "--perfgate-ab-setup"
-             ) -> ABSetup:
+             source: str = "--perfgate-ab", setup_source: str = "--perfgate-ab-setup",
+             env_files: Sequence[str] | None = None) -> ABSetup:
     """Check ``rev`` out beside the repository at ``place`` (removed when ``stack`` closes),
     run the set-up command in it, and say how to start each side: both at ``place``, the
     base in its worktree. Until ``stack`` closes, SIGTERM unwinds the run like Ctrl-C, so
@@ -107,12 +171,17 @@ def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.Ex
             raise ABSetupError(
                 f"{setup_source} {setup_cmd!r} failed in the base worktree "
                 f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    try:
+        base_env, head_env = side_envs(root, base_dir, env_files)
+    except DeclarationError as e:
+        raise ABSetupError(f"{source} {rev}: {e}") from None
     base = SideSpec("base", place.at(place.cwd, base_dir),
                     (str(base_dir / "src"), str(base_dir)), pytest_args=place.args(base_dir),
-                    place=place, tree=base_dir)
-    head = SideSpec("head", place.cwd, pytest_args=place.args(None), place=place)
+                    place=place, tree=base_dir, python=base_env.python if base_env else None)
+    head = SideSpec("head", place.cwd, pytest_args=place.args(None), place=place,
+                    python=head_env.python if head_env else None)
     commit = resolve_commit(root, rev) or rev
-    return ABSetup(base, head, commit, rev, PLUGIN_ROOT)
+    return ABSetup(base, head, commit, rev, PLUGIN_ROOT, base_env, head_env)
 
 
 class Profiling:
@@ -256,8 +325,15 @@ class ABController:
         base = summarize(call.name, mb, call.transitions, unit=call.unit)
         # the baseline shown is the one the paired ratio divides by, so the three agree
         level = result.rate / verdict.ratio if verdict.ratio else base.rate
+        changes = ab.environment_changes()
+        if changes:
+            from pytest_perfgate.history.environment import describe
+
+            verdict = verdict.noted(f"since the base: {describe(changes)} (each side ran in "
+                                    "the environment its declarations pin)")
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], level,
-                   {n: p.ms_per_call for n, p in base.phases.items()})
+                   {n: p.ms_per_call for n, p in base.phases.items()},
+                   environment_changes=tuple(c.to_json() for c in changes))
         self.sink(j)
         return j
 

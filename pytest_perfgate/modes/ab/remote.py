@@ -67,6 +67,8 @@ class SideSpec:
     # user's own checkout): a test is selected from the same folder as the user selected it
     place: Place | None = None
     tree: Path | None = None
+    # the interpreter of the side's own environment (envs/build.py), None: the controller's
+    python: str | None = None
 
     def target(self, nodeid: str, where: Where = None) -> str:
         """The argument that selects the test from this side's working directory
@@ -113,9 +115,9 @@ class Side:
         # rewriting; a project whose filterwarnings has "error" (this one) turned pytest's
         # warning about that into a failed start-up.
         self.target = spec.target(nodeid, where)
-        args = [sys.executable, "-c", boot, self.target, "-q", "-rs", "-p", "no:cacheprovider",
-                "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning",
-                *spec.pytest_args]
+        args = [spec.python or sys.executable, "-c", boot, self.target, "-q", "-rs",
+                "-p", "no:cacheprovider", "-p", "no:randomly",
+                "-W", "ignore::pytest.PytestAssertRewriteWarning", *spec.pytest_args]
         self.log = tempfile.TemporaryFile()
         try:
             self.proc = group.popen(args, cwd=spec.cwd, env=env, pass_fds=(child.fileno(),),
