@@ -58,9 +58,14 @@ def _canonical(name: str) -> str:
 
 
 def find_uv() -> str | None:
-    """uv beside this interpreter (``pip install uv`` in the venv), else on PATH."""
-    here = Path(sys.executable).parent / "uv"
-    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which("uv")
+    """uv as its Python package installs it (``pip install uv``: importable from this
+    interpreter, also through a venv laid over another), else on PATH."""
+    try:
+        from uv import find_uv_bin  # type: ignore[import-not-found,unused-ignore]
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
 
 
 def _run(cmd: Sequence[str], what: str, cwd: Path | None = None,

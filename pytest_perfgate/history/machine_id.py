@@ -11,6 +11,7 @@ Volatile things such as the frequency governor or memory size are recorded only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -144,6 +145,29 @@ def _turbo(root: Path) -> bool | None:
     if boost is not None and boost.strip() in ("0", "1"):
         return boost.strip() == "1"
     return None
+
+
+def speed_figures(root: str | os.PathLike[str] = "/") -> str:
+    """The machine's state that moves its speed, now: load, frequency governor, turbo, the
+    CPUs' current clocks (as far as the kernel shows them)."""
+    base = Path(root)
+    parts = []
+    with contextlib.suppress(OSError):
+        parts.append("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    parts.append(f"governor {_governor(base) or 'unknown'}")
+    turbo = _turbo(base)
+    parts.append(f"turbo {'unknown' if turbo is None else 'on' if turbo else 'off'}")
+    mhz = [float(b["cpu mhz"]) for b in _cpuinfo(base) if _is_number(b.get("cpu mhz"))]
+    if mhz:
+        parts.append(f"clocks {min(mhz):.0f}-{max(mhz):.0f} MHz")
+    return ", ".join(parts)
+
+
+def _is_number(text: str | None) -> bool:
+    try:
+        return text is not None and float(text) > 0
+    except ValueError:
+        return False
 
 
 def _numa_nodes(root: Path) -> int | None:

@@ -96,7 +96,7 @@ class Remeasure:
         finally:
             ctl.end_test(call.test_id)
             self.spent_s += self._monotonic() - t0
-        return _paired(j, ab, commit, v)
+        return _who_moved(j, ab, commit, v, call) or _paired(j, ab, commit, v)
 
     def _why_not(self, commit: str) -> str | None:
         from pytest_perfgate.history.vcs import git_info, resolve_commit
@@ -130,8 +130,10 @@ class Remeasure:
                                env_files=self.plan.env_files)
             except ABSetupError as e:
                 got = str(e)
-            except EnvBuildError as e:
-                got = f"the environment the baseline commit declares cannot be built: {e}"
+            except EnvBuildError as e:  # never a pass in disguise: the test errors
+                raise SideError(f"re-measuring the baseline commit {commit[:10]} needs the "
+                                f"environment its dependency declarations pin, which cannot "
+                                f"be built: {e}") from None
             self._setups[commit] = got
         return got
 
@@ -165,6 +167,44 @@ def _note(j: Judged, text: str) -> Judged:
     return dataclasses.replace(j, verdict=j.verdict.noted(text))
 
 
+def _who_moved(j: Judged, ab: Judged, commit: str, record: Verdict, call: BenchCall
+               ) -> Judged | None:
+    """The record puts this tree past the threshold, and the baseline commit measured now
+    is as fast as this tree: the drop is not in the code. Something else moved, and a drop
+    that size never passes as INCONCLUSIVE (docs/measurement.md): the environment (it
+    changed since the baseline runs: a REGRESSION naming it), else the machine (UNSTABLE,
+    with its figures). None when the two measurements do not disagree so."""
+    from pytest_perfgate.history.environment import Change, describe
+    from pytest_perfgate.history.machine_id import speed_figures
+
+    v, limit = ab.verdict, 1 - call.rule.threshold
+    # past the threshold: the record's interval lies below it; without one (too few runs),
+    # its estimate lies below twice the drop
+    past = record.ratio is not None and (
+        record.ci[1] < limit if record.ci is not None else record.ratio < 1 - 2 * (1 - limit))
+    if v is None or not past or v.outcome not in (Outcome.OK, Outcome.IMPROVEMENT):
+        return None
+    assert record.ratio is not None
+    said = (f"the record measured {1 - record.ratio:.1%} below the baseline runs "
+            f"({record.message}), but the baseline commit {commit[:10]} measured again in "
+            f"alternating turns with this tree is as fast as it ({v.message}): the drop is "
+            "not in the code")
+    if j.environment_changes:
+        found = [Change(str(c.get("name")), c.get("before"), c.get("after"))
+                 for c in j.environment_changes]
+        verdict = dataclasses.replace(record, outcome=Outcome.REGRESSION, message=(
+            f"{said}; it is in the environment, which changed since the baseline runs: "
+            f"{describe(found)}. A REGRESSION (if the upgrade is intended: perfgate "
+            "rebaseline RUN_ID)"))
+    else:
+        verdict = dataclasses.replace(record, outcome=Outcome.UNSTABLE, message=(
+            f"{said}, nor in the environment (the baseline runs had this one): the "
+            f"machine's speed moved ({speed_figures()}). UNSTABLE, which fails as "
+            "--perfgate-unstable says: a drop this size is not passed as INCONCLUSIVE; "
+            "re-run on the machine at its usual speed, or re-seed the history"))
+    return dataclasses.replace(j, verdict=verdict, baseline_commits=j.baseline_commits)
+
+
 def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
     """The recorded run with the paired verdict. The baseline figure is the one the paired
     ratio divides by, in this run's units: steps/s / ratio (so the three agree)."""
@@ -181,4 +221,5 @@ def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
             j.result, extra={**j.result.extra, **kept}))
     return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message),
                                baseline_commits=[commit], baseline_rate=base,
-                               baseline_phases=ab.baseline_phases)
+                               baseline_phases=ab.baseline_phases,
+                               environment_changes=ab.environment_changes)

@@ -32,7 +32,7 @@ from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.modes import group
 from pytest_perfgate.modes.ab.checkout import BISECT_PREFIX, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as _worktree
-from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT
+from pytest_perfgate.modes.ab.controller import ENV_REFERENCE, PLUGIN_ROOT
 from pytest_perfgate.modes.place import Place
 
 STOP_TIMEOUT_S = 60.0  # a stopped probe ends its sides and removes its base worktree
@@ -203,6 +203,9 @@ class PytestProbe:
         """Run the comparison in ``cwd``; on Ctrl-C or SIGTERM stop it (it ends its sides
         and removes its base worktree), bounded, then re-raise."""
         env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
+        if self.place is not None:  # this environment was installed for the user's checkout:
+            # a candidate whose declarations differ from it runs in its own (envs/build.py)
+            env.setdefault(ENV_REFERENCE, str(self.place.top))
         head = str(self.workdir)
         inherited = os.environ.get("PYTHONPATH", "")
         if self.place is not None and inherited:
