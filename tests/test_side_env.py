@@ -385,3 +385,22 @@ def test_parse_env_files() -> None:
                       ("/etc/req.txt", "not a path inside the project")):
         with pytest.raises(OptionError, match=said):
             parse_env_files(bad)
+
+
+@pytest.mark.slow  # pip resolves and installs
+def test_without_uv_pip_resolves_and_builds_the_same_overlay(
+        wheelhouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_perfgate.envs import build as env_build
+
+    monkeypatch.setattr(env_build, "find_uv", lambda: None)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "requirements-dev.txt").write_text("-e .\n-r requirements.txt\n")
+    (tree / "requirements.txt").write_text("slowpkg==1.0  # pinned\n")
+    env = env_build.side_env(tree, ["requirements-dev.txt"], tmp_path / "cache")
+    assert env is not None and (env.tool, dict(env.overlay)) == ("pip", {"slowpkg": "1.0"})
+    got = subprocess.run([env.python, "-c", "import slowpkg, pytest; print(slowpkg.COST)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert got.strip() == "1.0"  # slowpkg from the overlay, pytest from the reference

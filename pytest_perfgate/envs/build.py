@@ -25,19 +25,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_perfgate.envs.inputs import EnvBuildError, Inputs, inputs, portable
+
+__all__ = ["EnvBuildError", "Inputs", "SideEnv", "build", "inputs", "overlay_for", "side_env"]
+
 RESOLVE_TIMEOUT_S = 600.0
 MARKER = "perfgate-env.json"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#\\]+)")
-
-
-class EnvBuildError(RuntimeError):
-    """A side's environment cannot be built: an infrastructure error naming the package or
-    file and the command to run, never a verdict."""
 
 
 @dataclass(frozen=True)
@@ -85,97 +83,6 @@ def _run(cmd: Sequence[str], what: str, cwd: Path | None = None,
     return proc.stdout
 
 
-def _lock_pins(path: Path) -> dict[str, str]:
-    """The pins of a lock file (uv.lock, poetry.lock, Pipfile.lock): already resolved."""
-    try:
-        if path.name == "Pipfile.lock":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            out = {}
-            for section in ("default", "develop"):
-                for name, entry in (data.get(section) or {}).items():
-                    v = entry.get("version", "") if isinstance(entry, dict) else ""
-                    if isinstance(v, str) and v.startswith("=="):
-                        out[_canonical(name)] = v[2:]
-            return out
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise EnvBuildError(f"cannot read the lock file {path}: {e}: fix it") from None
-    pins = {}
-    for pkg in data.get("package") or []:
-        source = pkg.get("source") or {}
-        if isinstance(source, dict) and ({"editable", "virtual"} & set(source)):
-            continue  # the project itself
-        if isinstance(pkg.get("name"), str) and isinstance(pkg.get("version"), str):
-            pins[_canonical(pkg["name"])] = pkg["version"]
-    return pins
-
-
-def _pyproject_requirements(path: Path) -> list[str]:
-    """pyproject.toml's declared requirements ([project] dependencies, its extras and
-    dependency groups; the project's own name left out)."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise EnvBuildError(f"cannot read {path}: {e}: fix it") from None
-    project = data.get("project") or {}
-    me = _canonical(str(project.get("name", "")))
-    reqs = list(project.get("dependencies") or [])
-    for group in (project.get("optional-dependencies") or {}).values():
-        reqs += list(group or [])
-    for group in (data.get("dependency-groups") or {}).values():
-        reqs += [r for r in group or [] if isinstance(r, str)]
-    return [r for r in reqs if isinstance(r, str)
-            and _canonical(re.split(r"[\s\[<>=!~;@(]", r.strip(), maxsplit=1)[0]) != me]
-
-
-def _names(requirements: Sequence[str]) -> set[str]:
-    return {_canonical(m.group(0)) for r in requirements
-            if (m := re.match(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*", r))}
-
-
-@dataclass
-class Inputs:
-    """What one tree's changed declarations ask for."""
-
-    requirement_files: list[Path] = field(default_factory=list)
-    constraint_files: list[Path] = field(default_factory=list)
-    requirements: list[str] = field(default_factory=list)  # from pyproject.toml
-    pins: dict[str, str] = field(default_factory=dict)  # from lock files
-
-    def direct(self) -> set[str]:
-        """Names the declarations ask for by name (an absent one is installed too)."""
-        lines: list[str] = list(self.requirements)
-        for f in self.requirement_files:
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                lines += [x for x in f.read_text(encoding="utf-8").splitlines()
-                          if x.strip() and not x.lstrip().startswith(("#", "-"))]
-        return _names(lines)
-
-
-def inputs(tree: Path, names: Sequence[str]) -> Inputs:
-    """The resolver's inputs from ``tree``'s declarations ``names`` (relative paths)."""
-    got = Inputs()
-    for name in names:
-        path = tree / name
-        if not path.is_file():
-            continue  # removed in this tree: what remains says what it needs
-        base = path.name
-        if base in ("uv.lock", "poetry.lock", "Pipfile.lock"):
-            got.pins.update(_lock_pins(path))
-        elif base == "pyproject.toml":
-            got.requirements += _pyproject_requirements(path)
-        elif base.startswith("constraints") and base.endswith(".txt"):
-            got.constraint_files.append(path)
-        elif base.endswith(".txt"):
-            got.requirement_files.append(path)
-        else:
-            raise EnvBuildError(
-                f"{name} changed, and perfgate builds environments with uv or pip, not conda: "
-                f"build it yourself, or leave {name} out of perfgate_env_files (both sides "
-                "then run in one environment, and the change is not measured)")
-    return got
-
-
 def resolve(got: Inputs, installed: Mapping[str, str], python: str, work: Path
             ) -> tuple[dict[str, str], str]:
     """Every version the declarations resolve to, preferring what is installed; and the
@@ -185,7 +92,10 @@ def resolve(got: Inputs, installed: Mapping[str, str], python: str, work: Path
         return pins, "lock file"
     reqs = work / "pyproject-requirements.txt"
     reqs.write_text("\n".join(got.requirements) + "\n")
-    files = [*got.requirement_files, *([reqs] if got.requirements else [])]
+    files = [*(portable(f, work, i) for i, f in enumerate(got.requirement_files)),
+             *([reqs] if got.requirements else [])]
+    constraints = [portable(c, work, 100 + i) for i, c in enumerate(got.constraint_files)]
+    files = files or constraints  # only constraints changed: they pin what they name
     uv = find_uv()
     if uv is not None:
         out = work / "resolved.txt"  # uv prefers the versions an existing output pins
@@ -194,7 +104,7 @@ def resolve(got: Inputs, installed: Mapping[str, str], python: str, work: Path
                "--python", python, "-o", str(out)]
         for f in files:
             cmd.append(str(f))
-        for c in got.constraint_files:
+        for c in constraints:
             cmd += ["-c", str(c)]
         _run(cmd, "resolving the declared dependencies (uv pip compile)")
         for line in out.read_text().splitlines():
@@ -206,7 +116,7 @@ def resolve(got: Inputs, installed: Mapping[str, str], python: str, work: Path
            "--report", str(report)]
     for f in files:
         cmd += ["-r", str(f)]
-    for c in got.constraint_files:
+    for c in constraints:
         cmd += ["-c", str(c)]
     _run(cmd, "resolving the declared dependencies (pip install --dry-run)")
     try:
@@ -263,6 +173,7 @@ def build(overlay: Mapping[str, str], cache: Path, installed: Mapping[str, str],
     bin_python = final / "bin" / "python"
     if (final / MARKER).is_file():
         return str(bin_python), json.loads((final / MARKER).read_text()).get("tool", ""), True
+    _sweep(root)
     with _locked(root / f"{key}.lock"):
         if (final / MARKER).is_file():
             return str(bin_python), "", True
@@ -297,6 +208,16 @@ def build(overlay: Mapping[str, str], cache: Path, installed: Mapping[str, str],
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return str(bin_python), tool, False
+
+
+def _sweep(root: Path) -> None:
+    """Remove the half-built venvs of builds that were killed (their pid is gone)."""
+    import psutil
+
+    for tmp in root.glob("*.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _verify(python: Path, overlay: Mapping[str, str], installed: Mapping[str, str]) -> None:
