@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,8 @@ from fake_session import FAKE_CLOCK_CONFTEST
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "perfgate.yml"
 SITE_PACKAGES = next(p for p in sys.path if p.endswith("site-packages"))
+# the runner's sandbox launcher, as its .env names it: this checkout's, which only root writes
+SANDBOX = str(ROOT / "pytest_perfgate" / "cli" / "_sandbox.py")
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
        "-c", "advice.detachedHead=false"]
 
@@ -236,18 +239,34 @@ class Machine:
             self.holder = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
                  (f"{pid2} & " if pid2 else "")  # the namespace's pid 2, if given
-                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec \"$0\" -I -c \"$1\" "
-                 + INIT_NAME, sys.executable, INIT],
+                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && "
+                 + (self._private_tmp() if user is not None else "")
+                 + "exec \"$0\" -I -c \"$1\" " + INIT_NAME, sys.executable, INIT],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             for _ in range(200):
                 kids = subprocess.run(["pgrep", "-P", str(self.holder.pid)],
                                       capture_output=True, text=True).stdout.split()
-                if kids and INIT_NAME.encode() in Path(f"/proc/{kids[0]}/cmdline").read_bytes():
+                # the init itself (its last argument), not the shell still mounting before it
+                if kids and Path(f"/proc/{kids[0]}/cmdline").read_bytes().split(b"\0")[-2:] \
+                        == [INIT_NAME.encode(), b""]:
                     self.ns_pid = int(kids[0])
                     break
                 assert self.holder.poll() is None, self.holder.communicate()
                 subprocess.run(["sleep", "0.05"])
             assert self.ns_pid, "the runner's namespace did not start"
+
+    def _private_tmp(self) -> str:
+        """Shell commands giving the namespace a /tmp of its own that still holds the folder
+        this runner lives in: the cleanup removes what the runner's user owns in /tmp, and
+        the other tests' runners of that user (another pytest worker) keep theirs."""
+        keep = self.home.parent
+        new = "/dev/shm/.tmp"
+        cmds = [f"mkdir {new}", f"mount -t tmpfs -o size=256m,mode=1777 tmpfs {new}"]
+        if keep.is_relative_to("/tmp"):
+            inside = shlex.quote(f"{new}/{keep.relative_to('/tmp')}")
+            cmds += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(keep))} {inside}"]
+        cmds += [f"mount --move {new} /tmp", f"rmdir {new}"]
+        return " && ".join(cmds) + " && "
 
     def own(self, *paths: Path) -> None:
         """Give what the runner made for a job (its temp folder, step files) to its user."""
@@ -398,7 +417,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
                 "GITHUB_JOB": job_id, "RUNNER_TEMP": str(temp),
                 "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
     if not hosted:  # the runner's .env: the packages come from this interpreter's venv
-        base_env.update({"PERFGATE_BASE_PYTHON": machine.python,
+        base_env.update({"PERFGATE_BASE_PYTHON": machine.python, "PERFGATE_SANDBOX": SANDBOX,
                          "PYTHONPATH": f"{package}:{SITE_PACKAGES}",
                          "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"})
     env: dict[str, str] = {}

@@ -57,15 +57,19 @@ def check_place(path: str, what: str) -> str:
 
 
 def bwrap_argv(command: Sequence[str], *, workspace: str, writable: Sequence[str] = (),
-               home: str | None = None, bwrap: str = "bwrap") -> list[str]:
+               readable: Sequence[str] = (), home: str | None = None,
+               bwrap: str = "bwrap") -> list[str]:
     """The bwrap command line that runs `command` in `workspace` (writable), with `writable`
-    bound read-write and `home` (default $HOME) a fresh tmpfs."""
+    bound read-write, `readable` read-only (a venv under /tmp, which is the sandbox's own) and
+    `home` (default $HOME) a fresh tmpfs."""
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
             "--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
     for pattern in DEVICES:
         for node in sorted(glob.glob(pattern)):
             argv += ["--dev-bind", node, node]
     argv += ["--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in readable:
+        argv += ["--ro-bind", path, path]
     for path in (workspace, *writable):
         argv += ["--bind", path, path]
     home = home if home is not None else os.environ.get("HOME", "")
@@ -75,7 +79,7 @@ def bwrap_argv(command: Sequence[str], *, workspace: str, writable: Sequence[str
 
 
 def prepare(command: Sequence[str], *, workspace: str, writable: Sequence[str] = (),
-            home: str | None = None) -> list[str]:
+            readable: Sequence[str] = (), home: str | None = None) -> list[str]:
     """The checked bwrap command line: bwrap found, every path real, and a trial sandbox
     made, so a failure to make one is named here, never taken for the command's status."""
     if not command:
@@ -86,11 +90,12 @@ def prepare(command: Sequence[str], *, workspace: str, writable: Sequence[str] =
                            "(apt-get install bubblewrap, dnf install bubblewrap; docs/ci.md)")
     workspace = check_place(workspace, "the workspace")
     writable = [check_place(p, "--rw") for p in writable]
+    readable = [check_place(p, "--ro") for p in readable]
     home = home if home is not None else os.environ.get("HOME", "")
     if home:
         home = check_place(home, "HOME")
     trial = subprocess.run(bwrap_argv(["true"], workspace=workspace, writable=writable,
-                                      home=home, bwrap=bwrap),
+                                      readable=readable, home=home, bwrap=bwrap),
                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if trial.returncode != 0:
         said = " ".join(trial.stderr.split())[:300] or f"exit {trial.returncode}"
@@ -98,8 +103,8 @@ def prepare(command: Sequence[str], *, workspace: str, writable: Sequence[str] =
                            "allow user and PID namespaces to the runner's user (sysctl "
                            "kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0; "
                            "on Ubuntu 24.04 the bwrap AppArmor profile; docs/ci.md)")
-    return bwrap_argv(command, workspace=workspace, writable=writable, home=home,
-                      bwrap=bwrap)
+    return bwrap_argv(command, workspace=workspace, writable=writable, readable=readable,
+                      home=home, bwrap=bwrap)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,6 +121,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the folder COMMAND runs in, writable (default: this one)")
     ap.add_argument("--rw", action="append", default=[], metavar="PATH",
                     help="another path COMMAND may write (repeat for more)")
+    ap.add_argument("--ro", action="append", default=[], metavar="PATH",
+                    help="a path under /tmp that COMMAND reads (the sandbox's /tmp is its own "
+                    "and empty; everything else is readable already)")
     ap.add_argument("--home", default=None, metavar="DIR",
                     help="the HOME that becomes a fresh, empty tmpfs (default: $HOME)")
     ap.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -123,12 +131,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(command: Sequence[str], *, workspace: str = ".", writable: Sequence[str] = (),
-        home: str | None = None) -> int:
+        readable: Sequence[str] = (), home: str | None = None) -> int:
     """Replace this process by the sandbox running `command` (its exit status is the
     command's); SandboxError's message and exit 3 where it cannot be made."""
     command = list(command[1:] if command[:1] == ["--"] else command)
     try:
-        argv = prepare(command, workspace=workspace, writable=writable, home=home)
+        argv = prepare(command, workspace=workspace, writable=writable, readable=readable,
+                       home=home)
     except SandboxError as e:
         print(f"perfgate sandbox: {e}", file=sys.stderr, flush=True)
         if os.environ.get("GITHUB_ACTIONS") == "true":
@@ -141,7 +150,8 @@ def run(command: Sequence[str], *, workspace: str = ".", writable: Sequence[str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return run(args.command, workspace=args.workspace, writable=args.rw, home=args.home)
+    return run(args.command, workspace=args.workspace, writable=args.rw, readable=args.ro,
+               home=args.home)
 
 
 if __name__ == "__main__":

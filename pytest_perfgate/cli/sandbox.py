@@ -11,9 +11,10 @@ from pytest_perfgate.cli import Command, _sandbox
 
 
 def run(command: Sequence[str], *, workspace: str = ".", writable: Sequence[str] = (),
-        home: str | None = None) -> int:
+        readable: Sequence[str] = (), home: str | None = None) -> int:
     """``perfgate sandbox``: this process becomes the sandbox; 3 where none can be made."""
-    return _sandbox.run(command, workspace=workspace, writable=writable, home=home)
+    return _sandbox.run(command, workspace=workspace, writable=writable, readable=readable,
+                        home=home)
 
 
 class Sandbox(Command):
@@ -32,4 +33,5 @@ class Sandbox(Command):
 
     @classmethod
     def run_from_args(cls, args: argparse.Namespace) -> int:
-        return run(args.command, workspace=args.workspace, writable=args.rw, home=args.home)
+        return run(args.command, workspace=args.workspace, writable=args.rw,
+                   readable=args.ro, home=args.home)
