@@ -829,3 +829,42 @@ def test_a_base_interpreter_the_runner_can_write_is_named(
         assert f"the runner's user (uid {RUNNER_UID}) can write {base}" in error, error
         assert error.endswith("install the interpreter as another user (root) and name it in "
                               "PERFGATE_BASE_PYTHON (docs/ci.md)")
+
+
+MISSED = "Commits no history run recorded (a cancelled or failed job's)"
+
+
+@pytest.mark.slow  # two history jobs with their venvs (fake clock) and a save, ~10 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_cancelled_history_job_costs_no_commit_unnamed(
+        user_scratch: tuple[Path, Path], user_runner: Machine, open_tmp: Path,
+        version: str) -> None:
+    """A pull request's workflow takes main's concurrency group with cancel-in-progress:
+    main's history job for C3 is cancelled and records nothing. The next job names C3."""
+    origin, dev = user_scratch
+    c2 = _with_constraints(dev, version)
+    _push(dev)
+    first = _main_job(c2, origin, user_runner, version, "Upload the run for save-history")
+    _steps_ok(first)
+    saved = run_job("save-history", "push", {}, c2, origin, Machine(open_tmp / "hosted"),
+                    "perf-xeon", artifacts_from=first.artifacts, workflow=_workflow_at(version))
+    _steps_ok(saved)
+    c3 = commit(dev, "C3, whose history job was cancelled")
+    c4 = commit(dev, "C4")
+    _push(dev)
+    job = _main_job(c4, origin, user_runner, version,
+                    MISSED if version == "new" else "This machine's history")
+    _steps_ok(job)
+    if version == "old":  # live: nothing says C3 has no run
+        assert c3[:10] not in job.summary and not job.annotations
+    else:
+        assert job.summary == (
+            "### perfgate: 1 commit(s) without a history run on perf-xeon\n\n"
+            f"Between the last recorded run ({c2[:10]}) and this commit, oldest first (a "
+            "cancelled or failed history job's; this run's verdict covers their changes, "
+            "`perfgate bisect` finds which one):\n\n"
+            f"- `{c3[:10]}` C3, whose history job was cancelled\n\n")
+        assert job.annotations == [
+            f"::warning title=perfgate history::1 commit(s) of the default branch between "
+            f"{c2[:10]} (the last recorded on perf-xeon) and {c4[:10]} have no history run (a "
+            "cancelled or failed history job): the job summary names them"]
