@@ -426,6 +426,23 @@ def test_seed_runs_must_be_a_count(scratch: tuple[Path, Path], runner: Machine,
         "give a whole number from 1 (e.g. 3), or leave it empty for a normal run"]
 
 
+
+@pytest.mark.parametrize("anchor", ["--output=/tmp/x", "v1 v2", "a;b", "$(id)"])
+def test_the_anchor_input_must_be_a_revision(scratch: tuple[Path, Path], runner: Machine,
+                                             anchor: str) -> None:
+    """Checked first, before anything runs; its ancestry of the default branch once the
+    clone is there (tests/test_trust_workflow.py, an unmerged anchor)."""
+    origin, dev = scratch
+    head = git(dev, "rev-parse", "HEAD")
+    job = run_job("default-branch", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
+                  {"seed_runs": "", "anchor": anchor})
+    assert job.step("Check the inputs")["code"] == 2
+    assert job.annotations == [
+        f"::error title=perfgate usage error::anchor is '{anchor}', not a revision: give a "
+        "commit hash or tag of the default branch main (letters, digits and . _ / ~ ^ -, not "
+        "starting with -), or leave it empty"]
+
+
 # --- the manual bisect job ------------------------------------------------------------------
 
 def _bisect_inputs(**given: str) -> dict[str, str]:
