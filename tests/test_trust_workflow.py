@@ -34,12 +34,14 @@ from workflow_sim import (
     WORKFLOW,
     Job,
     Machine,
+    branch_rules,
     commit,
     git,
     history,
     make_scratch,
     pinned_here,
     run_job,
+    set_branch_rules,
     user_python,
 )
 
@@ -515,6 +517,37 @@ def test_a_genuine_run_still_lands(scratch: tuple[Path, Path], tmp_path: Path) -
                   artifacts_from=art)
     assert job.steps[-1]["code"] == 0, job.steps[-1]["out"]
     assert not job.annotations
+
+
+@pytest.mark.parametrize(("rules", "says"), [
+    (("update", "non_fast_forward", "deletion"), None),
+    (("non_fast_forward", "deletion"), "lacks the rule(s) update: anyone with write access"),
+    ((), "lacks the rule(s) update non_fast_forward deletion: anyone"),
+    (None, "cannot read the rules of perfgate-history/perf-xeon ("),
+])
+def test_save_history_names_a_history_branch_anyone_may_write(
+        scratch: tuple[Path, Path], tmp_path: Path, rules: tuple[str, ...] | None,
+        says: str | None) -> None:
+    """A rule set that lets anyone with write access push forged runs: named, and the run
+    still lands (a warning, never a lost run)."""
+    origin, dev = scratch
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    art = _forge(origin, base, tmp_path / "a", {"results/perf-xeon/perfgate/r.pgrun": "{}\n"})
+    if rules is None:  # an answer that is not the API's (a proxy's page, an outage)
+        set_branch_rules(origin, BRANCH, ())
+        branch_rules(origin, BRANCH).write_text("<html>Service Unavailable</html>")
+    else:
+        set_branch_rules(origin, BRANCH, rules)
+    job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art)
+    assert job.steps[-1]["code"] == 0, job.steps[-1]["out"]
+    if says is None:
+        assert not job.annotations
+    else:
+        (warning,) = job.annotations
+        assert warning.startswith("::warning title=perfgate history rules::"), warning
+        assert says in warning, warning
+        assert warning.endswith("(docs/ci.md)")
 
 
 # --- who runs where ---------------------------------------------------------------------------

@@ -380,6 +380,10 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
     assert leg in spec.get("strategy", {}).get("matrix", {}).get("machine", [leg])
     server, repository = origin.parent.parent, f"{origin.parent.name}/{origin.stem}"
     machine.jobs += 1
+    for name in ("perf-epyc", "perf-xeon"):  # the documented rule set, unless a test set others
+        if not branch_rules(origin, f"perfgate-history/{name}").exists():
+            set_branch_rules(origin, f"perfgate-history/{name}",
+                             ("update", "non_fast_forward", "deletion"))
     run = machine.home / f"_diag/run-{machine.jobs}"
     workspace, temp, tools = machine.workspace, machine.home / "_work" / "_temp", \
         machine.home / "_tool"
@@ -414,6 +418,7 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
                 "GITHUB_EVENT_NAME": event_name, "GITHUB_EVENT_PATH": str(event_path),
                 "GITHUB_SHA": sha, "GITHUB_REF": ref, "GITHUB_RUN_ID": "4242",
                 "GITHUB_REPOSITORY": repository, "GITHUB_SERVER_URL": f"file://{server}",
+                "GITHUB_API_URL": f"file://{server}/api",
                 "GITHUB_JOB": job_id, "RUNNER_TEMP": str(temp),
                 "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
     if not hosted:  # the runner's .env: the packages come from this interpreter's venv
@@ -471,6 +476,21 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
             break
     job.artifacts = run / "artifacts"
     return job
+
+
+def branch_rules(origin: Path, branch: str) -> Path:
+    """Where the simulated API (GITHUB_API_URL, file://) answers GET
+    /repos/{owner}/{repo}/rules/branches/{branch}: the rules that apply to `branch`."""
+    server, repository = origin.parent.parent, f"{origin.parent.name}/{origin.stem}"
+    return server / "api" / "repos" / repository / "rules" / "branches" / branch
+
+
+def set_branch_rules(origin: Path, branch: str, types: tuple[str, ...]) -> None:
+    path = branch_rules(origin, branch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{"type": t, "ruleset_source_type": "Repository",
+                                 "ruleset_source": origin.stem, "ruleset_id": 1}
+                                for t in types]))
 
 
 def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, sha: str,
