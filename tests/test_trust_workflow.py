@@ -41,6 +41,7 @@ from workflow_sim import (
     make_scratch,
     pinned_here,
     run_job,
+    sandbox_unusable,
     set_branch_rules,
     user_python,
 )
@@ -692,6 +693,8 @@ def test_a_zombie_leader_a_pull_request_starts_ends_with_its_sandbox(
         user_scratch: tuple[Path, Path], user_runner: Machine) -> None:
     """The pull request's code runs in the sandbox as the runner's user (not root): when its
     pytest ends, so does the zombie leader its conftest.py started, before any cleanup."""
+    if why := sandbox_unusable():
+        need_tool(why)
     origin, dev = user_scratch
     base = _with_constraints(dev, "new")
     _push(dev)

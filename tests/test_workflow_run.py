@@ -50,6 +50,7 @@ from workflow_sim import (
     git,
     history,
     run_job,
+    sandbox_unusable,
 )
 
 # --- the runners the scratch project's jobs run on (the project: tests/workflow_sim.py) -----
@@ -95,6 +96,8 @@ def save(job: Job, sha: str, origin: Path, tmp_path: Path, machine: str = "perf-
 @pytest.mark.slow  # three jobs, each with its venv and an A/B run (fake clock), ~20 s
 def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Path],
                                                          runner: Machine) -> None:
+    if why := sandbox_unusable():
+        need_tool(why)
     origin, dev = scratch
     base = git(dev, "rev-parse", "HEAD")
     heads = {}
@@ -540,6 +543,8 @@ def test_bisect_tests_takes_paths_and_k_and_m_only(scratch: tuple[Path, Path], r
 @pytest.mark.slow  # a bisection of four commits: five A/B probes (on the fake clock), ~15 s
 def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path, Path],
                                                              runner: Machine) -> None:
+    if why := sandbox_unusable():
+        need_tool(why)
     origin, dev = scratch
     slow = commit(dev, "C2 slow", work=6)
     head = commit(dev, "C3", work=6)  # still slow

@@ -307,6 +307,18 @@ exec "{python}" "$@"
 """
 
 
+def sandbox_unusable() -> str:
+    """Why this machine cannot make the sandbox the pull-request and bisect jobs run their
+    code in ('' where it can): no bwrap, or no namespaces for this user."""
+    from pytest_perfgate.cli import _sandbox
+
+    try:
+        _sandbox.prepare(["true"], workspace="/", home="")
+    except _sandbox.SandboxError as e:
+        return f"the pull-request and bisect jobs need the sandbox: {e}"
+    return ""
+
+
 def user_python() -> str:
     """An interpreter of this Python's version that another user can run (this one may lie
     in a folder only root can enter), or "" when the machine has none."""
