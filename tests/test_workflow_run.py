@@ -430,6 +430,24 @@ def test_seed_runs_must_be_a_count(scratch: tuple[Path, Path], runner: Machine,
 
 
 
+def test_the_history_job_measures_only_the_default_branchs_commits(
+        scratch: tuple[Path, Path], runner: Machine) -> None:
+    """A commit that is on no branch but an unmerged one never reaches the Python
+    environment (its build backend) or pytest (its conftest.py) on the trusted pool."""
+    origin, dev = scratch
+    git(dev, "switch", "-q", "-c", "unmerged")
+    head = commit(dev, "not on main")
+    git(dev, "push", "-q", "origin", "unmerged")
+    git(dev, "switch", "-q", "main")
+    job = run_job("default-branch", "push", {"after": head}, head, origin, runner, "perf-xeon")
+    check = job.step("Check what is measured (the default branch's commits only)")
+    assert check["code"] == 2, check["out"]
+    assert _errors(job, "perfgate usage error") == [
+        f"::error title=perfgate usage error::{head} is not on the default branch main: the "
+        "history job measures only the default branch's commits; run it from 'main'"]
+    assert "Python environment" not in [s["name"] for s in job.steps]
+
+
 @pytest.mark.parametrize("anchor", ["--output=/tmp/x", "v1 v2", "a;b", "$(id)"])
 def test_the_anchor_input_must_be_a_revision(scratch: tuple[Path, Path], runner: Machine,
                                              anchor: str) -> None:
