@@ -16,7 +16,7 @@ def test_every_module_is_one_command() -> None:
                                             "history",
                                             "machine", "profile", "publish",
                                             "rebaseline", "report",
-                                            "ring-compare",
+                                            "ring-compare", "sandbox",
                                             "sweep"]
     assert all(issubclass(c, Command) for c in commands())
 

@@ -30,15 +30,19 @@ from helpers import need_tool
 from workflow_sim import (
     BRANCH,
     ROOT,
+    RUNNER_PYTHON,
     WORKFLOW,
     Job,
     Machine,
+    branch_rules,
     commit,
     git,
     history,
     make_scratch,
     pinned_here,
     run_job,
+    sandbox_unusable,
+    set_branch_rules,
     user_python,
 )
 
@@ -516,6 +520,37 @@ def test_a_genuine_run_still_lands(scratch: tuple[Path, Path], tmp_path: Path) -
     assert not job.annotations
 
 
+@pytest.mark.parametrize(("rules", "says"), [
+    (("update", "non_fast_forward", "deletion"), None),
+    (("non_fast_forward", "deletion"), "lacks the rule(s) update: anyone with write access"),
+    ((), "lacks the rule(s) update non_fast_forward deletion: anyone"),
+    (None, "cannot read the rules of perfgate-history/perf-xeon ("),
+])
+def test_save_history_names_a_history_branch_anyone_may_write(
+        scratch: tuple[Path, Path], tmp_path: Path, rules: tuple[str, ...] | None,
+        says: str | None) -> None:
+    """A rule set that lets anyone with write access push forged runs: named, and the run
+    still lands (a warning, never a lost run)."""
+    origin, dev = scratch
+    base = history(dev, {"results/perf-xeon/machine.json": "{}\n"})
+    art = _forge(origin, base, tmp_path / "a", {"results/perf-xeon/perfgate/r.pgrun": "{}\n"})
+    if rules is None:  # an answer that is not the API's (a proxy's page, an outage)
+        set_branch_rules(origin, BRANCH, ())
+        branch_rules(origin, BRANCH).write_text("<html>Service Unavailable</html>")
+    else:
+        set_branch_rules(origin, BRANCH, rules)
+    job = run_job("save-history", "push", {}, "0" * 40, origin, _hosted(tmp_path), "perf-xeon",
+                  artifacts_from=art)
+    assert job.steps[-1]["code"] == 0, job.steps[-1]["out"]
+    if says is None:
+        assert not job.annotations
+    else:
+        (warning,) = job.annotations
+        assert warning.startswith("::warning title=perfgate history rules::"), warning
+        assert says in warning, warning
+        assert warning.endswith("(docs/ci.md)")
+
+
 # --- who runs where ---------------------------------------------------------------------------
 
 def test_history_jobs_run_on_runners_no_pull_request_reaches() -> None:
@@ -551,3 +586,321 @@ def test_every_perf_job_has_its_own_home_and_configuration() -> None:
                     "XDG_STATE_HOME", "PERFGATE_CACHE_DIR"):
             assert f'echo "{var}=$home' in clean["run"], (name, var)
         assert 'home="$RUNNER_TEMP/perfgate-home"' in clean["run"]
+
+
+# --- the history job trusts only the default branch -----------------------------------------
+# Attacks on the workflow as it was before the sandbox and these checks (BEFORE: each is live
+# there), and on the current one.
+
+BEFORE = "eaf04e73e4f3830d65f4e3ba2f5953a22ece64a7"  # the gate before the sandbox
+
+
+def _workflow_at(version: str) -> str:
+    if version == "new":
+        return WORKFLOW.read_text()
+    done = subprocess.run(["git", "show", f"{BEFORE}:.github/workflows/perfgate.yml"],
+                          cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot read the workflow at {BEFORE[:10]} ({done.stderr.strip()}): fetch "
+                    "the full history (git fetch --unshallow)")
+    return done.stdout
+
+
+def _main_job(sha: str, origin: Path, machine: Machine, version: str, until: str,
+              event: str = "push", inputs: dict[str, str] | None = None) -> Job:
+    return run_job("default-branch", event, {"after": sha}, sha, origin, machine, "perf-xeon",
+                   inputs, workflow=_workflow_at(version), until=until)
+
+
+def _in_runner(machine: Machine, script: str) -> None:
+    """A shell command run as the runner's user in its namespace, as a job's code would."""
+    subprocess.run(machine.command(["sh", "-c", script], machine.home), check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=60)
+
+
+# The main thread exits while a second thread runs: `State: Z`, which the old cleanup skipped,
+# while the process lived on (it rewrote main's next run in the attack it stands for).
+ZOMBIE_LEADER = """import ctypes, os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_WRONLY)
+if os.fork():
+    os._exit(0)
+os.setsid()
+def beat():
+    while True:
+        os.pwrite(fd, b"%020d" % time.monotonic_ns(), 0)
+        time.sleep(0.01)
+threading.Thread(target=beat).start()
+time.sleep(0.1)
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def _zombie_leaders(uid: int) -> list[int]:
+    """Processes of `uid` whose leader is a zombie while another of their threads runs."""
+    found = []
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            tasks = os.listdir(f"/proc/{pid}/task")
+            states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rpartition(")")[2].split()[0]
+                      for t in tasks]
+        except OSError:
+            continue
+        uids = next(x for x in status.splitlines() if x.startswith("Uid:")).split()[1:]
+        if str(uid) in uids and states and "Z" in states and any(s not in "ZX" for s in states):
+            found.append(pid)
+    return found
+
+
+@pytest.mark.slow  # ~3 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_zombie_leader_does_not_survive_the_cleanup(
+        user_scratch: tuple[Path, Path], user_runner: Machine, version: str) -> None:
+    origin, dev = user_scratch
+    sha = git(dev, "rev-parse", "HEAD")
+    script, beat = user_runner.home / "zombie.py", user_runner.home / "beat"
+    _as_runner(user_runner, script, ZOMBIE_LEADER)
+    _as_runner(user_runner, beat, "")
+    _in_runner(user_runner, f"{user_runner.python} -I {script} {beat}")
+    assert _next_beat(beat, _next_beat(beat, "")), "the zombie leader is not running"
+    deadline = time.monotonic() + 10
+    while not _zombie_leaders(RUNNER_UID) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _zombie_leaders(RUNNER_UID), "the leader did not become a zombie"
+    job = _main_job(sha, origin, user_runner, version, "Clean the runner")
+    clean = job.step("Clean the runner")
+    assert clean["code"] == 0, clean["out"][-3000:]
+    seen = beat.read_text()
+    if version == "old":  # live: skipped as a zombie, it beats on
+        assert _next_beat(beat, seen)
+    else:
+        time.sleep(0.5)
+        assert beat.read_text() == seen and not _zombie_leaders(RUNNER_UID), clean["out"]
+        assert "ended stray process" in clean["out"]
+
+
+CONFTEST_ZOMBIE = """
+
+import subprocess as _sp, sys as _sys
+_sp.Popen([_sys.executable, "-c", {script!r}, "/dev/null"], start_new_session=True,
+          stdout=_sp.DEVNULL, stderr=_sp.DEVNULL)
+"""
+
+
+@pytest.mark.slow  # a pull request's job with its venv and A/B run (fake clock), ~15 s
+def test_a_zombie_leader_a_pull_request_starts_ends_with_its_sandbox(
+        user_scratch: tuple[Path, Path], user_runner: Machine) -> None:
+    """The pull request's code runs in the sandbox as the runner's user (not root): when its
+    pytest ends, so does the zombie leader its conftest.py started, before any cleanup."""
+    if why := sandbox_unusable():
+        need_tool(why)
+    origin, dev = user_scratch
+    base = _with_constraints(dev, "new")
+    _push(dev)
+    git(dev, "switch", "-q", "-c", "zombie")
+    conftest = (dev / "conftest.py").read_text()
+    (dev / "conftest.py").write_text(conftest + CONFTEST_ZOMBIE.format(script=ZOMBIE_LEADER))
+    head = commit(dev, "a pull request that leaves a zombie leader")
+    git(dev, "push", "-q", "origin", "zombie")
+    git(dev, "switch", "-q", "main")
+    event = {"pull_request": {"number": 7, "head": {"sha": head,
+                                                    "repo": {"full_name": "acme/scratch"}},
+                              "base": {"sha": base, "ref": "main"}}}
+    job = run_job("pull-request", "pull_request", event, head, origin, user_runner,
+                  "perf-xeon", until="measure")
+    measure = job.step("measure")
+    assert measure["code"] == 0, measure["out"][-3000:]
+    assert not _zombie_leaders(RUNNER_UID)  # ended with the sandbox, no cleanup ran yet
+
+
+SMUDGE = """#!/bin/sh
+echo "smudge ran in $GITHUB_JOB" >> {log}
+cat
+"""
+
+
+@pytest.mark.slow  # ~3 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_symlinked_workspace_is_refused_never_reused(
+        user_scratch: tuple[Path, Path], user_runner: Machine, version: str) -> None:
+    """A pull request's job swaps the workspace for a link to a repository it keeps, whose
+    .git/config names a smudge filter: main's checkout would reuse it and run the filter."""
+    origin, dev = user_scratch
+    old = git(dev, "rev-parse", "HEAD~1")
+    sha = commit(dev, "C2")
+    _push(dev)
+    home, log = user_runner.home, user_runner.home / "pwned.log"
+    _as_runner(user_runner, log, "")
+    kept = home / "kept"
+    subprocess.run(["git", "clone", "-q", str(origin), str(kept)], check=True)
+    git(kept, "checkout", "-q", old)
+    _as_runner(user_runner, home / "smudge.sh", SMUDGE.format(log=log), 0o755)
+    with open(kept / ".git" / "config", "a") as f:
+        f.write(f'[filter "p"]\n\tsmudge = {home}/smudge.sh\n')
+    (kept / ".git" / "info" / "attributes").write_text("* filter=p\n")
+    subprocess.run(["chown", "-R", f"{RUNNER_UID}:{RUNNER_UID}", str(kept)], check=True)
+    ws = user_runner.workspace
+    shutil.rmtree(ws)
+    ws.symlink_to(kept)
+    os.lchown(ws, RUNNER_UID, RUNNER_UID)
+
+    job = _main_job(sha, origin, user_runner, version, "actions/checkout")
+    if version == "old":  # live: the kept repository was reused, its filter ran in main's job
+        assert "smudge ran in default-branch" in log.read_text()
+    else:
+        clean = job.step("Clean the runner")
+        assert clean["code"] == 3, clean["out"]
+        assert not any("checkout" in s["name"] for s in job.steps)
+        errors = {a for a in job.annotations if a.startswith("::error")}  # first and last
+        assert errors == {
+            f"::error title=perfgate cleanup::{ws} is a symbolic link (to {kept}) that the "
+            f"runner's user could have made, where the runner keeps {ws}: a job replaced it, "
+            "so this runner is not safe for the next job; remove the link (rm "
+            f"{ws}) and re-image the runner (docs/ci.md)"}
+        assert log.read_text() == "" and ws.is_symlink()
+
+
+@pytest.mark.slow  # ~3 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("where", ["/dev/shm", "/tmp"])
+def test_a_folder_in_dev_shm_or_tmp_is_removed(user_scratch: tuple[Path, Path],
+                                               user_runner: Machine, where: str,
+                                               version: str) -> None:
+    """A job fills /dev/shm through a folder (the old cleanup removed only files): main's
+    job would fail with ENOSPC and record nothing."""
+    origin, dev = user_scratch
+    sha = git(dev, "rev-parse", "HEAD")
+    _in_runner(user_runner, f"mkdir {where}/fill && head -c 1048576 /dev/zero > "
+                            f"{where}/fill/blob && mkdir {where}/fill/deeper")
+    job = _main_job(sha, origin, user_runner, version, "Clean the runner")
+    clean = job.step("Clean the runner")
+    assert clean["code"] == 0, clean["out"][-3000:]
+    left = subprocess.run(user_runner.command(["ls", "-A", where], user_runner.home),
+                          capture_output=True, text=True, check=True).stdout.split()
+    if version == "old":  # live: the folder and what fills it stay
+        assert "fill" in left
+    else:
+        assert "fill" not in left and f"{where}/fill" in clean["out"].splitlines()
+
+
+CONFTEST_MARK = """
+
+import os as _os
+with open({log!r}, "a") as _f:
+    _f.write(f"conftest of the unmerged branch ran in {{_os.environ.get('GITHUB_JOB')}}\\n")
+"""
+
+
+@pytest.mark.slow  # a venv, a history run and an anchor A/B run (fake clock), ~8 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_unmerged_anchor_is_refused(user_scratch: tuple[Path, Path], user_runner: Machine,
+                                       version: str) -> None:
+    """workflow_dispatch with anchor=origin/<an unmerged branch>: that branch's conftest.py
+    would run on the trusted pool (the chain: it leaves a zombie leader that forges the next
+    push's run). The anchor must be a commit of the default branch."""
+    origin, dev = user_scratch
+    sha = _with_constraints(dev, version)
+    _push(dev)
+    log = user_runner.home / "pwned.log"
+    _as_runner(user_runner, log, "")
+    git(dev, "switch", "-q", "-c", "evil")
+    conftest = (dev / "conftest.py").read_text()
+    (dev / "conftest.py").write_text(conftest + CONFTEST_MARK.format(log=str(log)))
+    evil = commit(dev, "an unmerged branch")
+    git(dev, "push", "-q", "origin", "evil")
+    git(dev, "switch", "-q", "main")
+
+    job = _main_job(sha, origin, user_runner, version, "anchor_ab", event="workflow_dispatch",
+                    inputs={"anchor": "origin/evil", "seed_runs": "", "bisect_good": ""})
+    said = log.read_text()
+    if version == "old":  # live: the branch's code ran on the trusted pool
+        assert "conftest of the unmerged branch ran in default-branch" in said
+    else:
+        assert said == ""
+        pick = job.step("anchor")
+        assert pick["code"] == 2 and job.step("history")["code"] == 0, pick["out"]
+        assert [a for a in job.annotations if "title=perfgate anchor" in a] == [
+            f"::error title=perfgate anchor::origin/evil ({evil}) is not on the default branch "
+            "main: the anchor's code runs on this runner, so it must be a commit main has "
+            f"(git merge-base --is-ancestor {evil} origin/main); give one of its commits or "
+            "release tags"]
+        assert "anchor_ab" not in [s["id"] for s in job.steps]
+
+
+# a .pth file: site runs its import lines at every start of this interpreter (a
+# sitecustomize.py would do the same, where no other one comes first on sys.path)
+PLANTED_PTH = "import os; open({log!r}, 'a').write('planted code ran\\n')\n"
+
+
+@pytest.mark.slow  # ~4 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_base_interpreter_the_runner_can_write_is_named(
+        user_scratch: tuple[Path, Path], user_runner: Machine, version: str) -> None:
+    """The runner's .env names an interpreter the runner's user installed (a venv in its
+    folders): a job plants code there (a .pth file, a sitecustomize.py), and main's job
+    runs it."""
+    origin, dev = user_scratch
+    sha = _with_constraints(dev, version)
+    _push(dev)
+    log = user_runner.home / "pwned.log"
+    _as_runner(user_runner, log, "")
+    base = user_runner.home.parent / "base-python"
+    subprocess.run([user_python(), "-m", "venv", "--without-pip", str(base)], check=True)
+    site = next(base.glob("lib/python3*/site-packages"))
+    (site / "zz_planted.pth").write_text(PLANTED_PTH.format(log=str(log)))
+    subprocess.run(["chown", "-R", f"{RUNNER_UID}:{RUNNER_UID}", str(base)], check=True)
+    Path(user_runner.python).write_text(RUNNER_PYTHON.format(python=base / "bin" / "python"))
+
+    job = _main_job(sha, origin, user_runner, version, "Python environment")
+    if version == "old":  # live: the planted code ran in main's job
+        assert "planted code ran" in log.read_text()
+    else:
+        assert log.read_text() == ""
+        check = job.step("Check the base interpreter (the runner's user must not be able to "
+                         "change it)")
+        assert check["code"] == 3, check["out"]
+        (error,) = [a for a in job.annotations if a.startswith("::error")]
+        assert error.startswith("::error title=perfgate runner::the base interpreter ")
+        assert f"the runner's user (uid {RUNNER_UID}) can write {base}" in error, error
+        assert error.endswith("install the interpreter as another user (root) and name it in "
+                              "PERFGATE_BASE_PYTHON (docs/ci.md)")
+
+
+MISSED = "Commits no history run recorded (a cancelled or failed job's)"
+
+
+@pytest.mark.slow  # two history jobs with their venvs (fake clock) and a save, ~10 s per case
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_cancelled_history_job_costs_no_commit_unnamed(
+        user_scratch: tuple[Path, Path], user_runner: Machine, open_tmp: Path,
+        version: str) -> None:
+    """A pull request's workflow takes main's concurrency group with cancel-in-progress:
+    main's history job for C3 is cancelled and records nothing. The next job names C3."""
+    origin, dev = user_scratch
+    c2 = _with_constraints(dev, version)
+    _push(dev)
+    first = _main_job(c2, origin, user_runner, version, "Upload the run for save-history")
+    _steps_ok(first)
+    saved = run_job("save-history", "push", {}, c2, origin, Machine(open_tmp / "hosted"),
+                    "perf-xeon", artifacts_from=first.artifacts, workflow=_workflow_at(version))
+    _steps_ok(saved)
+    c3 = commit(dev, "C3, whose history job was cancelled")
+    c4 = commit(dev, "C4")
+    _push(dev)
+    job = _main_job(c4, origin, user_runner, version,
+                    MISSED if version == "new" else "This machine's history")
+    _steps_ok(job)
+    if version == "old":  # live: nothing says C3 has no run
+        assert c3[:10] not in job.summary and not job.annotations
+    else:
+        assert job.summary == (
+            "### perfgate: 1 commit(s) without a history run on perf-xeon\n\n"
+            f"Between the last recorded run ({c2[:10]}) and this commit, oldest first (a "
+            "cancelled or failed history job's; this run's verdict covers their changes, "
+            "`perfgate bisect` finds which one):\n\n"
+            f"- `{c3[:10]}` C3, whose history job was cancelled\n\n")
+        assert job.annotations == [
+            f"::warning title=perfgate history::1 commit(s) of the default branch between "
+            f"{c2[:10]} (the last recorded on perf-xeon) and {c4[:10]} have no history run (a "
+            "cancelled or failed history job): the job summary names them"]

@@ -50,6 +50,7 @@ from workflow_sim import (
     git,
     history,
     run_job,
+    sandbox_unusable,
 )
 
 # --- the runners the scratch project's jobs run on (the project: tests/workflow_sim.py) -----
@@ -95,6 +96,8 @@ def save(job: Job, sha: str, origin: Path, tmp_path: Path, machine: str = "perf-
 @pytest.mark.slow  # three jobs, each with its venv and an A/B run (fake clock), ~20 s
 def test_pull_request_job_pass_regression_infrastructure(scratch: tuple[Path, Path],
                                                          runner: Machine) -> None:
+    if why := sandbox_unusable():
+        need_tool(why)
     origin, dev = scratch
     base = git(dev, "rev-parse", "HEAD")
     heads = {}
@@ -426,6 +429,41 @@ def test_seed_runs_must_be_a_count(scratch: tuple[Path, Path], runner: Machine,
         "give a whole number from 1 (e.g. 3), or leave it empty for a normal run"]
 
 
+
+def test_the_history_job_measures_only_the_default_branchs_commits(
+        scratch: tuple[Path, Path], runner: Machine) -> None:
+    """A commit that is on no branch but an unmerged one never reaches the Python
+    environment (its build backend) or pytest (its conftest.py) on the trusted pool."""
+    origin, dev = scratch
+    git(dev, "switch", "-q", "-c", "unmerged")
+    head = commit(dev, "not on main")
+    git(dev, "push", "-q", "origin", "unmerged")
+    git(dev, "switch", "-q", "main")
+    job = run_job("default-branch", "push", {"after": head}, head, origin, runner, "perf-xeon")
+    check = job.step("Check what is measured (the default branch's commits only)")
+    assert check["code"] == 2, check["out"]
+    assert _errors(job, "perfgate usage error") == [
+        f"::error title=perfgate usage error::{head} is not on the default branch main: the "
+        "history job measures only the default branch's commits; run it from 'main'"]
+    assert "Python environment" not in [s["name"] for s in job.steps]
+
+
+@pytest.mark.parametrize("anchor", ["--output=/tmp/x", "v1 v2", "a;b", "$(id)"])
+def test_the_anchor_input_must_be_a_revision(scratch: tuple[Path, Path], runner: Machine,
+                                             anchor: str) -> None:
+    """Checked first, before anything runs; its ancestry of the default branch once the
+    clone is there (tests/test_trust_workflow.py, an unmerged anchor)."""
+    origin, dev = scratch
+    head = git(dev, "rev-parse", "HEAD")
+    job = run_job("default-branch", "workflow_dispatch", {}, head, origin, runner, "perf-xeon",
+                  {"seed_runs": "", "anchor": anchor})
+    assert job.step("Check the inputs")["code"] == 2
+    assert job.annotations == [
+        f"::error title=perfgate usage error::anchor is '{anchor}', not a revision: give a "
+        "commit hash or tag of the default branch main (letters, digits and . _ / ~ ^ -, not "
+        "starting with -), or leave it empty"]
+
+
 # --- the manual bisect job ------------------------------------------------------------------
 
 def _bisect_inputs(**given: str) -> dict[str, str]:
@@ -523,6 +561,8 @@ def test_bisect_tests_takes_paths_and_k_and_m_only(scratch: tuple[Path, Path], r
 @pytest.mark.slow  # a bisection of four commits: five A/B probes (on the fake clock), ~15 s
 def test_the_bisect_job_names_the_slow_commit_in_its_summary(scratch: tuple[Path, Path],
                                                              runner: Machine) -> None:
+    if why := sandbox_unusable():
+        need_tool(why)
     origin, dev = scratch
     slow = commit(dev, "C2 slow", work=6)
     head = commit(dev, "C3", work=6)  # still slow
@@ -606,12 +646,19 @@ def _beating(path: Path, within_s: float = 60.0) -> bool:
 
 
 def _forks_copy_without_cleanup() -> str:
-    """The pull request's own copy of the workflow: its last cleanup step removed, which a
-    fork may do, since a pull request's run uses the pull request's workflow."""
+    """The pull request's own copy of the workflow: its last cleanup step and its sandbox
+    removed, which a fork may do, since a pull request's run uses the pull request's
+    workflow."""
     wf = yaml.safe_load(WORKFLOW.read_text())
     steps = wf["jobs"]["pull-request"]["steps"]
     assert steps[-1]["name"] == "Clean the runner"
     del steps[-1]
+    launch = re.compile(r'"\$\{PERFGATE_BASE_PYTHON:-python3\}" -I -S "\$(?:SANDBOX|sandbox)"'
+                        r'[^\n]*? -- (?:\\\n\s*)?')
+    for step in steps:
+        if "run" in step:
+            step["run"] = launch.sub("", step["run"])
+    assert not any(re.search(r"-I -S .\$(SANDBOX|sandbox)", s.get("run", "")) for s in steps)
     return yaml.safe_dump(wf)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,8 @@ from fake_session import FAKE_CLOCK_CONFTEST
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "perfgate.yml"
 SITE_PACKAGES = next(p for p in sys.path if p.endswith("site-packages"))
+# the runner's sandbox launcher, as its .env names it: this checkout's, which only root writes
+SANDBOX = str(ROOT / "pytest_perfgate" / "cli" / "_sandbox.py")
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
        "-c", "advice.detachedHead=false"]
 
@@ -236,18 +239,34 @@ class Machine:
             self.holder = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
                  (f"{pid2} & " if pid2 else "")  # the namespace's pid 2, if given
-                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec \"$0\" -I -c \"$1\" "
-                 + INIT_NAME, sys.executable, INIT],
+                 + "mount -t tmpfs -o size=256m tmpfs /dev/shm && "
+                 + (self._private_tmp() if user is not None else "")
+                 + "exec \"$0\" -I -c \"$1\" " + INIT_NAME, sys.executable, INIT],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             for _ in range(200):
                 kids = subprocess.run(["pgrep", "-P", str(self.holder.pid)],
                                       capture_output=True, text=True).stdout.split()
-                if kids and INIT_NAME.encode() in Path(f"/proc/{kids[0]}/cmdline").read_bytes():
+                # the init itself (its last argument), not the shell still mounting before it
+                if kids and Path(f"/proc/{kids[0]}/cmdline").read_bytes().split(b"\0")[-2:] \
+                        == [INIT_NAME.encode(), b""]:
                     self.ns_pid = int(kids[0])
                     break
                 assert self.holder.poll() is None, self.holder.communicate()
                 subprocess.run(["sleep", "0.05"])
             assert self.ns_pid, "the runner's namespace did not start"
+
+    def _private_tmp(self) -> str:
+        """Shell commands giving the namespace a /tmp of its own that still holds the folder
+        this runner lives in: the cleanup removes what the runner's user owns in /tmp, and
+        the other tests' runners of that user (another pytest worker) keep theirs."""
+        keep = self.home.parent
+        new = "/dev/shm/.tmp"
+        cmds = [f"mkdir {new}", f"mount -t tmpfs -o size=256m,mode=1777 tmpfs {new}"]
+        if keep.is_relative_to("/tmp"):
+            inside = shlex.quote(f"{new}/{keep.relative_to('/tmp')}")
+            cmds += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(keep))} {inside}"]
+        cmds += [f"mount --move {new} /tmp", f"rmdir {new}"]
+        return " && ".join(cmds) + " && "
 
     def own(self, *paths: Path) -> None:
         """Give what the runner made for a job (its temp folder, step files) to its user."""
@@ -286,6 +305,18 @@ if [ "$1" = -m ] && [ "$2" = venv ]; then
 fi
 exec "{python}" "$@"
 """
+
+
+def sandbox_unusable() -> str:
+    """Why this machine cannot make the sandbox the pull-request and bisect jobs run their
+    code in ('' where it can): no bwrap, or no namespaces for this user."""
+    from pytest_perfgate.cli import _sandbox
+
+    try:
+        _sandbox.prepare(["true"], workspace="/", home="")
+    except _sandbox.SandboxError as e:
+        return f"the pull-request and bisect jobs need the sandbox: {e}"
+    return ""
 
 
 def user_python() -> str:
@@ -361,6 +392,10 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
     assert leg in spec.get("strategy", {}).get("matrix", {}).get("machine", [leg])
     server, repository = origin.parent.parent, f"{origin.parent.name}/{origin.stem}"
     machine.jobs += 1
+    for name in ("perf-epyc", "perf-xeon"):  # the documented rule set, unless a test set others
+        if not branch_rules(origin, f"perfgate-history/{name}").exists():
+            set_branch_rules(origin, f"perfgate-history/{name}",
+                             ("update", "non_fast_forward", "deletion"))
     run = machine.home / f"_diag/run-{machine.jobs}"
     workspace, temp, tools = machine.workspace, machine.home / "_work" / "_temp", \
         machine.home / "_tool"
@@ -395,10 +430,11 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
                 "GITHUB_EVENT_NAME": event_name, "GITHUB_EVENT_PATH": str(event_path),
                 "GITHUB_SHA": sha, "GITHUB_REF": ref, "GITHUB_RUN_ID": "4242",
                 "GITHUB_REPOSITORY": repository, "GITHUB_SERVER_URL": f"file://{server}",
+                "GITHUB_API_URL": f"file://{server}/api",
                 "GITHUB_JOB": job_id, "RUNNER_TEMP": str(temp),
                 "RUNNER_TOOL_CACHE": str(tools), "RUNNER_OS": "Linux"}
     if not hosted:  # the runner's .env: the packages come from this interpreter's venv
-        base_env.update({"PERFGATE_BASE_PYTHON": machine.python,
+        base_env.update({"PERFGATE_BASE_PYTHON": machine.python, "PERFGATE_SANDBOX": SANDBOX,
                          "PYTHONPATH": f"{package}:{SITE_PACKAGES}",
                          "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"})
     env: dict[str, str] = {}
@@ -452,6 +488,21 @@ def run_job(job_id: str, event_name: str, event: dict[str, Any], sha: str, origi
             break
     job.artifacts = run / "artifacts"
     return job
+
+
+def branch_rules(origin: Path, branch: str) -> Path:
+    """Where the simulated API (GITHUB_API_URL, file://) answers GET
+    /repos/{owner}/{repo}/rules/branches/{branch}: the rules that apply to `branch`."""
+    server, repository = origin.parent.parent, f"{origin.parent.name}/{origin.stem}"
+    return server / "api" / "repos" / repository / "rules" / "branches" / branch
+
+
+def set_branch_rules(origin: Path, branch: str, types: tuple[str, ...]) -> None:
+    path = branch_rules(origin, branch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{"type": t, "ruleset_source_type": "Repository",
+                                 "ruleset_source": origin.stem, "ruleset_id": 1}
+                                for t in types]))
 
 
 def _simulate(uses: str, with_: dict[str, str], workspace: Path, origin: Path, sha: str,
