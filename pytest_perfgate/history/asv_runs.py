@@ -8,7 +8,7 @@ those numbers (docs/design.md §6). They are *reduced* and marked as such:
 - ``metadata["recorded_by"] == "asv"``, the run id starts with ``asv-``, each benchmark's
   ``source`` is ``"asv"``;
 - asv keeps only machine.json fields (machine, cpu, num_cpu...) and the Python version, not
-  the CPU affinity, cgroup quota, NUMA nodes or package versions perfgate fingerprints on.
+  the CPU affinity, cgroup quota or NUMA nodes perfgate fingerprints on.
   So the fingerprint is computed from what asv kept, with the rest unknown: asv-run records
   serve as each other's baseline, never as a baseline of perfgate's own runs (nor the
   reverse), and a NO BASELINE names what differs;

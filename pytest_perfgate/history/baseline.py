@@ -79,8 +79,8 @@ def describe_other_fingerprints(runs: Sequence[RunRecord], fingerprint: str, ben
     for fp, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         part = f"{len(rs)} {'run exists' if len(rs) == 1 else 'runs exist'} on fingerprint {fp}"
         if all(is_asv_run(r) for r in rs):
-            part += (" (recorded by `asv run`, whose files keep no CPU affinity, NUMA nodes "
-                     "or package versions: docs/design.md §6)")
+            part += (" (recorded by `asv run`, whose files keep no CPU affinity, cgroup "
+                     "quota or NUMA nodes: docs/design.md §6)")
         if ours is not None:
             theirs = fingerprint_fields(max(rs, key=lambda r: r.started_at).metadata)
             part += f" which differs in: {describe_mismatch(theirs, ours)}"
