@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import need_tool
+from workflow_sim import HIDDEN_BY_TMP
 
 from pytest_perfgate.cli import _sandbox
 
@@ -102,7 +103,7 @@ def _run(place: Path, argv: list[str], sandboxed: bool,
     interpreter, -I -S, the script by its path) or bare."""
     if sandboxed:
         argv = [sys.executable, "-I", "-S", str(SANDBOX), *(f"--rw={p}" for p in rw),
-                "--", *argv]
+                *(f"--ro={p}" for p in HIDDEN_BY_TMP), "--", *argv]
     return subprocess.run(argv, cwd=place / "ws", capture_output=True, text=True, timeout=60,
                           env={**os.environ, "HOME": str(place / "home")})
 

@@ -33,8 +33,29 @@ from fake_session import FAKE_CLOCK_CONFTEST
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "perfgate.yml"
 SITE_PACKAGES = next(p for p in sys.path if p.endswith("site-packages"))
-# the runner's sandbox launcher, as its .env names it: this checkout's, which only root writes
-SANDBOX = str(ROOT / "pytest_perfgate" / "cli" / "_sandbox.py")
+# What the jobs run that lives under /tmp (a clean clone there, its venv): the sandbox's /tmp
+# is its own, so they are bound read-only into it, as a runner binds its tool cache.
+_UNDER_TMP = [q for q in dict.fromkeys([ROOT, Path(sys.prefix), Path(SITE_PACKAGES)])
+              if q.is_relative_to("/tmp")]
+HIDDEN_BY_TMP = [q for q in _UNDER_TMP if not any(q != o and q.is_relative_to(o)
+                                                   for o in _UNDER_TMP)]
+_LAUNCHER = ROOT / "pytest_perfgate" / "cli" / "_sandbox.py"
+
+
+def _sandbox_launcher() -> str:
+    """The runner's sandbox launcher, as its .env names it: this checkout's (which only root
+    writes), or, where the checkout lives under /tmp, one that binds it in first."""
+    if not HIDDEN_BY_TMP:
+        return str(_LAUNCHER)
+    wrapper = Path(sys.prefix) / "perfgate-sim-sandbox.py"  # beside the venv: not in git
+    ro = [f"--ro={q}" for q in HIDDEN_BY_TMP]
+    wrapper.write_text(f"import runpy, sys\nsys.argv[1:1] = {ro!r}\n"
+                       f"runpy.run_path({str(_LAUNCHER)!r}, run_name='__main__')\n")
+    wrapper.chmod(0o644)
+    return str(wrapper)
+
+
+SANDBOX = _sandbox_launcher()
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
        "-c", "advice.detachedHead=false"]
 
@@ -247,8 +268,11 @@ class Machine:
                 kids = subprocess.run(["pgrep", "-P", str(self.holder.pid)],
                                       capture_output=True, text=True).stdout.split()
                 # the init itself (its last argument), not the shell still mounting before it
-                if kids and Path(f"/proc/{kids[0]}/cmdline").read_bytes().split(b"\0")[-2:] \
-                        == [INIT_NAME.encode(), b""]:
+                try:  # the shell may have become the init (exec) or ended meanwhile
+                    argv = Path(f"/proc/{kids[0]}/cmdline").read_bytes() if kids else b""
+                except OSError:
+                    argv = b""
+                if argv.split(b"\0")[-2:] == [INIT_NAME.encode(), b""]:
                     self.ns_pid = int(kids[0])
                     break
                 assert self.holder.poll() is None, self.holder.communicate()
@@ -259,10 +283,13 @@ class Machine:
         """Shell commands giving the namespace a /tmp of its own that still holds the folder
         this runner lives in: the cleanup removes what the runner's user owns in /tmp, and
         the other tests' runners of that user (another pytest worker) keep theirs."""
-        keep = self.home.parent
+        # and what the jobs run: this checkout and its interpreter (a clean clone in /tmp)
+        kept = [self.home.parent, Path(__file__).resolve().parents[1], Path(sys.prefix),
+                Path(sys.base_prefix), Path(sys.executable).resolve().parent]
         new = "/dev/shm/.tmp"
         cmds = [f"mkdir {new}", f"mount -t tmpfs -o size=256m,mode=1777 tmpfs {new}"]
-        if keep.is_relative_to("/tmp"):
+        under = [k for k in dict.fromkeys(kept) if k.is_relative_to("/tmp")]
+        for keep in [k for k in under if not any(k != o and k.is_relative_to(o) for o in under)]:
             inside = shlex.quote(f"{new}/{keep.relative_to('/tmp')}")
             cmds += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(keep))} {inside}"]
         cmds += [f"mount --move {new} /tmp", f"rmdir {new}"]
