@@ -636,10 +636,29 @@ ctypes.CDLL(None).pthread_exit(None)
 """
 
 
-def _zombie_leaders(uid: int) -> list[int]:
-    """Processes of `uid` whose leader is a zombie while another of their threads runs."""
+def _descends(pid: int, ancestor: int) -> bool:
+    """Whether `ancestor` is among `pid`'s parents (an orphan is reparented to its PID
+    namespace's init, so what a runner's jobs leave descends from the runner's init)."""
+    for _ in range(64):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        pid = int(next(x for x in status.splitlines() if x.startswith("PPid:")).split()[1])
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def _zombie_leaders(uid: int, runner: Machine) -> list[int]:
+    """Processes of `uid` on `runner` (not another test's runner, beside it under xdist)
+    whose leader is a zombie while another of their threads runs."""
     found = []
     for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        if not _descends(pid, runner.ns_pid):
+            continue
         try:
             status = Path(f"/proc/{pid}/status").read_text()
             tasks = os.listdir(f"/proc/{pid}/task")
@@ -665,9 +684,9 @@ def test_a_zombie_leader_does_not_survive_the_cleanup(
     _in_runner(user_runner, f"{user_runner.python} -I {script} {beat}")
     assert _next_beat(beat, _next_beat(beat, "")), "the zombie leader is not running"
     deadline = time.monotonic() + 10
-    while not _zombie_leaders(RUNNER_UID) and time.monotonic() < deadline:
+    while not _zombie_leaders(RUNNER_UID, user_runner) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _zombie_leaders(RUNNER_UID), "the leader did not become a zombie"
+    assert _zombie_leaders(RUNNER_UID, user_runner), "the leader did not become a zombie"
     job = _main_job(sha, origin, user_runner, version, "Clean the runner")
     clean = job.step("Clean the runner")
     assert clean["code"] == 0, clean["out"][-3000:]
@@ -676,7 +695,8 @@ def test_a_zombie_leader_does_not_survive_the_cleanup(
         assert _next_beat(beat, seen)
     else:
         time.sleep(0.5)
-        assert beat.read_text() == seen and not _zombie_leaders(RUNNER_UID), clean["out"]
+        assert beat.read_text() == seen, clean["out"]
+        assert not _zombie_leaders(RUNNER_UID, user_runner), clean["out"]
         assert "ended stray process" in clean["out"]
 
 
@@ -711,7 +731,8 @@ def test_a_zombie_leader_a_pull_request_starts_ends_with_its_sandbox(
                   "perf-xeon", until="measure")
     measure = job.step("measure")
     assert measure["code"] == 0, measure["out"][-3000:]
-    assert not _zombie_leaders(RUNNER_UID)  # ended with the sandbox, no cleanup ran yet
+    # ended with the sandbox, no cleanup ran yet
+    assert not _zombie_leaders(RUNNER_UID, user_runner)
 
 
 SMUDGE = """#!/bin/sh
