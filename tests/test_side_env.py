@@ -367,6 +367,10 @@ def test_lock_files_and_pyproject_give_the_resolver_what_they_declare(tmp_path: 
     assert got.requirements == ["mujoco-core>=4.0.1", "matplotlib"]
     assert got.direct() == {"mujoco-core", "matplotlib", "pytest"}
     assert [f.name for f in got.constraint_files] == ["constraints.txt"]
+    (tmp_path / "constraints").mkdir()  # a folder of them, as this project's own
+    (tmp_path / "constraints" / "perf.txt").write_text("numpy==2.2.0 --hash=sha256:00\n")
+    assert inputs(tmp_path, ["constraints/perf.txt"]).constraint_files == [
+        tmp_path / "constraints" / "perf.txt"]
     (tmp_path / "environment.yml").write_text("dependencies:\n  - numpy=1.26\n")
     with pytest.raises(EnvBuildError, match="environment.yml changed, and perfgate builds "
                                             "environments with uv or pip, not conda"):

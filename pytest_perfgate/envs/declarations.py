@@ -17,8 +17,8 @@ from typing import Any
 
 # Globs relative to the project's top folder (``perfgate_env_files`` replaces them).
 DEFAULT_PATTERNS = ("pyproject.toml", "requirements*.txt", "requirements/*.txt",
-                    "constraints*.txt", "uv.lock", "poetry.lock", "Pipfile.lock",
-                    "environment.yml", "environment.yaml")
+                    "constraints*.txt", "constraints/*.txt", "uv.lock", "poetry.lock",
+                    "Pipfile.lock", "environment.yml", "environment.yaml")
 _PYPROJECT_KEYS = (("project", "dependencies"), ("project", "optional-dependencies"),
                    ("dependency-groups",), ("tool", "poetry", "dependencies"),
                    ("tool", "poetry", "group"), ("build-system", "requires"))

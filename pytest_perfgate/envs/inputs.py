@@ -116,7 +116,7 @@ def inputs(tree: Path, names: Sequence[str]) -> Inputs:
             got.pins.update(_lock_pins(path))
         elif base == "pyproject.toml":
             got.requirements += _pyproject_requirements(path)
-        elif base.startswith("constraints") and base.endswith(".txt"):
+        elif name.startswith("constraints") and base.endswith(".txt"):
             got.constraint_files.append(path)
         elif base.endswith(".txt"):
             got.requirement_files.append(path)

@@ -331,6 +331,7 @@ SPECS: tuple[Spec, ...] = (
          "declarations (globs from the project's top folder) whose change between the sides "
          "runs the base in the environment its own declarations pin, built with uv or pip "
          "(default: pyproject.toml, requirements*.txt, requirements/*.txt, constraints*.txt, "
+         "constraints/*.txt, "
          "uv.lock, poetry.lock, Pipfile.lock, environment.yml; none: off)",
          "PERFGATE_ENV_FILES"),
     Spec("ab_setup", parse_command, "shell command run in the base worktree before measuring "
