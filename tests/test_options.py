@@ -137,3 +137,24 @@ def test_an_empty_switch_flag_is_a_usage_error_naming_the_flag(
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*argument --perfgate-ab-confirm: '' is empty: use true or "
                               "false (an unset CI variable expands to nothing*"])
+
+
+def test_a_switch_takes_the_value_forms_the_docs_show(pytester: pytest.Pytester) -> None:
+    """`--perfgate-profile=off` (docs/profile.md) and `--perfgate-counts=false` work as the
+    bare flags do; the bare flag still never takes the next argument (a test path)."""
+    pytester.makeconftest("""
+        from pytest_perfgate.plugin.hooks import gate_session
+        def pytest_collection_finish(session):
+            o = gate_session(session.config).options
+            print(f"OPTIONS profile={o.profile} counts={o.counts}")
+    """)
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    for args, said in ((["--perfgate-profile=off", "--perfgate-counts=false"],
+                        "OPTIONS profile=off counts=False"),
+                       (["--perfgate-profile=always", "--perfgate-counts=true"],
+                        "OPTIONS profile=always counts=True"),
+                       (["--perfgate-profile", "--perfgate-counts", "test_x.py"],
+                        "OPTIONS profile=always counts=True")):
+        res = pytester.runpytest_subprocess("--co", "-s", "-p", "no:cacheprovider", *args)
+        assert res.ret == 0, res.stderr.str()
+        res.stdout.fnmatch_lines([said])

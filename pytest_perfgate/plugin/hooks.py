@@ -10,6 +10,8 @@ use: a perf fixture, a ``perfgate`` marker, ``perfgate_select`` in the ini file.
 
 from __future__ import annotations
 
+import argparse
+
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                                 else {"type": argparse_type(spec.parse)})
         group.addoption(spec.flag, dest=f"perfgate_{spec.name}", default=None,
                         help=spec.full_help.replace("%", "%%"), **kind)  # argparse formats
+        for word in spec.words:  # a switch's documented value forms (--perfgate-profile=off):
+            # argparse matches the whole string first; a switch may not take a value else
+            group.addoption(f"{spec.flag}={word}", dest=f"perfgate_{spec.name}",
+                            action="store_const", const=word, help=argparse.SUPPRESS)
         parser.addini(spec.ini, spec.full_help, default=None)
 
 

@@ -233,6 +233,7 @@ class Spec:
     help: str
     env: str | None = None
     switch: bool = False  # a bare flag (--perfgate-counts); the ini takes true/false
+    words: tuple[str, ...] = ()  # a switch's values also taken as --flag=word
 
     @property
     def flag(self) -> str:
@@ -343,7 +344,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("counts", parse_bool, "also count instructions per env-step under valgrind "
          "(callgrind) and gate them as <benchmark>.counts beside steps/s; needs valgrind "
          "(off by default; @pytest.mark.perfgate(counts=...) decides per test)",
-         switch=True),
+         switch=True, words=("true", "false")),
     Spec("remeasure", parse_bool, "history mode: when the record cannot resolve the "
          "threshold, measure the newest baseline commit again, interleaved with this tree "
          "in A/B turns, and give that verdict", "PERFGATE_REMEASURE"),
@@ -353,7 +354,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("profile", parse_profile, "profile base and head with py-spy in interleaved turns "
          "and name the functions that grew, always (this flag) or, from the ini option or "
          "the variable: regression (after each REGRESSION of two sides: the default), "
-         "always or off", "PERFGATE_PROFILE", switch=True),
+         "always or off", "PERFGATE_PROFILE", switch=True,
+         words=("always", "regression", "off")),
     Spec("profile_dir", parse_path, "where the profiles' flame graph files go (default: "
          "profiles/ beside --perfgate-json, else .perfgate/profiles/<run id>)",
          "PERFGATE_PROFILE_DIR"),
@@ -414,7 +416,9 @@ class Options:
         for spec in SPECS:
             if flags.get(spec.name) is not None:
                 flag = flags[spec.name]  # a bare switch arrives as True: its parser says
-                values[spec.name] = spec.parse("true") if flag is True else flag
+                if spec.switch and (flag is True or isinstance(flag, str)):  # or --flag=word
+                    flag = spec.parse("true" if flag is True else flag)
+                values[spec.name] = flag
                 continue
             raw, where = _raw(spec, ini, env)
             if raw is None:
