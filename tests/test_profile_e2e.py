@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_session import FAKE_CLOCK_CONFTEST
@@ -208,3 +211,45 @@ def test_history_mode_profiles_its_own_run_on_request(fake_repo: Path) -> None:
     assert profile["spent"][0]["function"].startswith("clip"), profile
     assert Path(profile["files"]["run"]).is_file()
     assert "where the time goes (py-spy, 6 windows" in done.stdout
+
+
+@pytest.mark.slow  # real processes: a profile run started, then stopped from outside
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT],
+                         ids=["kill", "term", "int"])
+def test_a_stopped_perfgate_profile_leaves_nothing_running(repo: Path,
+                                                           sig: signal.Signals) -> None:
+    """Killed outright, or stopped as a cancelled job or Ctrl-C stops it, `perfgate
+    profile` leaves no process (its pytest, their sides) and no worktree behind: its pytest
+    dies with it (the kernel's parent-death signal) and unwinds as on Ctrl-C."""
+    import psutil
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_perfgate.cli", "profile",
+                             "--turns=96", "HEAD~1", ".", "test_policy.py",
+                             "--perfgate-ab-turn-time=0.2"], cwd=repo / "perf", env=clean,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    kids: list[psutil.Process] = []
+    while time.monotonic() < deadline:  # its pytest and both sides run
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        if sum("PERFGATE_SIDE" in " ".join(_environ_keys(k)) for k in kids) >= 2:
+            break
+        assert proc.poll() is None, "perfgate profile ended before its sides started"
+        time.sleep(0.2)
+    else:
+        pytest.fail("the sides never started")
+    os.kill(proc.pid, sig)
+    proc.wait(60)
+    _, alive = psutil.wait_procs(kids, timeout=60)
+    assert alive == [], [p.cmdline() for p in alive]
+    listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True,
+                            text=True).stdout.splitlines()
+    assert len(listed) == 1, listed
+
+
+def _environ_keys(p: Any) -> list[str]:
+    try:
+        return list(p.environ())
+    except Exception:  # ended meanwhile, or not ours to read
+        return []

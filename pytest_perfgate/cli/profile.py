@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._out import PYTEST_USAGE_ERROR, UsageError, inner_usage_error
+from pytest_perfgate.modes import group
 from pytest_perfgate.session.options import argparse_type, parse_path, parse_rev, parse_turns
 
 EXIT_PROFILED = 0  # every benchmark measured has its profile
@@ -98,8 +99,8 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
     print(f"perfgate profile: {'the working tree' if commit is None else commit[:10]} "
           f"against the base {base}; the report and flame graphs go to {folder}", flush=True)
     if commit is None:
-        done = subprocess.run([sys.executable, "-m", "pytest", *opts, *pytest_args],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        done = group.run_argv([sys.executable, "-m", "pytest", *opts, *pytest_args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         rc, output = done.returncode, done.stdout + done.stderr
     else:
         rc, output = _in_worktree(repo, commit, opts, pytest_args)
@@ -151,8 +152,8 @@ def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: Sequence[s
                 "import pytest_perfgate.plugin.hooks; "
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         with tempfile.TemporaryFile() as log:
-            done = subprocess.run([sys.executable, "-c", boot, *opts,
+            done = group.run_argv([sys.executable, "-c", boot, *opts,
                                    *place.map_args(pytest_args, tree)], cwd=cwd, env=env,
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                  stdout=log, stderr=subprocess.STDOUT)
             log.seek(0)
             return done.returncode, log.read().decode(errors="replace")

@@ -87,3 +87,19 @@ def run(command: str, cwd: str | os.PathLike[str], timeout: float | None = None
     finally:
         reap(proc)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def run_argv(args: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[Any]:
+    """:func:`subprocess.run` of ``args`` (no shell) in a group of its own that dies with
+    this process; interrupted, the whole group is ended (TERM, then KILL, bounded) before
+    the exception goes on, and anything the run left in its group is ended after it."""
+    proc = popen(list(args), stdin=subprocess.DEVNULL, **kw)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        stop(proc)
+        raise
+    finally:
+        reap(proc)
+    return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
+

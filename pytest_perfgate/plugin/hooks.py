@@ -11,7 +11,6 @@ use: a perf fixture, a ``perfgate`` marker, ``perfgate_select`` in the ini file.
 from __future__ import annotations
 
 import argparse
-
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
