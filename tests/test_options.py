@@ -90,7 +90,7 @@ def test_every_spec_has_flag_and_ini() -> None:
 
 def test_policy_choice() -> None:
     with pytest.raises(OptionError, match="^ini option perfgate_unstable: 'never' is not one "
-                                          "of fail, warn$"):
+                                          "of fail, warn: use fail or warn$"):
         resolve(ini={"unstable": "never"})
 
 
@@ -158,3 +158,33 @@ def test_a_switch_takes_the_value_forms_the_docs_show(pytester: pytest.Pytester)
         res = pytester.runpytest_subprocess("--co", "-s", "-p", "no:cacheprovider", *args)
         assert res.ret == 0, res.stderr.str()
         res.stdout.fnmatch_lines([said])
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_an_empty_ini_or_environment_value_is_refused_naming_its_key(spec) -> None:
+    """An ini key or variable set to nothing (an unset CI variable expands to that) is an
+    error naming the key and the fix, never the default in disguise."""
+    sources = [({"ini": {spec.name: ""}}, f"ini option {spec.ini}")]
+    if spec.env:
+        sources.append(({"env": {spec.env: " "}}, f"environment variable {spec.env}"))
+    for given, where in sources:
+        with pytest.raises(OptionError) as e:
+            resolve(**given)
+        text = str(e.value)
+        assert text.startswith(f"{where} is set but empty: "), text
+        assert text.endswith(", or unset it (an unset CI variable expands to nothing)"), text
+        fix = text.removeprefix(f"{where} is set but empty: ")
+        assert fix.split()[0] in ("use", "give"), text
+        assert "''" not in text and "empty:" not in fix, text
+
+
+def test_an_empty_switch_names_its_values() -> None:
+    with pytest.raises(OptionError) as e:
+        resolve(env={"PERFGATE_AB_CONFIRM": ""})
+    assert str(e.value) == ("environment variable PERFGATE_AB_CONFIRM is set but empty: use "
+                            "true or false, or unset it (an unset CI variable expands to "
+                            "nothing)")
+    with pytest.raises(OptionError) as e:
+        resolve(ini={"unstable": ""})
+    assert str(e.value) == ("ini option perfgate_unstable is set but empty: use fail or warn, "
+                            "or unset it (an unset CI variable expands to nothing)")

@@ -94,7 +94,7 @@ def _check_ini(config: pytest.Config) -> None:
     """A bad perfgate_* ini value is a usage error in every run, measuring or not (parsing
     is cheap; the session and its checks of paths wait for a perf test)."""
     ini = {s.name: config.getini(s.ini) for s in SPECS}
-    if all(v in (None, "") for v in ini.values()):
+    if all(v is None for v in ini.values()):
         return
     try:
         Options.resolve(False, dict.fromkeys(ini), ini, os.environ)

@@ -104,7 +104,8 @@ def parse_policy(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         s = str(text).strip().lower()
         if s not in choices:
-            raise OptionError(f"{text!r} is not one of {', '.join(choices)}")
+            raise OptionError(f"{text!r} is not one of {', '.join(choices)}: use "
+                              f"{', '.join(choices[:-1])} or {choices[-1]}")
         return s
 
     parse.__name__ = f"parse_{'_or_'.join(choices)}"
@@ -253,11 +254,24 @@ class Spec:
 
 def _raw(spec: Spec, ini: Mapping[str, Any], env: Mapping[str, str]
          ) -> tuple[Any, str | None]:
-    """The unparsed ini or environment value of ``spec`` and where it came from."""
+    """The unparsed ini or environment value of ``spec`` and where it came from. A key set
+    to nothing is a value (``""``): the parser refuses it, never the default in disguise."""
     raw, where = ini.get(spec.name), f"ini option {spec.ini}"
-    if raw in (None, "") and spec.env:
+    if raw is None and spec.env:
         raw, where = env.get(spec.env), f"environment variable {spec.env}"
-    return (None, None) if raw in (None, "") else (raw, where)
+    return (None, None) if raw is None else (raw, where)
+
+
+def _refuse_empty(spec: Spec, where: str) -> OptionError:
+    """``where`` is set to nothing: the fix is the parser's own, said once."""
+    try:
+        spec.parse("")
+        fix = "give a value"
+    except OptionError as e:
+        fix = str(e).removesuffix(EMPTY)
+        fix = fix.split(": ", 1)[1] if ": " in fix else fix
+    return OptionError(f"{where} is set but empty: {fix}, or unset it (an unset CI "
+                       "variable expands to nothing)")
 
 
 def sources(flags: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str]
@@ -423,6 +437,8 @@ class Options:
             raw, where = _raw(spec, ini, env)
             if raw is None:
                 continue
+            if not str(raw).strip():
+                raise _refuse_empty(spec, str(where))
             try:
                 values[spec.name] = spec.parse(raw)
             except OptionError as e:
