@@ -184,3 +184,42 @@ def test_a_killed_run_leaves_nothing_running_and_its_folders_are_swept(tmp_path:
     with ab_worktree(tmp_path, "HEAD"):  # the next A/B start (or bisect) sweeps
         assert not bisect_folder.exists()
     no_leftovers(tmp_path)
+
+
+def test_a_second_bisect_of_the_repository_is_refused_naming_the_first(tmp_path: Path
+                                                                        ) -> None:
+    """Two bisections of one repository would measure each other: the second is a usage
+    error naming the first; the lock ends with its holder, even one killed outright."""
+    c = scratch(tmp_path, [1, 1, 4])
+    first = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
+    assert first.stdout is not None
+    seen = ""
+    while "[probe 1/" not in seen:
+        line = first.stdout.readline()
+        assert line, seen
+        seen += line
+    second = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 2, out
+    assert (f"perfgate bisect: error: another perfgate bisect (pid {first.pid}) is running in "
+            "this repository: two at once measure each other's load; wait for it to end or "
+            f"stop it (kill -INT {first.pid}), then start again") in out, out
+    assert "Traceback" not in out
+    started = psutil.Process(first.pid).children(recursive=True)
+    first.kill()  # no clean-up runs: the kernel releases the lock
+    first.communicate(timeout=30)
+    _gone, alive = psutil.wait_procs(started, timeout=90)  # its probe ends with it
+    assert alive == [], [p.pid for p in alive]
+    third = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
+    assert third.stdout is not None
+    seen = ""
+    while "[probe 1/" not in seen:
+        line = third.stdout.readline()
+        assert line, seen
+        seen += line
+    os.kill(third.pid, signal.SIGTERM)
+    out, _ = third.communicate(timeout=180)
+    assert third.returncode == 130, seen + out
+    with ab_worktree(tmp_path, "HEAD"):  # what the killed run left is swept at a start
+        pass
+    no_leftovers(tmp_path)

@@ -9,6 +9,7 @@ search in :mod:`.search` (probe injected), the real probe and the input checks i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,17 +94,31 @@ def run(good_rev: str, bad_rev: str, pytest_args: Sequence[str] = (), *,
         retries: int = 2, max_probes: int = 64, setup: str | None = None) -> int:
     """``perfgate bisect``, in the git checkout here: the exit status (:mod:`.wording`)."""
     from pytest_perfgate.cli.bisect import probe as probes
+
+    repo = Path.cwd()
+    with contextlib.ExitStack() as held:
+        try:
+            good, bad, commits = probes.commit_range(repo, good_rev, bad_rev)
+            held.enter_context(probes.one_at_a_time(repo))
+        except probes.RangeError as e:
+            raise UsageError(str(e)) from None
+        return _bisect(repo, good, bad, commits, good_rev, bad_rev, pytest_args,
+                       threshold=threshold, turns=turns, turn_time=turn_time, retries=retries,
+                       max_probes=max_probes, setup=setup)
+
+
+def _bisect(repo: Path, good: str, bad: str, commits: list[str], good_rev: str,
+            bad_rev: str, pytest_args: Sequence[str], *, threshold: float | None,
+            turns: int, turn_time: float, retries: int, max_probes: int,
+            setup: str | None) -> int:
+    """The search itself, once the range is checked and the repository is this run's."""
+    from pytest_perfgate.cli.bisect import probe as probes
     from pytest_perfgate.cli.bisect import wording
     from pytest_perfgate.cli.bisect.search import Bisector, estimate_probes
     from pytest_perfgate.history.vcs import toplevel
     from pytest_perfgate.modes.place import Place
     from pytest_perfgate.report.readback import read_report
 
-    repo = Path.cwd()
-    try:
-        good, bad, commits = probes.commit_range(repo, good_rev, bad_rev)
-    except probes.RangeError as e:
-        raise UsageError(str(e)) from None
     labels = {good: good_rev, bad: bad_rev}
     threshold = threshold if threshold is not None else AB_THRESHOLD
     total, tests = estimate_probes(len(commits)), list(pytest_args)

@@ -86,6 +86,43 @@ def commit_range(repo: Path, good: str, bad: str) -> tuple[str, str, list[str]]:
     return g, b, commits
 
 
+LOCK_NAME = "perfgate-bisect.lock"  # in the repository's git folder, shared by worktrees
+
+
+@contextlib.contextmanager
+def one_at_a_time(repo: Path) -> Iterator[None]:
+    """Hold the repository's bisection lock, or raise RangeError naming the holder.
+
+    Two bisections of one repository would measure each other's load, one probe's side
+    processes beside the other's; the kernel's lock (flock) ends with its holder, so a
+    killed run never blocks the next one.
+    """
+    import fcntl
+
+    common = _git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    path = Path(common.stdout.strip()) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:  # a read-only repository: nothing to share it with
+        raise RangeError(f"cannot create {path} ({e.strerror}): run perfgate bisect in a "
+                         "repository you can write to") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+            who = f" (pid {holder[0]})" if holder and holder[0].isdigit() else ""
+            raise RangeError(f"another perfgate bisect{who} is running in this repository: "
+                             "two at once measure each other's load; wait for it to end or "
+                             f"stop it{' (kill -INT ' + holder[0] + ')' if who else ''}, "
+                             "then start again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def head_worktree(repo: Path) -> Iterator[Path]:
     """The one worktree every candidate is checked out into (removed afterwards, also on
