@@ -191,7 +191,7 @@ def test_a_stopped_setup_command_takes_its_children_with_it(tmp_path: Path) -> N
     """SIGTERM during --perfgate-ab-setup / bisect --setup: the command's children end
     too, not only its shell."""
     ready = tmp_path / "ready"
-    script = ("import sys; from pytest_perfgate.modes import group\n"
+    script = ("import sys; from pytest_perfgate.core import group\n"
               "from pytest_perfgate.modes.ab.checkout import term_as_interrupt\n"
               "term_as_interrupt()\n"
               f"group.run('sleep 45.123 & sleep 45.123 & touch {ready}; wait', '.')\n")
@@ -215,7 +215,7 @@ def test_a_stopped_setup_command_takes_its_children_with_it(tmp_path: Path) -> N
 def test_a_child_ends_when_perfgate_is_killed_outright(tmp_path: Path) -> None:
     """SIGKILL runs no clean-up: the kernel ends what perfgate started (A/B sides, a
     bisection's probe) through the parent-death signal."""
-    script = ("import sys, time; from pytest_perfgate.modes import group\n"
+    script = ("import sys, time; from pytest_perfgate.core import group\n"
               "p = group.popen(['sleep', '46.321'])\n"
               "print(p.pid, flush=True); time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -226,3 +226,25 @@ def test_a_child_ends_when_perfgate_is_killed_outright(tmp_path: Path) -> None:
     proc.communicate(timeout=30)
     _gone, alive = psutil.wait_procs([child], timeout=20)
     assert alive == []
+
+
+def test_every_process_perfgate_starts_goes_through_the_one_supervisor() -> None:
+    """A child started by a bare Popen outlives a killed perfgate (no parent-death signal)
+    and shares its terminal's process group: every long-lived child (A/B sides, probes,
+    profiles, counting workers, hogs, asv publish, py-spy) starts through core/group.py."""
+    import ast
+
+    import pytest_perfgate
+
+    root = Path(pytest_perfgate.__file__).parent
+    bare = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "core" / "group.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                keywords = {k.arg for k in node.keywords}
+                if name.endswith("Popen") or "start_new_session" in keywords:
+                    bare.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    assert bare == []

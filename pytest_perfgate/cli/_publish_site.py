@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_perfgate.core import group
 from pytest_perfgate.core.atomic import atomic_write, load_json
 
 PUBLISH_TIMEOUT_S = 1800.0  # asv publish of a long history takes minutes, never hours
@@ -337,8 +337,8 @@ def _asv_publish(config: Path, conf: dict[str, Any], html_dir: Path, work: Path,
         cmd = [sys.executable, "-m", "asv", "publish", "--config", str(copy),
                "--html-dir", str(html_dir), *asv_args]
         print(f"perfgate publish: asv publish (config {config}) into a new site", flush=True)
-        proc = subprocess.Popen(cmd, cwd=config.parent, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = group.popen(cmd, cwd=config.parent,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             code = proc.wait(timeout=PUBLISH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -359,13 +359,4 @@ def _asv_publish(config: Path, conf: dict[str, Any], html_dir: Path, work: Path,
 
 def _end(proc: subprocess.Popen[Any]) -> None:
     """End asv and every process it started (its process group), then reap it."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    group.stop(proc, term_wait=5.0, kill_wait=5.0)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_perfgate.cli import Command
 from pytest_perfgate.cli._out import PYTEST_USAGE_ERROR, UsageError, inner_usage_error
-from pytest_perfgate.modes import group
+from pytest_perfgate.core import group
 from pytest_perfgate.session.options import argparse_type, parse_path, parse_rev, parse_turns
 
 EXIT_PROFILED = 0  # every benchmark measured has its profile

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_perfgate.core import group
+
 READY_TIMEOUT_S = 30.0  # attaching reads the target's symbols (native: every library)
 STOP_TIMEOUT_S = 30.0  # after SIGINT py-spy writes its file and exits
 READY = "Sampling process"  # what py-spy prints once it samples
@@ -70,8 +72,8 @@ class Recording:
         if config.native:
             args.append("--native")
         out.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
+        self.proc = group.popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)  # ends with perfgate, even killed
         said = self._until_ready()
         if said is not None:
             self.kill()

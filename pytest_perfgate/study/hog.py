@@ -11,13 +11,13 @@ ends them on exit (terminate, then kill).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from types import TracebackType
+
+from pytest_perfgate.core import group
 
 ON_OFF_S = (2.0, 5.0)  # each on and each off period lasts this long, uniformly at random
 EXIT_S = 5.0
@@ -64,10 +64,10 @@ class ToggleHog:
         start = time.monotonic() + 0.2  # every hog begins the schedule at the same instant
         lo, hi = self.period
         for _ in range(self.cores):
-            self.procs.append(subprocess.Popen(
+            self.procs.append(group.popen(
                 [sys.executable, "-c", HOG, str(os.getpid()), str(self.seed), repr(start),
                  repr(lo), repr(hi)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True))
+                stderr=subprocess.DEVNULL))
         return self
 
     @property
@@ -77,15 +77,7 @@ class ToggleHog:
     def stop(self) -> None:
         """End every hog: SIGTERM, then SIGKILL; bounded."""
         for p in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(EXIT_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    p.kill()
-                p.wait(EXIT_S)
+            group.stop(p, term_wait=EXIT_S, kill_wait=EXIT_S)
         self.procs.clear()
 
     def __enter__(self) -> ToggleHog:

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,8 +27,8 @@ from pytest_perfgate.cli._out import (
     inner_usage_error,
 )
 from pytest_perfgate.cli.bisect.search import Probe, Reading
+from pytest_perfgate.core import group
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.modes import group
 from pytest_perfgate.modes.ab.checkout import BISECT_PREFIX, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as _worktree
 from pytest_perfgate.modes.ab.controller import ENV_REFERENCE, PLUGIN_ROOT
@@ -266,14 +265,9 @@ class PytestProbe:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """The probe's pytest ends its sides and removes its base worktree on SIGTERM: given
+    the time for that, then killed with its group."""
+    group.stop(proc, term_wait=STOP_TIMEOUT_S)
     group.reap(proc)  # anything of its group that outlived it
 
 

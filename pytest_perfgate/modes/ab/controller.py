@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_perfgate.core import group
 from pytest_perfgate.core.gate import (
     Outcome,
     Verdict,
@@ -29,7 +30,6 @@ from pytest_perfgate.core.metric import Metric, metric_for
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.envs.declarations import DeclarationError
-from pytest_perfgate.modes import group
 from pytest_perfgate.modes.ab import confirm
 from pytest_perfgate.modes.ab.abba import Paired, measure_sequential
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_perfgate.core import group
 from pytest_perfgate.core.window import RawWindow
-from pytest_perfgate.modes import group
 from pytest_perfgate.modes.place import Place, Where
 
 if TYPE_CHECKING:

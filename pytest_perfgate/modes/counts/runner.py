@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_perfgate.core import group
 from pytest_perfgate.modes.counts import client, phases
 from pytest_perfgate.modes.counts.worker_mode import ENV_OUT
 from pytest_perfgate.sim.settled import CACHE_ENV, cache_dir
@@ -137,9 +137,8 @@ def run_counts(nodeid: str, cwd: Path, timeout_s: float = TIMEOUT_S) -> dict[str
         args = command(nodeid, plugin_root, out)
         (out / "started").write_text(repr(time.time()))
         with (out / "worker.log").open("wb") as log:
-            proc = subprocess.Popen(args, cwd=cwd, env=worker_env(out), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = group.popen(args, cwd=cwd, env=worker_env(out), stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             try:
                 code = proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -153,12 +152,9 @@ def run_counts(nodeid: str, cwd: Path, timeout_s: float = TIMEOUT_S) -> dict[str
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the worker's process group (valgrind and anything it started); bounded."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(30)
+    """End the worker's process group (valgrind and anything it started) at once: nothing
+    of a count outlives its run; bounded."""
+    group.stop(proc, term_wait=0.0, kill_wait=30.0)
 
 
 def collect(out: Path, nodeid: str, code: int) -> dict[str, Counts]:
