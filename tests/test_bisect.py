@@ -492,3 +492,21 @@ def test_a_first_probe_that_contradicts_bad_is_measured_again() -> None:
     assert probe.calls[:2] == [(cs[-1], "G", 96), (cs[-1], "G", 192)]
     (step,) = r.steps
     assert step.first_bad == cs[4] and r.contradicted is not None
+
+
+def test_a_commit_whose_test_errors_is_skipped_naming_the_error(repo: Path) -> None:
+    from pytest_perfgate.cli.bisect.probe import PytestProbe, head_worktree
+    from pytest_perfgate.report.readback import read_report
+
+    (repo / "test_perf.py").write_text(
+        "def test_walk(perfgate):\n    raise RuntimeError('broken at this commit')\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the test errors")
+    head = git(repo, "rev-parse", "HEAD")
+    with head_worktree(repo) as wt:
+        probe = PytestProbe(wt, ["test_perf.py"], read_report)(head, "HEAD~1", 8)
+    assert probe.status() is Status.SKIP
+    assert probe.failure is not None and probe.failure.startswith(
+        "the test failed here before it was judged: "), probe.failure
+    assert "RuntimeError: broken at this commit" in probe.failure
+    assert len(probe.failure) < 400

@@ -65,7 +65,7 @@ def test_a_stopped_study_leaves_no_side_and_no_hog(tmp_path: Path, load: str, ho
             proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -408,3 +408,16 @@ def test_without_uv_pip_resolves_and_builds_the_same_overlay(
     got = subprocess.run([env.python, "-c", "import slowpkg, pytest; print(slowpkg.COST)"],
                          capture_output=True, text=True, check=True).stdout
     assert got.strip() == "1.0"  # slowpkg from the overlay, pytest from the reference
+
+
+def test_a_reference_checkout_that_is_no_folder_is_refused_naming_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_perfgate.envs.declarations import DeclarationError
+    from pytest_perfgate.modes.ab.controller import side_envs
+
+    monkeypatch.setenv("PERFGATE_ENV_REFERENCE", str(tmp_path / "gone"))
+    with pytest.raises(DeclarationError) as e:
+        side_envs(tmp_path, tmp_path, None)
+    assert str(e.value) == (f"PERFGATE_ENV_REFERENCE={str(tmp_path / 'gone')!r} is not a "
+                            "folder: it names the checkout this environment was installed "
+                            "for (perfgate bisect sets it for its probes); unset it")

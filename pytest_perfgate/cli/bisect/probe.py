@@ -231,7 +231,9 @@ class PytestProbe:
             # missing at this commit is that commit's, and skips it)
             raise UsageError(inner_usage_error(output))
         if not readings:
-            return skipped(f"pytest measured nothing (exit {rc}): {_tail(output)}")
+            error = _test_error(output)
+            return skipped(f"the test failed here before it was judged: {error}" if error
+                           else f"pytest measured nothing (exit {rc}): {_tail(output)}")
         return Probe(commit, base, turns, readings, seconds=time.monotonic() - start,
                      command=cmd)
 
@@ -273,6 +275,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _profile(value: object) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
+
+
+def _test_error(output: str) -> str | None:
+    """The error a failed test ended with (pytest's ``E`` lines), when it says one."""
+    said = [line[1:].strip() for line in output.splitlines()
+            if line.startswith("E ") and line[1:].strip()]
+    if not said:
+        return None
+    text = " ".join(said[-3:])
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _tail(text: str) -> str:

@@ -136,6 +136,10 @@ def side_envs(root: Path, base_dir: Path, env_files: Sequence[str] | None
     if not patterns:
         return None, None
     ref = Path(os.environ.get(ENV_REFERENCE) or root)
+    if not ref.is_dir():
+        raise DeclarationError(f"{ENV_REFERENCE}={str(ref)!r} is not a folder: it names the "
+                               "checkout this environment was installed for (perfgate bisect "
+                               "sets it for its probes); unset it")
     cache = cache_dir() or Path(tempfile.gettempdir()) / "pytest-perfgate"
     out = []
     for tree in (base_dir, root):
