@@ -256,6 +256,9 @@ def _basis(ev: Evidence) -> str:
                      "changed between their two turns"
                      + (" (re-measuring ran out)" if ev.cut_short else ""))
         return text
+    if ev.method == "pairs":  # modes/ab/spread.py: the pair of processes is the unit
+        return (f"over {ev.n_base} pairs of side processes, spread between pairs "
+                f"{math.expm1(ev.between or 0.0):.1%}")
     spread = max(ev.between or 0.0, ev.within or 0.0)
     text = f"against {ev.n_base} baseline run(s), run-to-run spread {spread:.1%}"
     if ev.slack > 0:
@@ -270,6 +273,9 @@ def _advice(ev: Evidence, rule: Rule, metric: Metric) -> str:
     load (the slack of kept spoiled windows), or the spread itself."""
     if ev.method == "paired":
         return _more_turns(ev, rule, t_ppf(1 - rule.alpha, ev.df))
+    if ev.method == "pairs":
+        return ("The cause is the spread between pairs of side processes, which more turns "
+                "in one pair cannot narrow: run again, or raise the threshold above it.")
     limit = -math.log1p(-rule.threshold)  # the threshold as a log drop
     spread = max(ev.between or 0.0, ev.within or 0.0)
     room = math.sqrt(1 + 1 / ev.n_base)

@@ -339,9 +339,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("ab_looks", parse_looks, "looks of the sequential A/B test, evenly spaced up to "
          "--perfgate-ab-turns (at least 8 turns apart): it stops at the first look that "
          "decides, the false-alarm rate held at alpha over all of them; 1 = fixed length"),
-    Spec("ab_confirm", parse_bool, "a REGRESSION of one pair of side processes is measured "
-         "again by a fresh pair, a third breaking a tie: the verdict is what two pairs that "
-         "judged agree on", "PERFGATE_AB_CONFIRM"),
+    Spec("ab_confirm", parse_bool, "a REGRESSION or IMPROVEMENT of one pair of side "
+         "processes is measured again by fresh pairs: it stands when the first fresh pair "
+         "measures it too, else two more must agree, or it is INCONCLUSIVE",
+         "PERFGATE_AB_CONFIRM"),
     Spec("env_files", parse_env_files, "A/B, re-measuring and bisect: the dependency "
          "declarations (globs from the project's top folder) whose change between the sides "
          "runs the base in the environment its own declarations pin, built with uv or pip "

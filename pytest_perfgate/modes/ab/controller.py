@@ -301,7 +301,7 @@ class ABController:
         sources = [(base_src, head_src)]
         failed = None
         try:
-            while self.confirm and confirm.wanted(verdicts := [v for _, v in runs]):
+            while self.confirm and confirm.wanted(verdicts := [v for _, v in runs], call.rule):
                 self.meter().progress.pair_started(len(runs) + 1, confirm.why_more(verdicts))
                 try:
                     srcs = self._fresh_pair(call, earlier, pairs)
@@ -310,7 +310,7 @@ class ABController:
                 except SideError as e:  # an infrastructure error: never a verdict of its own
                     failed = str(e).splitlines()[0]
                     break
-            i, verdict = confirm.agreed([v for _, v in runs], failed, metric)
+            i, verdict = confirm.agreed([v for _, v in runs], failed, metric, call.rule)
             run = runs[i][0]
             mb, mh = run.base, run.head
             info = {**dict(call.extra), "ab_base": ab.base_label,
