@@ -100,7 +100,8 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
           f"against the base {base}; the report and flame graphs go to {folder}", flush=True)
     if commit is None:
         done = group.run_argv([sys.executable, "-m", "pytest", *opts, *pytest_args],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              group.NESTED_STOP_S, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
         rc, output = done.returncode, done.stdout + done.stderr
     else:
         rc, output = _in_worktree(repo, commit, opts, pytest_args)
@@ -153,7 +154,7 @@ def _in_worktree(repo: Path, head: str, opts: list[str], pytest_args: Sequence[s
                 "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))")
         with tempfile.TemporaryFile() as log:
             done = group.run_argv([sys.executable, "-c", boot, *opts,
-                                   *place.map_args(pytest_args, tree)], cwd=cwd, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT)
+                                   *place.map_args(pytest_args, tree)], group.NESTED_STOP_S,
+                                  cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
             log.seek(0)
             return done.returncode, log.read().decode(errors="replace")

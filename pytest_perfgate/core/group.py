@@ -22,6 +22,8 @@ from typing import Any
 PR_SET_PDEATHSIG = 1  # prctl(2)
 TERM_WAIT_S = 5.0
 KILL_WAIT_S = 10.0
+NESTED_STOP_S = 60.0  # a nested pytest (a probe, a profile run) ends its sides, removes its
+# worktree (bounded waits of its own), then exits: more than a loaded machine ever needed
 
 _libc: Any = None
 
@@ -89,17 +91,36 @@ def run(command: str, cwd: str | os.PathLike[str], timeout: float | None = None
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
-def run_argv(args: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[Any]:
+def run_argv(args: Sequence[str], term_wait: float = TERM_WAIT_S, **kw: Any
+             ) -> subprocess.CompletedProcess[Any]:
     """:func:`subprocess.run` of ``args`` (no shell) in a group of its own that dies with
-    this process; interrupted, the whole group is ended (TERM, then KILL, bounded) before
-    the exception goes on, and anything the run left in its group is ended after it."""
+    this process; interrupted, the whole group is ended (TERM, then KILL after
+    ``term_wait`` s: a nested pytest needs the time to end its own children and remove its
+    worktree) before the exception goes on, and anything the run left in its group is
+    ended after it."""
     proc = popen(list(args), stdin=subprocess.DEVNULL, **kw)
     try:
         out, err = proc.communicate()
     except BaseException:
-        stop(proc)
+        _drain_stop(proc, term_wait)
         raise
     finally:
         reap(proc)
     return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
+
+def _drain_stop(proc: subprocess.Popen[Any], term_wait: float) -> None:
+    """:func:`stop`, reading the pipes meanwhile: a child that writes while it unwinds
+    would block on a full pipe and never end on SIGTERM."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, KILL_WAIT_S)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except (ValueError, OSError):  # pipes already closed: nothing to read
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(wait)
+                return

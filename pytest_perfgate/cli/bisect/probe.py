@@ -34,7 +34,6 @@ from pytest_perfgate.modes.ab.checkout import worktree as _worktree
 from pytest_perfgate.modes.ab.controller import ENV_REFERENCE, PLUGIN_ROOT
 from pytest_perfgate.modes.place import Place
 
-STOP_TIMEOUT_S = 60.0  # a stopped probe ends its sides and removes its base worktree
 TAIL_CHARS = 800
 # Settings that would make a probe's pytest do something other than the comparison asked.
 _ENV_DROP = ("PERFGATE_AB", "PERFGATE_BASELINE", "GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS")
@@ -269,7 +268,7 @@ class PytestProbe:
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """The probe's pytest ends its sides and removes its base worktree on SIGTERM: given
     the time for that, then killed with its group."""
-    group.stop(proc, term_wait=STOP_TIMEOUT_S)
+    group.stop(proc, term_wait=group.NESTED_STOP_S)
     group.reap(proc)  # anything of its group that outlived it
 
 
