@@ -56,7 +56,7 @@ class FakeDevice:
     sm_count: int | None = 170
     # nvmlDeviceGetAttributes on the whole GPU: "unsupported" (documented: MIG devices
     # only), "answer" (some drivers do), "none" (a binding that returns nothing)
-    attributes: str = "answer"
+    attributes: str = "unsupported"
     mig: tuple[int, int] | None = None  # None: not supported (consumer cards)
     slices: list[FakeMig] = field(default_factory=list)  # with mig (1, 1)
     persistence: int = 1
