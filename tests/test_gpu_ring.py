@@ -4,7 +4,10 @@ it as it shows an in-process phase's; with the fake torch.cuda (no GPU here)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from gpu_fakes import installed
 from ring_fakes import SPEC
 
 from pytest_perfgate.core.judged import summarize
@@ -12,7 +15,7 @@ from pytest_perfgate.core.measure import Measurement
 from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.core.window import RawWindow, Window
 from pytest_perfgate.gpu.cuda import CudaTimer, PendingPhases
-from pytest_perfgate.gpu.fakes import FakeCuda
+from pytest_perfgate.gpu.fakes import FakeCuda, FakeDevice, FakeNvml
 from pytest_perfgate.report.render import gpu_lines
 from pytest_perfgate.ring.pair import RingPair
 from pytest_perfgate.ring.sides import SideRecorder, _snapshot
@@ -62,13 +65,20 @@ def test_gpu_time_reported_after_its_phase_waits_for_the_phase() -> None:
     assert rec.take()["drain"].gpu_ns is None  # a host-only phase stays host-only
 
 
-def test_a_cuda_learners_windows_say_how_they_were_timed() -> None:
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with installed(monkeypatch, FakeNvml([FakeDevice(), FakeDevice()])):
+        yield
+
+
+def test_a_cuda_learners_windows_say_how_they_were_timed(two_gpus) -> None:
     assert RingPair(SPEC, learner_device="cuda:1").gpu_timing() == {"sync": "events",
                                                                      "device": 1}
     assert RingPair(SPEC).gpu_timing() == {}
 
 
-def test_the_report_shows_a_ring_learners_gpu_time_as_any_phases() -> None:
+def test_the_report_shows_a_ring_learners_gpu_time_as_any_phases(two_gpus) -> None:
     clock = FakeClock()
     cuda = FakeCuda(clock)
     rec = SideRecorder(clock)

@@ -80,3 +80,28 @@ def target_of_uuid(nvml: Nvml, uuid: str) -> Target | None:
             if got is not None and _bare(got) == want:
                 return t
     return None
+
+
+def device_count(env: Mapping[str, str] | None = None) -> int | None:
+    """How many devices CUDA will see: from NVML (no CUDA context made), else torch's
+    count; None where neither is installed."""
+    from pytest_perfgate.gpu import nvml as nvml_mod
+
+    nv = nvml_mod.shared()
+    if nv is not None and nv.count() > 0:
+        return len(visible(nv, env))
+    try:
+        import torch
+    except ImportError:
+        return None
+    return int(torch.cuda.device_count())
+
+
+def gpu_of(cuda_index: int, env: Mapping[str, str] | None = None) -> int:
+    """NVML's index of the GPU under CUDA's device ``cuda_index`` (a slice's GPU); the
+    index itself where NVML cannot say (what needs NVML then says so)."""
+    from pytest_perfgate.gpu import nvml as nvml_mod
+
+    nv = nvml_mod.shared()
+    target = cuda_target(nv, cuda_index, env) if nv is not None else None
+    return target.index if target is not None else cuda_index

@@ -81,7 +81,7 @@ class RingPair(Sides):
         if self.learner_device != "cpu":
             self.kwargs[1]["device"] = self.learner_device
             self.cuda_device = int(self.learner_device.partition(":")[2] or 0)
-        learner_cpus = gpu_local(learner_cpus)
+        learner_cpus = gpu_local(learner_cpus, self.cuda_device)
         self.collectors = collectors
         self.col_cpus = col_cpus
         super().__init__((["collector"] if collectors == 1
