@@ -103,7 +103,8 @@ def fingerprint(torch: Any) -> None:
     names = {r.get("name") for r in rows}
     memory = {int(r["memory.total"]) for r in rows}
     caps = {r["compute_cap"] for r in rows if "compute_cap" in r}
-    whole = [d for d in devices if d["mig"] != "enabled"]  # nvidia-smi lists no slice
+    # nvidia-smi lists no slice, and gives NVML's memory figure (torch's is a little lower)
+    whole = [d for d in devices if d["mig"] != "enabled" and (gpu or {}).get("source") == "nvml"]
     check([(bool(devices), "the visible GPUs were read"),
            (bool(rows) and all(str(d["name"]).split(" MIG ")[0] in names for d in devices),
             "their names are nvidia-smi's"),
