@@ -192,6 +192,22 @@ def test_gpu_memory_peaks_come_from_torch_and_span_the_measurement(cuda) -> None
     assert r.phases["update"].gpu_ms == pytest.approx(UPDATE_GPU_S * 1e3, rel=0.01)
 
 
+def test_a_phases_share_of_the_step_is_its_gpu_time_where_that_is_longer(cuda) -> None:
+    """The update launches in 0.1 ms and keeps the device busy 2 ms a step: it is nearly
+    all of the step, not the 5% its launches take; the host-only env phase keeps its CPU
+    wall, overlapping the GPU's work."""
+    fake, clock = cuda
+    cfg = MeasureConfig(windows=2, window_s=0.05, warmup_window_s=0.01, warmup_span=1,
+                        warmup_max_s=0.0)
+    m = Meter(cfg, clock=clock, load_probe=NullProbe()).measure(
+        LoopSource(learner(fake, clock), 1, clock=clock, tree=None))
+    share = m.phase_share()
+    step_s = UPDATE_GPU_S  # the device is the bottleneck
+    assert share["update"] == pytest.approx(UPDATE_GPU_S / step_s, rel=0.02)
+    assert share["env"] == pytest.approx(ENV_S / step_s, rel=0.02)
+    assert summarize("learner", m, 1).phases["update"].share == share["update"]
+
+
 def test_windows_travel_with_their_gpu_time_and_mode() -> None:
     w = RawWindow(10, 1.0, 1.0, {"update": PhaseStats(4, 400, 300, 8000),
                                  "env": PhaseStats(4, 100, 100)}, 4, gpu={"sync": "edges"})

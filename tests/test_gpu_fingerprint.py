@@ -17,9 +17,9 @@ from pytest_perfgate.gpu.fingerprint import (
     driver_from_proc,
     gpu_metadata,
     torch_cuda_runtime,
-    visible_indices,
 )
-from pytest_perfgate.gpu.nvml import Nvml
+from pytest_perfgate.gpu.nvml import Nvml, Target
+from pytest_perfgate.gpu.visible import visible
 from pytest_perfgate.history.machine_id import (
     collect_metadata,
     fingerprint,
@@ -41,15 +41,16 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
 
 
 def test_each_visible_device_is_recorded_without_serial_or_uuid(fake_nvml) -> None:
-    fake_nvml.devices[1].mig = (1, 1)
+    fake_nvml.devices[1].mig = (0, 0)  # MIG supported, off: the whole GPU is the device
+    fake_nvml.devices[1].attributes = "answer"  # some drivers give a whole GPU's SM count
     gpu = gpu_metadata(env={}, modules=CUDA_TORCH)
     assert gpu == {
         "source": "nvml", "driver": "575.51.03", "cuda_driver": "12.9", "cuda_runtime": "12.8",
         "devices": [{"name": "NVIDIA GeForce RTX 5090", "memory_total": 32607 * 2**20,
-                     "compute_capability": "12.0", "sm_count": 170, "mig": mig,
+                     "compute_capability": "12.0", "sm_count": sms, "mig": mig,
                      "persistence": "enabled", "power_limit_w": 575.0,
                      "app_clock_sm_mhz": 2407, "app_clock_mem_mhz": 14001}
-                    for mig in (None, "enabled")]}
+                    for mig, sms in ((None, None), ("disabled", 170))]}
     text = json.dumps(gpu)
     assert "serial" not in fake_nvml.calls
     for secret in ("8f2c1e9a", "1652223012345", "01:00.0"):
@@ -59,11 +60,13 @@ def test_each_visible_device_is_recorded_without_serial_or_uuid(fake_nvml) -> No
 def test_cuda_visible_devices_decides_what_is_visible(fake_nvml) -> None:
     nv = Nvml(fake_nvml)
     fake_nvml.devices[1].uuid = "GPU-77aa0000-0000-4000-8000-000000000001"
-    assert visible_indices(nv, {}) == [0, 1]
-    assert visible_indices(nv, {"CUDA_VISIBLE_DEVICES": "1"}) == [1]
-    assert visible_indices(nv, {"CUDA_VISIBLE_DEVICES": "GPU-77aa"}) == [1]
-    assert visible_indices(nv, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == [0]  # stops at 7
-    assert visible_indices(nv, {"CUDA_VISIBLE_DEVICES": ""}) == []
+    gpu0, gpu1 = Target(0), Target(1)
+    assert visible(nv, {}) == [gpu0, gpu1]
+    assert visible(nv, {"CUDA_VISIBLE_DEVICES": "1"}) == [gpu1]
+    assert visible(nv, {"CUDA_VISIBLE_DEVICES": "GPU-77aa"}) == [gpu1]
+    assert visible(nv, {"CUDA_VISIBLE_DEVICES": "1,0"}) == [gpu1, gpu0]
+    assert visible(nv, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == [gpu0]  # stops at 7
+    assert visible(nv, {"CUDA_VISIBLE_DEVICES": ""}) == []
     assert gpu_metadata(nv, env={"CUDA_VISIBLE_DEVICES": "-1"}) is None
 
 
@@ -97,7 +100,7 @@ def test_a_driver_upgrade_is_the_environment_and_the_gpu_model_the_hardware(fake
         return collect_metadata("m", root="/nonexistent", versions={}, gpu=lambda: gpu)
 
     base = meta()
-    assert gpu_model(base) == "2x NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs)"
+    assert gpu_model(base) == "2x NVIDIA GeForce RTX 5090 (cc 12.0)"
     for change in ({"driver": "580.1"}, {"cuda_runtime": "13.0"},
                    {"devices": base["gpu"]["devices"][:1]}):
         assert fingerprint(meta(**change)) == fingerprint(base)
@@ -123,8 +126,11 @@ def test_without_nvml_torch_answers_in_a_child_where_a_driver_is_loaded(tmp_path
         {"name": "NVIDIA RTX 6000 Ada Generation", "memory_total": 48 * 2**30,
          "compute_capability": "8.9", "sm_count": 142}]}
     gpu = gpu_metadata(None, env={}, root=tmp_path, torch_probe=lambda: probe)
-    assert gpu == {"source": "torch", "devices": probe["devices"], "driver": "575.51.03",
-                   "cuda_driver": None, "cuda_runtime": "12.8"}
+    assert gpu == {"source": "torch", "driver": "575.51.03", "cuda_driver": None,
+                   "cuda_runtime": "12.8",
+                   "devices": [{**probe["devices"][0], "mig": None, "persistence": None,
+                                "power_limit_w": None, "app_clock_sm_mhz": None,
+                                "app_clock_mem_mhz": None}]}
     assert gpu_metadata(None, env={}, root=tmp_path, torch_probe=lambda: None) is None
     nvml_mod.forget()
 
@@ -152,15 +158,15 @@ def test_perfgate_machine_shows_the_gpus(fake_nvml, monkeypatch, capsys) -> None
     assert main(["machine", "--machine", "gpu-box"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    at = lines.index("GPUs (name, memory, compute capability and SMs match; driver and CUDA "
-                     "are the environment; settings are recorded):")
+    at = lines.index("GPUs (name and compute capability match; memory and SMs are shown; "
+                     "driver and CUDA are the environment; settings are recorded):")
     runtime = torch_cuda_runtime() or "none"
     assert lines[at + 1:at + 3] == [
-        "  0: NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs); persistence enabled, "
+        "  0: NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, SMs unknown); persistence enabled, "
         "power limit 575 W",
         f"  driver 575.51.03, CUDA driver 12.9, CUDA runtime (torch) {runtime}; read through "
         "nvml"]
-    assert "  gpu                    NVIDIA GeForce RTX 5090 (31.8 GiB, cc 12.0, 170 SMs) " \
+    assert "  gpu                    NVIDIA GeForce RTX 5090 (cc 12.0) " \
         "(for the benchmarks that ran on the GPU)" in lines
     assert "8f2c1e9a" not in out
 

@@ -23,7 +23,7 @@ from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.gpu.fakes import FakeDevice, FakeNvml
 from pytest_perfgate.gpu.guard import GpuGuard, throttle_names
-from pytest_perfgate.gpu.nvml import Nvml
+from pytest_perfgate.gpu.nvml import Nvml, Target
 from pytest_perfgate.history.asv import asv_entries, gpu_mem_series
 from pytest_perfgate.report.render import explain, gpu_lines, notes
 
@@ -145,7 +145,7 @@ def test_a_source_whose_child_uses_a_gpu_is_watched_on_that_gpu(monkeypatch) -> 
         assert w.gpu_spoiled == "another process on GPU 1: pid 4242" and w.polluted
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # CUDA's device 1 is not there
         assert GpuGuard.for_index(1) is None
-        assert GpuGuard.for_index(0).devices == (1,)  # type: ignore[union-attr]
+        assert GpuGuard.for_index(0).devices == (Target(1),)  # type: ignore[union-attr]
     finally:
         nvml_mod.forget()
 

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpu_fakes import h100, installed, slice_1g
 from ring_fakes import SPEC
 
 from pytest_perfgate.core.timing import FakeClock
@@ -109,7 +111,17 @@ def test_naming_a_gpu(monkeypatch) -> None:
                             "'pytest-perfgate[gpu]', or give the address, e.g. '0000:01:00.0'")
 
 
-def test_the_ring_pair_takes_a_learner_device_and_gpu_local_cpus(monkeypatch) -> None:
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
+    """Two GPUs where ``import pynvml`` finds them, CUDA_VISIBLE_DEVICES unset."""
+    fake = FakeNvml([FakeDevice(), FakeDevice(uuid="GPU-77aa" + "0" * 32)])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with installed(monkeypatch, fake):
+        yield fake
+
+
+def test_the_ring_pair_takes_a_learner_device_and_gpu_local_cpus(monkeypatch,
+                                                                 two_gpus) -> None:
     pair = RingPair(SPEC, learner_device="cuda:1")
     assert pair.kwargs[1] == {"device": "cuda:1"} and pair.cuda_device == 1
     cpu = RingPair(SPEC)  # the CPU learner stays the default
@@ -130,6 +142,47 @@ def test_the_ring_pair_takes_a_learner_device_and_gpu_local_cpus(monkeypatch) ->
         RingPair(SPEC, learner_cpus="gpu:0000:99:00.0")
     assert str(e.value) == ("learner_cpus='gpu:0000:99:00.0': GPU 0000:99:00.0: no such PCI "
                             "device here")
+
+
+def test_learner_cpus_gpu_is_the_learners_own_gpu(monkeypatch, two_gpus) -> None:
+    """"gpu" follows learner_device through CUDA_VISIBLE_DEVICES to NVML's GPU: on a
+    two-socket machine the other GPU's CPUs are the wrong socket."""
+    from pytest_perfgate.placement import cpus as cpus_mod
+
+    local = {0: (0, 1), 1: (8, 9)}  # NVML GPU -> its local CPUs
+    monkeypatch.setattr(numa, "gpu_local_cpus", lambda device: local[device])
+    monkeypatch.setattr(cpus_mod, "usable_cpus", lambda: tuple(range(16)))
+
+    def learner_cpus(device: str) -> object:
+        return RingPair(SPEC, learner_cpus="gpu", learner_device=device).cpus[1]
+
+    assert learner_cpus("cuda:1") == (8, 9)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert learner_cpus("cuda:0") == (8, 9) and learner_cpus("cuda:1") == (0, 1)
+    assert learner_cpus("cpu") == (8, 9)  # CUDA's first device
+    assert RingPair(SPEC, learner_cpus="gpu:0", learner_device="cuda:0").cpus[1] == (0, 1)
+    two_gpus.devices[1] = h100(slice_1g())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0," + slice_1g().uuid)
+    assert learner_cpus("cuda:1") == (8, 9)  # a slice: its GPU's CPUs
+
+
+def test_a_cuda_device_that_is_not_there_is_refused_before_anything_starts(
+        monkeypatch, two_gpus) -> None:
+    def refusal(device: str) -> str:
+        with pytest.raises(RingInputError) as e:
+            RingPair(SPEC, learner_device=device)
+        return str(e.value)
+
+    assert refusal("cuda:2") == ("learner_device='cuda:2': CUDA sees 2 device(s) here: use "
+                                 "'cuda:0' to 'cuda:1'")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert refusal("cuda:1") == (
+        "learner_device='cuda:1': CUDA sees 1 device(s) here with CUDA_VISIBLE_DEVICES='1': "
+        "use 'cuda:0', or list more devices in CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert refusal("cuda") == ("learner_device='cuda': CUDA sees no device here with "
+                               "CUDA_VISIBLE_DEVICES='': run the learner on 'cpu', or on a "
+                               "machine with a GPU")
 
 
 def test_a_cuda_learner_without_cuda_says_so() -> None:

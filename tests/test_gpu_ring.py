@@ -4,7 +4,10 @@ it as it shows an in-process phase's; with the fake torch.cuda (no GPU here)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from gpu_fakes import installed
 from ring_fakes import SPEC
 
 from pytest_perfgate.core.judged import summarize
@@ -12,7 +15,7 @@ from pytest_perfgate.core.measure import Measurement
 from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.core.window import RawWindow, Window
 from pytest_perfgate.gpu.cuda import CudaTimer, PendingPhases
-from pytest_perfgate.gpu.fakes import FakeCuda
+from pytest_perfgate.gpu.fakes import FakeCuda, FakeDevice, FakeNvml
 from pytest_perfgate.report.render import gpu_lines
 from pytest_perfgate.ring.pair import RingPair
 from pytest_perfgate.ring.sides import SideRecorder, _snapshot
@@ -62,13 +65,20 @@ def test_gpu_time_reported_after_its_phase_waits_for_the_phase() -> None:
     assert rec.take()["drain"].gpu_ns is None  # a host-only phase stays host-only
 
 
-def test_a_cuda_learners_windows_say_how_they_were_timed() -> None:
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with installed(monkeypatch, FakeNvml([FakeDevice(), FakeDevice()])):
+        yield
+
+
+def test_a_cuda_learners_windows_say_how_they_were_timed(two_gpus) -> None:
     assert RingPair(SPEC, learner_device="cuda:1").gpu_timing() == {"sync": "events",
                                                                      "device": 1}
     assert RingPair(SPEC).gpu_timing() == {}
 
 
-def test_the_report_shows_a_ring_learners_gpu_time_as_any_phases() -> None:
+def test_the_report_shows_a_ring_learners_gpu_time_as_any_phases(two_gpus) -> None:
     clock = FakeClock()
     cuda = FakeCuda(clock)
     rec = SideRecorder(clock)
@@ -93,3 +103,33 @@ def test_the_report_shows_a_ring_learners_gpu_time_as_any_phases() -> None:
         "device finished it",
         "phase update: CPU wall 0.2 ms, GPU 4.19 ms per call (its kernels run after the CPU has "
         "moved on: the GPU time is what it costs)"]
+
+
+def test_a_learner_on_another_device_times_and_measures_that_device() -> None:
+    """A learner given cuda:1 in a process whose current device is 0: its events are on
+    device 1's stream, and its windows carry its own peak memory there since the previous
+    snapshot, not what device 0 or NVML's device-wide figure hold."""
+    clock = FakeClock()
+    cuda = FakeCuda(clock, devices=2)
+    timer = CudaTimer(cuda, device=1)
+    rec = SideRecorder(clock)
+    rec.peaks = timer.take_peak
+    gpu = PendingPhases(timer, rec)
+    cuda.alloc(2**30, device=1)  # building and warming up: before the measured span
+    cuda.free(2**30, device=1)
+    cuda.alloc(3 * 2**30, device=0)  # another user of device 0
+    totals: dict = {}
+    a = _snapshot(rec, totals, 0, 0)
+    for _ in range(10):
+        with rec.phase("update"):
+            ev = gpu.start()
+            cuda.alloc(256 * 2**20, device=1)
+            cuda.launch(0.004, launch_s=0.0002, stream=cuda.current_stream(1))
+            cuda.free(256 * 2**20, device=1)
+            gpu.end("update", ev)
+        cuda.synchronize(1)
+        gpu.flush()
+    w = RingPair._diff(a, _snapshot(rec, totals, 2560, 10))
+    assert w.phases["update"].gpu_ms_per_call == pytest.approx(4.2)
+    assert w.memory == {"gpu_peak_allocated": 256 * 2**20, "gpu_peak_reserved": 256 * 2**20}
+    assert RawWindow.from_wire(w.to_wire()) == w

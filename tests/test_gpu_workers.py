@@ -126,8 +126,29 @@ def test_a_worker_that_initialised_cuda_times_its_windows_on_the_device() -> Non
     with WorkerGroup([WorkerSpec(fake_gpu_learner, transitions=4)], fast) as g:
         g.run_window(0.1)  # the first window finds CUDA initialised
         w = g.run_window(0.3)
+        latencies = g.latency(5)[0]  # its phases' event pairs are read once completed
     # 2 ms of GPU work a step: at most 150 finished in 0.3 s (host launches: thousands)
     assert 10 < w.calls <= 152, w.calls
     assert w.gpu["sync"] == "edges" and w.gpu["device"] == 0
     upd = w.phases["update"]
     assert upd.gpu_ms_per_call == pytest.approx(2.0, rel=0.2)
+    assert len(latencies) == 5 and min(latencies) >= 0.0018  # GPU work, not the launch
+
+
+def test_a_cuda_workers_latency_is_its_gpu_work_on_every_stream() -> None:
+    """A step that queues 1 ms on the current stream and 3 ms on a second one: its
+    latency is the 3 ms the device needs, not the 0.1 ms the host spends launching, and
+    the phases' event pairs are read only once they completed."""
+    clock = FakeClock()
+    cuda = FakeCuda(clock)
+    side = cuda.Stream()
+    rec = PhaseRecorder(clock)
+    rec.use_device(CudaTimer(cuda))
+
+    def step() -> None:
+        with phase("update"):
+            cuda.launch(0.001, launch_s=0.00005)
+            cuda.launch(0.003, launch_s=0.00005, stream=side)
+
+    got = child._latency(step, rec, 3, now=clock.wall_ns)["latencies"]
+    assert got == [pytest.approx(0.003, rel=0.05)] * 3

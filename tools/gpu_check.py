@@ -1,6 +1,6 @@
 """Check perfgate's GPU support on a real GPU, in one command (docs/gpu.md).
 
-    python tools/gpu_check.py          # about 3-6 minutes on one GPU
+    python tools/gpu_check.py          # about 3-5 minutes on one GPU
 
 Prints, for the GPU that torch calls current:
 
@@ -8,17 +8,20 @@ Prints, for the GPU that torch calls current:
    the step's kernel twice (2x slower): REGRESSION expected; and the same commit against
    itself (A/A): no REGRESSION expected. It runs first, while this process holds no CUDA
    context (the A/B controller's GPU guard would count it as another process);
-2. the GPU part of the machine's fingerprint, read through NVML (torch as the fallback),
+2. the GPU part of the machine's fingerprint, read through NVML, against
+   ``nvidia-smi --query-gpu`` and against what torch reads (the same model either way),
    and that no UUID reached it;
-3. a learner-like step (a host batch copied to the GPU, an MLP update) measured
-   three ways side by side: host timers only, CUDA-correct window edges with CUDA-event
-   phase times (the default), and the per-phase synchronising mode;
-4. GPU memory peaks (torch allocated and reserved, NVML device used);
-5. the noise guard on the real device: a quiet window, then one beside a second process
+3. a learner-like step timed three ways side by side: perfgate's CUDA-correct edges,
+   host timers only, and the script's own CUDA events around a synchronised loop
+   (tools/gpu_check_timing.py), with their ratios;
+4. what the edges cost per window, per phase and per ``.item()``-style step;
+5. a ring pair with ``learner_device="cuda"`` moving exactly 1M transitions
+   (tools/gpu_check_ring.py);
+6. the noise guard on the real device: a quiet window, then one beside a second process
    running matrix products on the same GPU, which must be named.
 
 Exit 0 when every check passed, 1 when one failed, 2 on a machine without a CUDA device
-(nothing is checked there).
+(nothing is checked there: it says so and why).
 """
 
 from __future__ import annotations
@@ -34,40 +37,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]  # also when run by runpy, not as a script
 
-STEP = '''
-import torch
+from gpu_check_ring import exact_transfer  # noqa: E402
+from gpu_check_timing import STEP, Result, edge_costs, three_ways  # noqa: E402
 
-from pytest_perfgate import phase
+NO_GPU = 2  # the exit code without a CUDA device
 
-KERNEL_REPEATS = {repeats}  # the head commit doubles it: the kernel's work done twice
-
-
-def make_step(batch=4096, obs=64, width=1024):
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
-                              torch.nn.Linear(width, width)).to(dev)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
-    host = torch.randn(batch, obs)  # pageable: the copy waits for the GPU, as a plain .to() does
-    proj = torch.randn(obs, width, device=dev) / 8
-    w = torch.randn(width, width, device=dev) / 32
-
-    def step():
-        with phase("copy_h2d"):
-            x = host.to(dev)
-        with phase("update"):
-            h = x @ proj
-            for _ in range(KERNEL_REPEATS):
-                h = torch.tanh(h @ w)
-            loss = net(h).pow(2).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-    return step
-'''
 PERF_TEST = '''
 from workstep import make_step
 
@@ -84,14 +60,31 @@ while time.monotonic() < end:
     y = x @ x
     torch.cuda.synchronize()
 '''
+SMI_FIELDS = "name,memory.total,compute_cap"
 
 failures: list[str] = []
 
 
-def check(ok: bool, what: str) -> None:
-    print(f"  [{'ok' if ok else 'FAIL'}] {what}")
-    if not ok:
-        failures.append(what)
+def check(results: list[Result]) -> None:
+    for ok, what in results:
+        print(f"  [{'ok' if ok else 'FAIL'}] {what}")
+        if not ok:
+            failures.append(what)
+
+
+def nvidia_smi() -> list[dict[str, str]] | None:
+    """The GPUs as ``nvidia-smi --query-gpu`` lists them (NVML's order), None without it.
+    A driver older than 510 has no compute_cap field: asked again without it."""
+    for fields in (SMI_FIELDS, SMI_FIELDS.rsplit(",", 1)[0]):
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=60, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return [dict(zip(fields.split(","), (c.strip() for c in line.split(",")),
+                         strict=False)) for line in out.splitlines() if line.strip()]
+    return None
 
 
 def fingerprint(torch: Any) -> None:
@@ -101,66 +94,44 @@ def fingerprint(torch: Any) -> None:
     gpu = gpu_metadata()
     for line in describe(gpu):
         print(f"  {line}")
-    print(f"  fingerprint fields: {fingerprint_fields(gpu)}")
-    check(gpu is not None and bool(gpu.get("devices")), "the visible GPUs were read")
-    uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
-    check(not uuid or uuid not in json.dumps(gpu), "no UUID in the metadata")
+    model = fingerprint_fields(gpu).get("gpu")
+    print(f"  model (what a GPU benchmark's baseline must match): {model}")
+    devices = (gpu or {}).get("devices") or []
+    smi = nvidia_smi()
+    print(f"  nvidia-smi --query-gpu={SMI_FIELDS}: {smi}")
+    rows = smi or []
+    names = {r.get("name") for r in rows}
+    memory = {int(r["memory.total"]) for r in rows}
+    caps = {r["compute_cap"] for r in rows if "compute_cap" in r}
+    # nvidia-smi lists no slice, and gives NVML's memory figure (torch's is a little lower)
+    whole = [d for d in devices if d["mig"] != "enabled" and (gpu or {}).get("source") == "nvml"]
+    check([(bool(devices), "the visible GPUs were read"),
+           (bool(rows) and all(str(d["name"]).split(" MIG ")[0] in names for d in devices),
+            "their names are nvidia-smi's"),
+           (bool(rows) and all(d["memory_total"] // 2**20 in memory for d in whole),
+            "their memory is nvidia-smi's"),
+           (bool(rows) and (not caps or all(d["compute_capability"] in caps
+                                            for d in devices)),
+            "their compute capability is nvidia-smi's (where its driver gives it)")])
+    props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    by_torch = {"source": "torch", "devices": [
+        {"name": p.name, "memory_total": int(p.total_memory),
+         "compute_capability": f"{p.major}.{p.minor}", "sm_count": p.multi_processor_count}
+        for p in props]}
+    print(f"  read by torch: {describe(by_torch)[:-1]}")
+    uuid = str(getattr(props[0], "uuid", "") or "")
+    check([(fingerprint_fields(by_torch).get("gpu") == model,
+            "torch's reading gives the same model (the fingerprint does not depend on "
+            "nvidia-ml-py)"),
+           (not uuid or uuid not in json.dumps(gpu), "no UUID in the metadata")])
 
 
-def measure(step: Any, cuda: bool, label: str) -> Any:
-    from pytest_perfgate.core.loop import LoopSource
-    from pytest_perfgate.core.measure import MeasureConfig, Meter
+def guard(torch: Any) -> None:
+    from gpu_check_timing import learner_step
 
-    cfg = MeasureConfig(windows=6, window_s=0.5, warmup_max_s=5.0)
-    m = Meter(cfg).measure(LoopSource(step, 4096, cuda=cuda))
-    print(f"  measured: {label}: {m.steps_per_s:,.0f} samples/s")
-    return m
-
-
-def phases(torch: Any) -> Any:
-    from pytest_perfgate.core.memory import gpu_memory_line
-    from pytest_perfgate.gpu.cuda import SYNC_ENV
-
-    print("\n== 3. phases without and with CUDA-correct edges")
-    namespace: dict[str, Any] = {}
-    exec(STEP.format(repeats=4), namespace)
-    step = namespace["make_step"]()
-    host = measure(step, False, "host timers only")
-    edges = measure(step, True, "CUDA-correct edges (default)")
-    os.environ[SYNC_ENV] = "phases"
-    try:
-        synced = measure(step, True, "synchronised at every phase (diagnosis)")
-    finally:
-        del os.environ[SYNC_ENV]
-    print(f"  {'':10} {'host only':>12} {'edges':>12} {'edges: GPU':>12} {'per-phase':>12}")
-    print(f"  {'samples/s':10} {host.steps_per_s:12,.0f} {edges.steps_per_s:12,.0f} "
-          f"{'':12} {synced.steps_per_s:12,.0f}")
-    for name in ("copy_h2d", "update"):
-        h, e, s = host.phases[name], edges.phases[name], synced.phases[name]
-        print(f"  {name:10} {h.ms_per_call:9.3f} ms {e.ms_per_call:9.3f} ms "
-              f"{e.gpu_ms_per_call or 0:9.3f} ms {s.ms_per_call:9.3f} ms")
-    per_step_ms = 1e3 * 4096 / edges.steps_per_s
-    gpu_ms = sum(p.gpu_ms_per_call or 0 for p in edges.phases.values())
-    print(f"  per step: {per_step_ms:.3f} ms wall (edges), {gpu_ms:.3f} ms GPU from events")
-    check(all(p.gpu_ns is not None for p in edges.phases.values()),
-          "every phase has a GPU time")
-    check(0.5 <= gpu_ms / per_step_ms <= 1.1,
-          "the phases' GPU time accounts for the step's wall time (GPU-bound step)")
-    update, copy = edges.phases["update"], edges.phases["copy_h2d"]
-    check((update.gpu_ms_per_call or 0.0) > 2 * update.ms_per_call,
-          "the update's CPU wall is its launches: its GPU time is larger, and both are shown")
-    check(host.phases["copy_h2d"].ms_per_call > 2 * (copy.gpu_ms_per_call or 0.0),
-          "host timers charge the update's GPU time to the next copy (visibly wrong)")
-    print("\n== 4. GPU memory")
-    print(f"  {gpu_memory_line(edges.memory) or 'no GPU memory was read'}")
-    check(edges.memory.get("gpu_peak_allocated", 0) > 0, "a GPU memory peak was recorded")
-    return step
-
-
-def guard(torch: Any, step: Any) -> None:
     from pytest_perfgate.gpu.guard import GpuGuard
 
-    print("\n== 5. the noise guard on the real device")
+    print("\n== 6. the noise guard on the real device")
     found = GpuGuard.for_cuda(torch.cuda)
     if found is None:
         print("  NVML is not installed (pip install 'pytest-perfgate[gpu]'): guard not checked")
@@ -168,6 +139,7 @@ def guard(torch: Any, step: Any) -> None:
         return
     # the workload is this process alone: the neighbour it starts is not part of it
     g = GpuGuard(found.nvml, found.devices, own_pids=lambda: {os.getpid()})
+    step = learner_step()
 
     def window(seconds: float) -> str | None:
         a = g.sample()
@@ -188,8 +160,7 @@ def guard(torch: Any, step: Any) -> None:
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and nb.poll() is None:
-            pids = g.nvml.state(g.devices[0]).pids or ()
-            if len(pids) >= 2:
+            if len(g.nvml.state(g.devices[0]).pids or ()) >= 2:
                 break
             time.sleep(0.5)
         busy = window(2.0)
@@ -197,8 +168,8 @@ def guard(torch: Any, step: Any) -> None:
         nb.kill()
         nb.wait(30)
     print(f"  window beside a second process: {busy or 'not spoiled'}")
-    check(busy is not None and ("process" in busy or "context" in busy),
-          "the second process on the GPU spoils the window, named")
+    check([(busy is not None and ("process" in busy or "context" in busy),
+            "the second process on the GPU spoils the window, named")])
 
 
 def ab() -> None:
@@ -230,13 +201,13 @@ def ab() -> None:
                 b = json.loads(report.read_text())["benchmarks"][0]
             except (OSError, ValueError, IndexError, KeyError):
                 print(textwrap.indent((res.stdout + res.stderr)[-3000:], "    "))
-                check(False, f"A/B against {base} wrote a report")
+                check([(False, f"A/B against {base} wrote a report")])
                 continue
             ci = b.get("ci") or [float("nan")] * 2
             print(f"  against {base}: {b['verdict']}, ratio {b['ratio']:.3f} "
                   f"[{ci[0]:.3f}-{ci[1]:.3f}], {time.monotonic() - t0:.0f} s")
             got = b["verdict"] == "REGRESSION"
-            check(got if want == "REGRESSION" else not got, f"against {base}: {want}")
+            check([(got if want == "REGRESSION" else not got, f"against {base}: {want}")])
 
 
 def main() -> int:
@@ -244,20 +215,23 @@ def main() -> int:
         import torch
     except ImportError:
         print("gpu_check: no CUDA device: torch is not installed; nothing to check")
-        return 2
+        return NO_GPU
     if not torch.cuda.is_available():
         print(f"gpu_check: no CUDA device (torch {torch.__version__}, CUDA runtime "
               f"{torch.version.cuda or 'none: a CPU build'}): nothing to check; run it on a "
               "machine with an NVIDIA GPU")
-        return 2
+        return NO_GPU
     t0 = time.monotonic()
     print(f"gpu_check: torch {torch.__version__}, CUDA {torch.version.cuda}, "
           f"{torch.cuda.device_count()} device(s)")
     ab()  # before this process initialises CUDA
     print(f"\ndevice: {torch.cuda.get_device_name()}")
     fingerprint(torch)
-    step = phases(torch)
-    guard(torch, step)
+    results, _ = three_ways(torch)
+    check(results)
+    check(edge_costs(torch))
+    check(exact_transfer())
+    guard(torch)
     print(f"\n{'all checks passed' if not failures else 'FAILED: ' + '; '.join(failures)} "
           f"({time.monotonic() - t0:.0f} s)")
     return 1 if failures else 0

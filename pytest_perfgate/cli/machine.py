@@ -92,8 +92,8 @@ def run(machine: str | None = None, *, as_json: bool = False,
     from pytest_perfgate.gpu.fingerprint import describe
     from pytest_perfgate.history import environment
 
-    print("GPUs (name, memory, compute capability and SMs match; driver and CUDA are the "
-          "environment; settings are recorded):")
+    print("GPUs (name and compute capability match; memory and SMs are shown; driver and "
+          "CUDA are the environment; settings are recorded):")
     for line in describe(meta.get("gpu")):
         print(f"  {line}")
     env = environment.collect(())

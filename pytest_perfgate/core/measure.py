@@ -145,9 +145,15 @@ class Measurement:
         return total
 
     def phase_share(self) -> dict[str, float]:
-        """Each phase's share of the measured wall time (of each stepping loop's, for workers)."""
+        """Each phase's share of the measured wall time (of each stepping loop's, for workers).
+
+        A phase that queued CUDA work costs the longer of its CPU wall and its GPU time:
+        with the default edges its wall is the launches while the device spends the GPU
+        time on it, after the CPU has moved on (so shares may add up to more than 1, as
+        CPU and GPU work overlap)."""
         wall_ns = sum(w.wall_s * w.streams for w in self.windows) * 1e9
-        return {n: st.wall_ns / wall_ns for n, st in self.phases.items()} if wall_ns else {}
+        return ({n: max(st.wall_ns, st.gpu_ns or 0) / wall_ns
+                 for n, st in self.phases.items()} if wall_ns else {})
 
 
 def is_steady(rates: Sequence[float], span: int, tol: float) -> bool:

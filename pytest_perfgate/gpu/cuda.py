@@ -26,11 +26,13 @@ SYNC_MODES = ("edges", "phases")
 class CudaEvent(Protocol):
     """The part of ``torch.cuda.Event`` used here."""
 
-    def record(self) -> None: ...
+    def record(self, stream: Any = None) -> None: ...
 
     def elapsed_time(self, end: Any) -> float: ...
 
     def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
 
 
 def active_cuda(modules: Mapping[str, Any] | None = None) -> Any | None:
@@ -63,12 +65,16 @@ class CudaTimer:
 
     Implements core/timing.py's DeviceTimer. Events are pooled: a window's pairs are
     read once the closing synchronise has completed them, then reused, so a phase costs
-    two ``Event.record`` calls and no allocation in steady state.
+    two ``Event.record`` calls and no allocation in steady state. ``device``: the CUDA
+    device the work runs on, where it is not the current one (a learner given
+    ``cuda:1``): events are recorded on its stream and the edges wait for it.
     """
 
-    def __init__(self, cuda: Any, sync_phases: bool = False) -> None:
+    def __init__(self, cuda: Any, sync_phases: bool = False, device: int | None = None
+                 ) -> None:
         self._cuda = cuda
         self.sync_phases = sync_phases
+        self.device = device
         self._free: list[CudaEvent] = []
 
     @property
@@ -76,17 +82,25 @@ class CudaTimer:
         return "phases" if self.sync_phases else "edges"
 
     def record(self) -> CudaEvent:
-        """An event recorded now on the current stream."""
+        """An event recorded now on the current stream (of ``device``, where named)."""
         ev: CudaEvent = self._free.pop() if self._free else self._cuda.Event(
             enable_timing=True)
-        ev.record()
+        if self.device is None:
+            ev.record()
+        else:
+            ev.record(self._cuda.current_stream(self.device))
         return ev
 
     def synchronize(self) -> None:
-        self._cuda.synchronize()
+        """Wait for every stream of the device."""
+        self._cuda.synchronize(self.device)
 
     def elapsed_ns(self, start: CudaEvent, end: CudaEvent) -> int:
-        """GPU time between two completed events."""
+        """GPU time between two events, once both completed: a pair recorded on another
+        stream or device than the one the edges waited for may still be pending, and
+        CUDA refuses to read it then (cudaErrorNotReady)."""
+        start.synchronize()
+        end.synchronize()
         return int(start.elapsed_time(end) * 1e6)
 
     def release(self, events: list[tuple[CudaEvent, CudaEvent]]) -> None:
@@ -97,12 +111,12 @@ class CudaTimer:
 
     def memory(self) -> dict[str, int]:
         """Peak allocated and reserved bytes since the last :meth:`reset_peak` (torch's
-        caching allocator, current device)."""
+        caching allocator, on ``device`` or the current one)."""
         out: dict[str, int] = {}
         for key, fn in (("gpu_peak_allocated", "max_memory_allocated"),
                         ("gpu_peak_reserved", "max_memory_reserved")):
             try:
-                out[key] = int(getattr(self._cuda, fn)())
+                out[key] = int(getattr(self._cuda, fn)(self.device))
             except Exception:
                 continue
         return out
@@ -112,16 +126,23 @@ class CudaTimer:
         numbering (a process that only receives the window watches that one)."""
         out: dict[str, Any] = {"sync": self.mode}
         try:
-            out["device"] = int(self._cuda.current_device())
+            out["device"] = (self.device if self.device is not None
+                             else int(self._cuda.current_device()))
         except Exception:
             pass
         return out
 
     def reset_peak(self) -> None:
         try:
-            self._cuda.reset_peak_memory_stats()
+            self._cuda.reset_peak_memory_stats(self.device)
         except Exception:
             pass
+
+    def take_peak(self) -> dict[str, int]:
+        """The peaks since the last call (:meth:`memory`), and a fresh start for the next."""
+        out = self.memory()
+        self.reset_peak()
+        return out
 
 
 class Sink(Protocol):
@@ -151,8 +172,8 @@ class PendingPhases:
         """Report the pairs the device has completed, oldest first; how many."""
         done = 0
         for name, a, b in self._pending:
-            if not b.query():
-                break  # one stream: later pairs are not done either
+            if not (a.query() and b.query()):
+                break  # later pairs on its stream are not done either
             self.sink.add_gpu(name, self.timer.elapsed_ns(a, b))
             self.timer.release([(a, b)])
             done += 1

@@ -1,11 +1,16 @@
-"""The GPUs a run was measured on: recorded with every run, and the part that decides
-comparability (device, driver, CUDA runtime) joins the machine's fingerprint.
+"""The GPUs a run was measured on: recorded with every run; their model decides
+comparability for the benchmarks that ran on them, the driver and CUDA runtime are the
+environment.
 
 Read through NVML (:mod:`.nvml`) without importing torch; torch's CUDA runtime version is
 read from its ``version.py`` as text. Where NVML is missing but an NVIDIA driver is loaded,
 torch answers in a child process, so the measured process never initialises CUDA for it.
-Serial numbers, UUIDs and PCI addresses are never read into the record: results get
-published.
+Both sources give the same fields (None where unknown, shown as "unknown"), and the model
+is made of what both read alike: the name (a MIG slice's carries its profile, "MIG
+1g.10gb") and the compute capability. Memory and SM count are recorded and shown, not
+matched: NVML's total memory counts what the driver reserves and CUDA's does not, and NVML
+gives a whole GPU's SM count on some drivers only. Serial numbers, UUIDs and PCI
+addresses are never read into the record: results get published.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.gpu.nvml import Nvml
+from pytest_perfgate.gpu.visible import visible
 
 DRIVER_FILE = "proc/driver/nvidia/version"  # present wherever the NVIDIA driver is loaded
 TORCH_PROBE_TIMEOUT_S = 120.0
@@ -59,36 +65,6 @@ def torch_cuda_runtime(modules: Mapping[str, Any] | None = None) -> str | None:
     return m.group(1) if m else None
 
 
-def visible_indices(nvml: Nvml, env: Mapping[str, str]) -> list[int]:
-    """NVML indices of the devices CUDA_VISIBLE_DEVICES leaves visible (all when unset).
-    Numbers are taken as NVML indices (CUDA's order matches it under
-    CUDA_DEVICE_ORDER=PCI_BUS_ID); GPU-/MIG- UUID prefixes are matched."""
-    n = nvml.count()
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is None:
-        return list(range(n))
-    out: list[int] = []
-    for tok in (t.strip() for t in raw.split(",")):
-        if tok.isdigit():
-            if int(tok) >= n:
-                break  # CUDA stops at the first invalid entry
-            out.append(int(tok))
-        elif tok.startswith(("GPU-", "MIG-")):
-            hits = [i for i in range(n) if _uuid_starts(nvml, i, tok)]
-            if not hits:
-                break
-            out.append(hits[0])
-        else:
-            break
-    return list(dict.fromkeys(out))
-
-
-def _uuid_starts(nvml: Nvml, index: int, prefix: str) -> bool:
-    got = nvml._call("nvmlDeviceGetUUID", nvml.handle(index))
-    text = got.decode() if isinstance(got, bytes) else str(got or "")
-    return bool(text) and text.startswith(prefix)
-
-
 def driver_from_proc(root: Path) -> str | None:
     """The kernel module's version from /proc/driver/nvidia/version."""
     try:
@@ -122,42 +98,53 @@ def gpu_metadata(nvml: Nvml | None = None, *, env: Mapping[str, str] | None = No
     nv = nvml if nvml is not None else nvml_mod.shared()
     runtime = torch_cuda_runtime(modules)
     if nv is not None and nv.count() > 0:
-        devices = [nv.info(i) for i in visible_indices(nv, env)]
+        devices = [nv.info(t) for t in visible(nv, env)]
         if not devices:
             return None
-        return {"source": "nvml", "devices": devices, "driver": nv.driver(),
-                "cuda_driver": nv.cuda_driver(), "cuda_runtime": runtime}
+        return {"source": "nvml", "devices": [_fields(d) for d in devices],
+                "driver": nv.driver(), "cuda_driver": nv.cuda_driver(),
+                "cuda_runtime": runtime}
     driver = driver_from_proc(root)
     if driver is None:
         return None  # no NVIDIA driver: a CPU machine, and nothing is started to ask
     got = torch_probe() if torch_probe is not None else None
-    devices = [d for d in (got or {}).get("devices", []) if isinstance(d, dict)]
+    devices = [_fields(d) for d in (got or {}).get("devices", []) if isinstance(d, dict)]
     if not devices:
         return None
     return {"source": "torch", "devices": devices, "driver": driver, "cuda_driver": None,
             "cuda_runtime": (got or {}).get("cuda_runtime") or runtime}
 
 
+DEVICE_FIELDS = ("name", "memory_total", "compute_capability", "sm_count", "mig",
+                 "persistence", "power_limit_w", "app_clock_sm_mhz", "app_clock_mem_mhz")
+UNKNOWN = "unknown"
+
+
+def _fields(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Every device field, whichever source read it (None: not read)."""
+    return {k: d.get(k) for k in DEVICE_FIELDS}
+
+
 def _device_words(d: Mapping[str, Any]) -> str:
-    parts = []
-    if d.get("memory_total"):
-        parts.append(f"{d['memory_total'] / 2**30:.1f} GiB")
-    if d.get("compute_capability"):
-        parts.append(f"cc {d['compute_capability']}")
-    if d.get("sm_count"):
-        parts.append(f"{d['sm_count']} SMs")
-    if d.get("mig") == "enabled":
-        parts.append("MIG")
-    return f"{d.get('name') or 'unknown GPU'} ({', '.join(parts)})" if parts else str(
-        d.get("name") or "unknown GPU")
+    """A device in words, every field in place: "unknown" where it was not read."""
+    mem = d.get("memory_total")
+    return (f"{d.get('name') or 'unknown GPU'} "
+            f"({f'{mem / 2**30:.1f} GiB' if mem else f'memory {UNKNOWN}'}, "
+            f"cc {d.get('compute_capability') or UNKNOWN}, "
+            f"{f'{sms} SMs' if (sms := d.get('sm_count')) else f'SMs {UNKNOWN}'})")
+
+
+def _model_words(d: Mapping[str, Any]) -> str:
+    """What of a device decides comparability, read alike by NVML and torch."""
+    return f"{d.get('name') or 'unknown GPU'} (cc {d.get('compute_capability') or UNKNOWN})"
 
 
 def fingerprint_fields(gpu: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What of the GPU decides comparability: the devices, the driver, the CUDA runtime.
-    Empty without a GPU, so a CPU machine's fingerprint is what it always was."""
+    """What of the GPU decides comparability: the devices' model, the driver, the CUDA
+    runtime. Empty without a GPU, so a CPU machine's fingerprint is what it always was."""
     if not gpu:
         return {}
-    words = [_device_words(d) for d in gpu.get("devices") or [] if isinstance(d, Mapping)]
+    words = [_model_words(d) for d in gpu.get("devices") or [] if isinstance(d, Mapping)]
     grouped = [f"{words.count(w)}x {w}" if words.count(w) > 1 else w
                for w in dict.fromkeys(words)]
     return {"gpu": " + ".join(grouped) or None, "gpu_driver": gpu.get("driver"),

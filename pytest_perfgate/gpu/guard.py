@@ -2,8 +2,10 @@
 down, spoils a window the way outside CPU load does (core/load.py, docs/gpu.md).
 
 NVML is read at both edges of a window (two readings of ~4 queries each): the processes
-holding a compute context on the device, the clock event reasons and the SM clock. A
-window is spoiled when a process outside the workload's tree held a context, when a
+holding a compute context on the device, the clock event reasons and the SM clock; at the
+closing edge also the processes whose kernels ran since the opening one (gpu/tenants.py).
+A window is spoiled when a process outside the workload's tree held a context or used the
+device, when a
 thermal, hardware-slowdown or power-brake reason was on at either edge, or when the power
 cap was on and the SM clock was more than :data:`CAP_DROP` below the highest this
 measurement saw. A power cap alone is not outside noise: a GPU-bound workload runs into its
@@ -14,12 +16,13 @@ between the edges is not seen.
 
 from __future__ import annotations
 
-import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_perfgate.gpu.nvml import DeviceState, Nvml
+from pytest_perfgate.gpu.nvml import DeviceState, Nvml, Target, as_target
+from pytest_perfgate.gpu.tenants import Tenants, tree_pids
 
 # NVML clock event reasons that slow the device; GPU idle, application clock setting,
 # sync boost and display clock setting are not the workload's slowdown by someone else.
@@ -41,9 +44,10 @@ def throttle_names(mask: int) -> list[str]:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """Each watched device's state at one window edge, by NVML index."""
+    """Each watched device's state at one window edge, and when (wall clock, us)."""
 
-    states: Mapping[int, DeviceState]
+    states: Mapping[Target, DeviceState]
+    at_us: int = 0
 
 
 class GpuProbe(Protocol):
@@ -56,57 +60,48 @@ class GpuProbe(Protocol):
     def start(self) -> None: ...
 
 
-def tree_pids() -> set[int]:
-    """This process and its descendants (a worker or learner may hold the context)."""
-    import psutil
-
-    me = psutil.Process()
-    pids = {me.pid}
-    try:
-        pids.update(c.pid for c in me.children(recursive=True))
-    except psutil.Error:
-        pass
-    return pids
-
-
 class GpuGuard:
-    """Watches ``devices`` (NVML indices) through ``nvml``. ``own_pids`` lists the
-    workload's processes; it is only called when NVML shows a pid other than this one.
-    ``contexts``: how many compute contexts the workload itself holds on a device, used
-    when no listed pid is ours (a container's PID namespace hides the real pids)."""
+    """Watches ``devices`` (NVML indices or targets, gpu/nvml.py) through ``nvml``.
+    ``own_pids`` lists the workload's processes; it is only called when NVML shows a pid
+    other than this one. ``contexts``: how many compute contexts the workload itself holds
+    on a device where /proc cannot tell (gpu/tenants.py)."""
 
-    def __init__(self, nvml: Nvml, devices: Sequence[int],
+    def __init__(self, nvml: Nvml, devices: Sequence[int | Target],
                  own_pids: Callable[[], set[int]] = tree_pids, contexts: int = 1) -> None:
         self.nvml = nvml
-        self.devices = tuple(devices)
-        self._own_pids = own_pids
-        self._contexts = contexts
-        self._top_mhz: dict[int, int] = {}  # the highest SM clock seen, per device
+        self.devices = tuple(as_target(d) for d in devices)
+        self.tenants = {t: Tenants(t.label, own_pids, contexts, nvml.minor(t))
+                        for t in self.devices}
+        self._top_mhz: dict[Target, int] = {}  # the highest SM clock seen, per device
 
     def start(self) -> None:
         """A new measurement: the power cap rule compares clocks within one only."""
         self._top_mhz.clear()
 
     @classmethod
-    def for_cuda(cls, cuda: Any, nvml: Nvml | None = None) -> GpuGuard | None:
-        """A guard on the device ``cuda`` (torch.cuda) calls current, None without NVML."""
+    def for_cuda(cls, cuda: Any, nvml: Nvml | None = None,
+                 env: Mapping[str, str] | None = None) -> GpuGuard | None:
+        """A guard on the device ``cuda`` (torch.cuda) calls current: found by its UUID
+        (a GPU or a MIG slice), else as CUDA numbers it under CUDA_VISIBLE_DEVICES. None
+        without NVML or where the device is not found."""
         from pytest_perfgate.gpu import nvml as nvml_mod
+        from pytest_perfgate.gpu.visible import cuda_target, target_of_uuid
 
         nv = nvml if nvml is not None else nvml_mod.shared()
         if nv is None:
             return None
-        index = None
         try:
-            uuid = str(cuda.get_device_properties(cuda.current_device()).uuid)
-            index = nv.index_of_uuid(uuid)
+            current = int(cuda.current_device())
+        except Exception:
+            return None
+        target = None
+        try:
+            target = target_of_uuid(nv, str(cuda.get_device_properties(current).uuid))
         except Exception:
             pass
-        if index is None:
-            try:
-                index = int(cuda.current_device())
-            except Exception:
-                return None
-        return cls(nv, [index])
+        if target is None:
+            target = cuda_target(nv, current, env)
+        return cls(nv, [target]) if target is not None else None
 
     @classmethod
     def for_index(cls, cuda_index: int, nvml: Nvml | None = None,
@@ -114,55 +109,37 @@ class GpuGuard:
         """A guard on the device CUDA numbers ``cuda_index`` in a child process (a ring
         pair's learner): the ``cuda_index``-th visible device. None without NVML."""
         from pytest_perfgate.gpu import nvml as nvml_mod
-        from pytest_perfgate.gpu.fingerprint import visible_indices
+        from pytest_perfgate.gpu.visible import cuda_target
 
         nv = nvml if nvml is not None else nvml_mod.shared()
         if nv is None:
             return None
-        visible = visible_indices(nv, os.environ if env is None else env)
-        return cls(nv, [visible[cuda_index]]) if 0 <= cuda_index < len(visible) else None
+        target = cuda_target(nv, cuda_index, env)
+        return cls(nv, [target]) if target is not None else None
 
     def sample(self) -> GpuSample:
-        return GpuSample({i: self.nvml.state(i) for i in self.devices})
+        return GpuSample({t: self.nvml.state(t) for t in self.devices},
+                         time.time_ns() // 1000)
 
     def spoiled(self, before: GpuSample, after: GpuSample) -> str | None:
         """Why the window between the two samples is spoiled, or None."""
         reasons: list[str] = []
-        me = os.getpid()
-        for i in self.devices:
-            a, b = before.states.get(i), after.states.get(i)
+        for t in self.devices:
+            a, b = before.states.get(t), after.states.get(t)
             if a is None or b is None:
                 continue
-            others = self._others(i, {*(a.pids or ()), *(b.pids or ())}, me)
+            busy = self.nvml.busy_pids(t, before.at_us) if before.at_us else None
+            others = self.tenants[t].others({*(a.pids or ()), *(b.pids or ())}, busy)
             if others:
                 reasons.append(others)
             clocks = [c for c in (a.sm_clock_mhz, b.sm_clock_mhz) if c is not None]
-            top = max([self._top_mhz.get(i, 0), *clocks])
-            self._top_mhz[i] = top
+            top = max([self._top_mhz.get(t, 0), *clocks])
+            self._top_mhz[t] = top
             mask = (a.throttle or 0) | (b.throttle or 0)
             if mask & POWER_CAP and not (clocks and min(clocks) < (1 - CAP_DROP) * top):
                 mask &= ~POWER_CAP  # capped at the clock it always runs at: its own limit
             names = throttle_names(mask)
             if names:
                 clock = f", SM clock {min(clocks)} MHz (highest {top})" if clocks else ""
-                reasons.append(f"GPU {i} throttled: {', '.join(names)}{clock}")
+                reasons.append(f"{t.label} throttled: {', '.join(names)}{clock}")
         return "; ".join(reasons) or None
-
-
-    def _others(self, device: int, pids: set[int], me: int) -> str | None:
-        if not pids or pids == {me}:
-            return None
-        own = self._own_pids()
-        if pids & own:
-            foreign = sorted(pids - own)
-            if not foreign:
-                return None
-            shown = ", ".join(str(p) for p in foreign[:5]) + (", ..." if len(foreign) > 5
-                                                               else "")
-            return (f"another process on GPU {device}: pid {shown}" if len(foreign) == 1
-                    else f"{len(foreign)} other processes on GPU {device}: pids {shown}")
-        extra = len(pids) - self._contexts  # no pid of ours listed: count the contexts
-        if extra <= 0:
-            return None
-        return (f"{extra} other compute context(s) on GPU {device} (NVML lists {len(pids)} "
-                f"processes, none with a pid of this workload: another PID namespace)")

@@ -264,8 +264,9 @@ def fingerprint_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def gpu_model(meta: Mapping[str, Any]) -> str | None:
-    """The GPUs as hardware (model, memory, SMs; no driver): a benchmark that ran on the GPU
-    is compared only with runs on the same GPUs."""
+    """The GPUs as hardware (name, a MIG slice's profile in it, and compute capability;
+    no driver): a benchmark that ran on the GPU is compared only with runs on the same
+    GPUs."""
     from pytest_perfgate.gpu.fingerprint import fingerprint_fields as gpu_fields
 
     gpu = meta.get("gpu")

@@ -165,7 +165,8 @@ class HistoryMode:
                                spread_polluted=[b.polluted_kept for _, b in wide],
                                load_windows=result.polluted_kept + result.remeasured)
         else:
-            verdict = no_baseline(self._why_no_baseline(ctx, result.name), metric)
+            verdict = no_baseline(self._why_no_baseline(ctx, result.name, bool(result.gpu)),
+                                  metric)
         if not result.steady and not base and rule.unstable == "fail":
             rule = replace(rule, unstable="warn")  # a first run: noise alone never fails it
             verdict = verdict.noted(FIRST_RUN_UNSTABLE)
@@ -186,7 +187,8 @@ class HistoryMode:
         return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases,
                       environment_changes=changed)
 
-    def _why_no_baseline(self, ctx: HistoryContext, name: str) -> str:
+    def _why_no_baseline(self, ctx: HistoryContext, name: str, uses_gpu: bool = False
+                         ) -> str:
         from pytest_perfgate.history.baseline import describe_other_fingerprints
 
         kept = ("this run is recorded at the end of the session and becomes the baseline "
@@ -207,6 +209,8 @@ class HistoryMode:
         skipped = (f" ({ab} A/B run(s) of it are not used as history baselines)"
                    if ab else "")
         mine = [r for r in runs if r.fingerprint == ctx.fingerprint and name in r.benchmarks]
+        if uses_gpu and (elsewhere := _other_gpus(mine, ctx.meta)):
+            return f"no earlier run of {name} on {where} ran on its GPUs: {elsewhere}; {kept}"
         held = _held_back(mine, name, ctx)
         return (f"no earlier run of {name} on {where} at an ancestor commit{git}{skipped}"
                 f"{held}{_shallow(mine, ctx)}; {kept}")
@@ -239,6 +243,26 @@ def _shallow(runs: list[RunRecord], ctx: HistoryContext) -> str:
         return ""
     return (f". This clone is shallow, so the runs of {len(others)} other commit(s) cannot "
             f"be placed in its history: {SHALLOW_FIX}")
+
+
+def _other_gpus(runs: list[RunRecord], meta: Mapping[str, Any]) -> str | None:
+    """The runs of this machine that ran on other GPUs, which never judge a benchmark that
+    used the GPU; None when there are none."""
+    from pytest_perfgate.history.machine_id import gpu_model
+
+    ours = gpu_model(meta)
+    models: dict[str, int] = {}
+    for r in runs:
+        model = gpu_model(r.metadata)
+        if model != ours:
+            key = model or "no GPU"
+            models[key] = models.get(key, 0) + 1
+    if not models:
+        return None
+    listed = ", ".join(f"{n} on {m}" for m, n in models.items())
+    return (f"{sum(models.values())} run(s) of it were on other GPUs ({listed}; this run: "
+            f"{ours or 'no GPU'}), and a benchmark that used the GPU is compared only with "
+            "runs on the same GPUs")
 
 
 def _held_back(runs: list[RunRecord], name: str, ctx: HistoryContext) -> str:

@@ -223,14 +223,23 @@ def _cuda_timer(rec: PhaseRecorder, current: CudaTimer | None) -> CudaTimer | No
     return timer
 
 
-def _latency(step: Callable[[], object], rec: PhaseRecorder, n: int) -> dict[str, Any]:
-    clock = time.perf_counter_ns
+def _latency(step: Callable[[], object], rec: PhaseRecorder, n: int,
+             now: Callable[[], int] = time.perf_counter_ns) -> dict[str, Any]:
+    """Each of ``n`` calls' latency. Where the worker uses CUDA (its recorder times phases
+    on the device) a call starts on an idle device and ends when the device has finished
+    its work: a launch returns before its kernels run, and the phases' event pairs can only
+    be read once they completed."""
+    dev = rec.device
     out = []
     with activate(rec):
         for _ in range(n):
-            t = clock()
+            if dev is not None:
+                dev.synchronize()
+            t = now()
             step()
-            out.append((clock() - t) / 1e9)
+            if dev is not None:
+                dev.synchronize()
+            out.append((now() - t) / 1e9)
     rec.take()
     return {"latencies": out}
 
@@ -324,6 +333,7 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
                 body = _window(step, rec, msg[1], msg[2], conn, spec.transitions, tree, peak,
                                cuda)
             elif msg[0] == "steps":
+                cuda = _cuda_timer(rec, cuda)
                 body = _latency(step, rec, msg[1])
             elif msg[0] == "proof":
                 proof = _numa.read_numa_maps()

@@ -81,7 +81,7 @@ class RingPair(Sides):
         if self.learner_device != "cpu":
             self.kwargs[1]["device"] = self.learner_device
             self.cuda_device = int(self.learner_device.partition(":")[2] or 0)
-        learner_cpus = gpu_local(learner_cpus)
+        learner_cpus = gpu_local(learner_cpus, self.cuda_device)
         self.collectors = collectors
         self.col_cpus = col_cpus
         super().__init__((["collector"] if collectors == 1
@@ -213,7 +213,7 @@ class RingPair(Sides):
         return RawWindow(sum(c.transitions for c in cols), wall,
                          sum(c.cpu_s for c in cols) + lrn.cpu_s, {**phases, **lrn.phases},
                          sum(c.calls for c in cols) + lrn.calls, streams=len(diffs),
-                         gpu=self.gpu_timing())
+                         memory=dict(lrn.memory), gpu=self.gpu_timing())
 
     def gpu_timing(self) -> dict[str, Any]:
         """How a window's GPU work was timed: a CUDA learner's phases by events only, on
@@ -239,7 +239,7 @@ class RingPair(Sides):
                 gpu = g[0] - (g0[0] if g0 else 0) if g else None
                 phases[n] = PhaseStats(c - c0, w - w0, u - u0, gpu)
         return RawWindow(b["units"] - a["units"], b["t"] - a["t"], b["cpu_s"] - a["cpu_s"],
-                         phases, b["iters"] - a["iters"])
+                         phases, b["iters"] - a["iters"], memory=dict(b.get("memory") or {}))
 
     def metadata(self) -> dict[str, Any]:
         """Placement as applied, ring stats, learner display values and the copy the

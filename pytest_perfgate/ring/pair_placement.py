@@ -4,6 +4,7 @@ collectors")."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,25 +71,48 @@ def collector_placement(collectors: int, cpus: Any, nodes: Any
 
 
 def check_device(device: object) -> str:
-    """A learner device: "cpu", "cuda" or "cuda:N" (whether it exists, the learner checks)."""
+    """A learner device: "cpu", "cuda" or "cuda:N", N below the devices CUDA will see
+    (counted without making a CUDA context here: gpu/visible.py)."""
     if not isinstance(device, str) or not (
             device in ("cpu", "cuda") or (device.startswith("cuda:")
                                           and device[5:].isdigit())):
         raise RingInputError(f"learner_device={device!r}: use 'cpu' (the default), 'cuda' "
                              "or 'cuda:N'")
+    if device == "cpu":
+        return device
+    from pytest_perfgate.gpu.visible import ENV, device_count
+
+    n = device_count()
+    index = int(device.partition(":")[2] or 0)
+    if n is not None and index >= n:
+        env = os.environ.get(ENV)
+        where = f" with {ENV}={env!r}" if env is not None else ""
+        if not n:
+            raise RingInputError(f"learner_device={device!r}: CUDA sees no device "
+                                 f"here{where}: run the learner on 'cpu', or on a machine "
+                                 "with a GPU")
+        fix = "use 'cuda:0'" if n == 1 else f"use 'cuda:0' to 'cuda:{n - 1}'"
+        if env is not None:
+            fix += f", or list more devices in {ENV}"
+        raise RingInputError(f"learner_device={device!r}: CUDA sees {n} device(s) "
+                             f"here{where}: {fix}")
     return device
 
 
-def gpu_local(cpus: Any) -> Any:
+def gpu_local(cpus: Any, cuda_device: int | None = None) -> Any:
     """A core spec, with "gpu" / "gpu:N" / "gpu:<PCI address>" resolved to the CPUs local
     to that GPU (placement/numa.py: a platform without locality warns and leaves the side
-    unpinned; a GPU that cannot be found is an error)."""
+    unpinned; a GPU that cannot be found is an error). A bare "gpu" is the learner's GPU:
+    CUDA's device ``cuda_device`` (0 for a CPU learner) under CUDA_VISIBLE_DEVICES; N is
+    NVML's index, as nvidia-smi numbers the GPUs."""
     if not (isinstance(cpus, str) and cpus.strip().lower().split(":", 1)[0] == "gpu"):
         return cpus
+    from pytest_perfgate.gpu.visible import gpu_of
     from pytest_perfgate.placement.numa import gpu_local_cpus
 
     _, _, which = cpus.strip().partition(":")
-    device: int | str = int(which) if which.isdigit() else (which or 0)
+    device: int | str = (int(which) if which.isdigit() else which if which
+                         else gpu_of(cuda_device or 0))
     try:
         return gpu_local_cpus(device)
     except ValueError as exc:

@@ -39,6 +39,9 @@ class SideRecorder(PhaseRecorder):
         super().__init__(clock)
         self._added: dict[str, PhaseStats] = {}
         self._gpu: dict[str, int] = {}
+        # the side's own memory peaks since the last snapshot, where it reads any (a CUDA
+        # learner: torch's on its device, gpu/cuda.py CudaTimer.take_peak)
+        self.peaks: Callable[[], dict[str, int]] | None = None
 
     def add(self, name: str, wall_ns: int) -> None:
         st = PhaseStats(1, int(wall_ns), 0)
@@ -64,14 +67,17 @@ class SideRecorder(PhaseRecorder):
 def _snapshot(rec: PhaseRecorder, totals: dict[str, PhaseStats], units: int,
               iters: int) -> dict[str, Any]:
     """Cumulative counters; a phase is [calls, wall_ns, cpu_ns] and, once it has GPU time,
-    gpu_ns too (a window's wire encoding, core/measure.py RawWindow.to_wire)."""
+    gpu_ns too (a window's wire encoding, core/measure.py RawWindow.to_wire). ``memory``:
+    the side's peaks since the previous snapshot, so a window's are its own span's."""
     for name, st in rec.take().items():
         totals[name] = totals[name] + st if name in totals else st
+    peaks = getattr(rec, "peaks", None)
     return {"t": time.monotonic(), "cpu_s": time.process_time(), "units": units,
             "iters": iters,
             "phases": {n: [p.calls, p.wall_ns, p.cpu_ns] + ([] if p.gpu_ns is None
                                                            else [p.gpu_ns])
-                       for n, p in totals.items()}}
+                       for n, p in totals.items()},
+            "memory": peaks() if peaks is not None else {}}
 
 
 def side_main(conn: Any, role: str, placement: tuple[Any, ...], payload: bytes,

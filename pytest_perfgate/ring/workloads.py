@@ -118,6 +118,9 @@ def cuda_device(device: str, torch: Any) -> Any:
         raise ValueError(f"learner_device={device!r}, but torch {torch.__version__} sees no "
                          "CUDA device here (a CPU build, or no driver): run the learner on "
                          "'cpu' or on a machine with a GPU")
+    if dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
+        raise ValueError(f"learner_device={device!r}, but torch sees {n} CUDA device(s) "
+                         f"here: use 'cuda:0' to 'cuda:{n - 1}'")
     return dev
 
 
@@ -200,8 +203,13 @@ def sac_learner(ring: Ring, rec: SideRecorder, *, batch_size: int = 256, hidden:
     if dev.type == "cuda":
         from pytest_perfgate.gpu.cuda import CudaTimer, PendingPhases
 
+        if dev.index is not None:
+            torch.cuda.set_device(dev.index)  # the process's streams and events: its device
+        timer = CudaTimer(torch.cuda, device=torch.cuda.current_device())
         pinned = _Pinned(torch, {k: (batch_size, *buf[k].shape[1:]) for k in keys})
-        gpu = PendingPhases(CudaTimer(torch.cuda), rec)
+        gpu = PendingPhases(timer, rec)
+        timer.reset_peak()  # built: each snapshot now reads the peak since the last one
+        rec.peaks = timer.take_peak
 
     def batch() -> tuple[Any, ...]:
         idx = rng.integers(0, fill["size"], batch_size)
