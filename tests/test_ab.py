@@ -33,6 +33,21 @@ def test_walk(perfgate):
 """
 
 
+# a perf test of a source that records metadata of its own, as a ring pair does: UPDATES
+# is the learner's rate each revision reports (base and head differ, to tell whose it is)
+RECORDING_SOURCE = """
+from conftest import CLOCK
+from pytest_perfgate.core.loop import LoopSource
+UPDATES = {updates}
+class Pair(LoopSource):
+    def metadata(self):
+        return {{"ring_pair": {{"learner_updates_per_s": UPDATES, "collectors": 1}}}}
+def test_walk(perfgate):
+    perfgate.measure_source(Pair(lambda: CLOCK.advance(0.002), 8, perfgate.recorder, CLOCK),
+                            transitions=8, extra={{"mine": 1}})
+"""
+
+
 @pytest.fixture
 def no_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     """No py-spy profile after a REGRESSION, where it is not what a test checks (it is in
@@ -201,4 +216,21 @@ def test_a_test_new_in_head_is_measured_alone_and_has_no_baseline(
                 and f"has no test {test_id} ({why}" in words
                 and "a benchmark new in this revision" in out), out
     assert "REGRESSION" not in out and "SideError" not in out
+    no_leftovers(pytester)
+
+
+def test_the_record_carries_the_head_sides_own_metadata(pytester: pytest.Pytester,
+                                                        no_profile: None) -> None:
+    """A ring pair's ``ring_pair`` (learner updates/s, ring statistics, placement) is
+    recorded in A/B runs as history mode records it: the head side's."""
+    repo(pytester, FAKE_STEP, base_body=FAKE_STEP, fake_clock=True)
+    for updates, what in ((10.0, "base"), (29.0, "head")):
+        pytester.makepyfile(test_perf=RECORDING_SOURCE.format(updates=updates))
+        git(pytester, "commit", "-qam", what)
+    res = pytester.runpytest_subprocess(*ARGS, "--perfgate-json=r.json", timeout=300)
+    res.assert_outcomes(passed=1)
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    extra = entry["result"]["extra"]
+    assert extra["ring_pair"] == {"learner_updates_per_s": 29.0, "collectors": 1}, extra
+    assert extra["mine"] == 1 and extra["ab_base"] == "HEAD~1", extra
     no_leftovers(pytester)

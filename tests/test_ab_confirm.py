@@ -148,6 +148,13 @@ class FakeSide:
         self.proc = type("P", (), {"pid": 1})()
 
 
+class FakeSource:
+    """A side's source: what its process records (nothing here)."""
+
+    def recorded(self) -> dict[str, object]:
+        return {}
+
+
 class FakePair:
     def __init__(self, log: list[str], name: str) -> None:
         self.log, self.name = log, name
@@ -201,7 +208,7 @@ def controller(script: list[tuple[float, Verdict] | BaseException], confirm_on: 
         name = f"pair{next(pairs)}"
         log.append(f"start {name}")
         into.append(FakePair(log, name))
-        return None, None
+        return FakeSource(), FakeSource()
 
     ctl._measure = measure  # type: ignore[method-assign]
     ctl._fresh_pair = fresh  # type: ignore[method-assign]
@@ -212,7 +219,8 @@ CALL = BenchCall("test_walk", "t.py::test_walk", 8, Rule(threshold=0.05))
 
 
 def judge(ctl: ABController, log: list[str]) -> Judged:
-    return ctl._judge(FakePair(log, "pair1"), None, None, CALL)  # type: ignore[arg-type]
+    return ctl._judge(FakePair(log, "pair1"), FakeSource(), FakeSource(),  # type: ignore[arg-type]
+                      CALL)
 
 
 def test_a_regression_two_pairs_agree_on_is_recorded_from_the_fresh_pair() -> None:

@@ -134,6 +134,32 @@ def test_calibration_side_says_which_workloads_take_no_slowdown() -> None:
                           "perfgate.measure(step, ...) steps can")
 
 
+class Recording(LoopSource):
+    """A source with metadata of its own, as a ring pair has (``fail``: its metadata
+    raises)."""
+
+    fail = False
+
+    def metadata(self) -> dict[str, object]:
+        if self.fail:
+            raise RuntimeError("the ring's stats are gone")
+        return {"ring_pair": {"learner_updates_per_s": 29.0}}
+
+
+def test_a_side_answers_what_its_process_records() -> None:
+    steps = Steps()
+    src = Recording(steps.step, 2, PhaseRecorder(steps.clock), steps.clock)
+    replies = serve_with(ABSide(None), src, ("extra",))
+    assert replies[1] == ("extra", {"ring_pair": {"learner_updates_per_s": 29.0}})
+    src.fail = True
+    ctl, conn = Pipe(duplex=True)
+    ctl.send(("extra",))
+    with pytest.raises(RuntimeError, match="the ring's stats are gone"):
+        ABSide(conn).measure(src, BenchCall("walk", "t::walk", 2, Rule()))
+    replies = [ctl.recv() for _ in range(2)]
+    assert replies[1][0] == "error" and "RuntimeError: the ring's stats are gone" in replies[1][1]
+
+
 def test_side_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch,
                                               tmp_path: Path) -> None:
     a, b = Pipe(duplex=True)

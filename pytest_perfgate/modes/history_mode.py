@@ -21,7 +21,7 @@ from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.history.context import HISTORY, HistoryContext, is_history_run
-from pytest_perfgate.modes.mode import BenchCall, MeterFactory, Sink
+from pytest_perfgate.modes.mode import BenchCall, MeterFactory, Sink, recorded_extra
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab.controller import Profiling
@@ -69,10 +69,7 @@ class HistoryMode:
 
     def measure(self, source: WindowSource, call: BenchCall) -> Judged:
         m = self.meter(windows=call.windows, window_time=call.window_time).measure(source)
-        extra: Mapping[str, Any] = call.extra
-        meta = getattr(source, "metadata", None)  # e.g. a worker group's placement
-        if callable(meta):
-            extra = {**meta(), **dict(extra)}
+        extra: Mapping[str, Any] = {**recorded_extra(source), **dict(call.extra)}
         if self.profile is not None and self.profile.plan.when == "always" and not self.smoke:
             extra = {**dict(extra), "profile": self.profile.take_one(source, call.name)}
         result = summarize(call.name, m, call.transitions, extra=extra, unit=call.unit)

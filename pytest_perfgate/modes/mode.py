@@ -54,6 +54,15 @@ class BenchCall:
     asked_threshold: float | None = None  # the threshold measure() was given (None: none)
 
 
+def recorded_extra(source: WindowSource) -> dict[str, Any]:
+    """What the process that ran ``source`` adds to its record's ``extra``: the source's own
+    metadata (a worker group's placement; a ring pair's learner updates/s, ring statistics
+    and placement). History mode asks its own source; an A/B side answers the controller
+    with it (side.py), so both modes record the same keys."""
+    meta = getattr(source, "metadata", None)
+    return dict(meta()) if callable(meta) else {}
+
+
 class Mode(Protocol):
     """A comparison mode, as the fixture and the session see it."""
 

@@ -17,7 +17,9 @@ side -> ("bench", name, transitions, meta) when its test reaches ``perfgate.meas
 (meta: what the controller judges it by, side.announcement); side -> ("end",) when its test
 measures nothing more;
 controller -> ("window", seconds) and side -> ("raw", RawWindow.to_wire()); controller ->
-("done",) returns from measure; side -> ("error", text) when the step raised. Calibration
+("extra",) and side -> ("extra", dict) after the windows: what the side's process adds to the
+record (a ring pair's ``ring_pair``); controller -> ("done",) returns from measure; side ->
+("error", text) when the step (or its source's metadata) raised. Calibration
 sides also take controller -> ("slowdown", fraction) and answer ("ok", fraction). Only one
 side runs at a time: the other waits idle.
 """

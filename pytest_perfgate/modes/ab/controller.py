@@ -313,7 +313,7 @@ class ABController:
             i, verdict = confirm.agreed([v for _, v in runs], failed, metric, call.rule)
             run = runs[i][0]
             mb, mh = run.base, run.head
-            info = {**dict(call.extra), "ab_base": ab.base_label,
+            info = {**sources[i][1].recorded(), **dict(call.extra), "ab_base": ab.base_label,
                     "ab_base_commit": ab.base_commit, "ab_base_samples": mb.samples,
                     "ab_sequential": run.looks.summary()}
             if len(pairs) > 1:
@@ -408,11 +408,13 @@ class ABController:
         ab = self.setup
         if not head_reached:
             reach(pair.head, call.name)
-        m = self.meter().measure(RemoteSource(pair.head))
+        head = RemoteSource(pair.head)
+        m = self.meter().measure(head)
+        recorded = head.recorded()
         with contextlib.suppress(OSError):
             pair.head.conn.send(("done",))
         result = summarize(call.name, m, call.transitions,
-                           extra={**dict(call.extra), "ab_base": ab.base_label,
+                           extra={**recorded, **dict(call.extra), "ab_base": ab.base_label,
                                   "ab_base_commit": ab.base_commit}, unit=call.unit)
         verdict = no_baseline(
             f"the base revision {ab.base_label} ({ab.base_commit[:10]}) has no test "

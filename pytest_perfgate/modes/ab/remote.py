@@ -256,6 +256,19 @@ class RemoteSource:
         return _decode(msg)
 
 
+    def recorded(self) -> dict[str, Any]:
+        """What the side's process adds to the record's ``extra`` after its windows (a ring
+        pair's ``ring_pair``: modes/mode.py ``recorded_extra``), as history mode records it."""
+        self.side.conn.send(("extra",))
+        msg = self.side.recv(WINDOW_FLOOR_S, "what its process records",
+                             f" (the bound for an answer that runs no window: "
+                             f"{WINDOW_FLOOR_S:g} s)")
+        if msg[0] != "extra" or not isinstance(msg[1], dict):
+            raise SideError(f"{self.side.spec.role} side sent {msg[0]!r}, expected what its "
+                            "process records")
+        return msg[1]
+
+
 def reach(side: Side, name: str) -> None:
     """Wait until ``side`` reaches the ``measure()`` call of benchmark ``name``."""
     msg = side.recv(START_TIMEOUT_S, f"its measure() call for {name}",

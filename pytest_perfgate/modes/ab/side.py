@@ -19,7 +19,7 @@ from pytest_perfgate.core.loop import LoopSource
 from pytest_perfgate.core.measure import Measurement
 from pytest_perfgate.core.window import RawWindow, Window, WindowSource
 from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, SideError, _encode
-from pytest_perfgate.modes.mode import BenchCall
+from pytest_perfgate.modes.mode import BenchCall, recorded_extra
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -126,6 +126,13 @@ def serve(conn: Any, source: WindowSource, name: str, transitions: int,
         msg = conn.recv()
         if msg[0] == "done":
             return served
+        if msg[0] == "extra":  # after the windows: what the record takes from this process
+            try:
+                conn.send(("extra", recorded_extra(source)))
+            except BaseException:
+                conn.send(("error", traceback.format_exc()))
+                raise
+            continue
         if msg[0] == "slowdown":
             if not calibration or slowed is None:
                 conn.send(("error", NOT_CALIBRATING if not calibration else NOT_A_LOOP))
