@@ -211,12 +211,80 @@ def test_rendered_lines() -> None:
     att = attribute(turns(Counter({(M, A, N, TANH): 30})), 100.0, changed_only(N))
     text = "\n".join(profile_text.lines({**att.to_json(), "files": {"base": "b.folded",
                                                               "diff": "d.folded"}}))
-    assert "normalize_obs (policy.py:6)  0.4 -> 0.7 ms/step (+0.3 [" in text
-    assert "of the growth, changed); in tanh_kernel (numpy/_core/_umath.so)" in text
-    assert "b.folded, d.folded" in text
+    assert "normalize_obs (policy.py:6)  self +0.3 ms/step, 100% of the growth; total 0.4 " \
+           "-> 0.7 ms/step (+0.3 [" in text
+    assert "]); changed; in tanh_kernel (numpy/_core/_umath.so)" in text
+    assert "flame graphs (collapsed stacks, ns per env-step): b.folded, d.folded" in text
     assert profile_text.lines({"error": "py-spy is not installed"}) == [
         "no profile: py-spy is not installed"]
     assert profile_text.lines({}) == []
+
+
+def test_self_and_total_are_shown_apart_and_the_shares_add_up() -> None:
+    """act grew in its own lines and through normalize_obs, both changed: act's total holds
+    normalize_obs's growth, its self and its share do not, so the shares add up."""
+    att = attribute(turns(Counter({(M, A): 20, (M, A, N, TANH): 30})), 100.0,
+                    changed_only(A, N))
+    assert [(n.frame, n.self_ms, n.delta_ms) for n in att.grew] == [
+        (N, pytest.approx(0.3), pytest.approx(0.3)), (A, pytest.approx(0.2),
+                                                      pytest.approx(0.5))]
+    assert sum(n.share for n in att.grew) == pytest.approx(att.explained) == 1.0
+    # a caller's total is its self and what its named callees hold below it
+    assert att.grew[1].delta_ms == pytest.approx(att.grew[1].self_ms + att.grew[0].delta_ms)
+    assert profile_text.lines(att.to_json()) == [
+        "why (py-spy, 6 turn pairs of base and head after the verdict; sampled time per "
+        "env-step, base -> head; self: without the functions named on lines of their own; "
+        "total: with all it calls; shares are of self):",
+        "  normalize_obs (policy.py:6)  self +0.3 ms/step, 60% of the growth; total 0.4 -> "
+        "0.7 ms/step (+0.3 [+0.3, +0.3]); changed; in tanh_kernel (numpy/_core/_umath.so)",
+        "  act (policy.py:14)  self +0.2 ms/step, 40% of the growth; total 0.705 -> 1.21 "
+        "ms/step (+0.5 [+0.489, +0.511]); changed",
+        "  the functions named hold 100% of the sampled growth in their self times (+0.5 "
+        "ms/step sampled, +0.577 ms/step wall in these turns)"]
+
+
+def test_a_self_never_holds_more_than_the_samples_under_the_function() -> None:
+    """normalize_obs grew by 30 samples at one call path and shrank by one, too little to
+    be a path of its own: its self is the 29 it grew in all, as its total is."""
+    b_extra = Counter({(M, A, N, MEAN): 1})
+    pairs = [(Turn(b.stacks + b_extra, b.steps, b.wall_s), h)
+             for b, h in turns(Counter({(M, A, N, TANH): 30}))]
+    (top,) = attribute(pairs, 100.0, changed_only(N)).grew
+    assert top.frame == N and top.self_ms == pytest.approx(top.delta_ms) == pytest.approx(0.29)
+    assert top.share == pytest.approx(1.0)
+
+
+def test_the_times_are_per_the_benchmarks_own_unit_of_work() -> None:
+    att = attribute(turns(Counter({(M, A, C): 25})), 100.0, changed_only(C))
+    per_call = profile_text.lines({**att.to_json(), "per": "call", "files": {"base": "b"}})
+    assert per_call[0].startswith("why (py-spy, 6 turn pairs of base and head after the "
+                                  "verdict; sampled time per call, base -> head; self: ")
+    assert per_call[1:] == [
+        "  clip (policy.py:10)  self +0.25 ms/call, 100% of the growth; total 0.2 -> 0.45 "
+        "ms/call (+0.25 [+0.25, +0.25]); changed",
+        "  the functions named hold 100% of the sampled growth in their self times (+0.25 "
+        "ms/call sampled, +0.291 ms/call wall in these turns)",
+        "  flame graphs (collapsed stacks, ns per call): b"]
+    spent = {"turns": 6, "per": "call", "files": {"run": "r.folded"},
+             "spent": [{"function": "f", "where": "a.py:1", "ms_per_step": 0.0017,
+                        "share": 0.9, "inside": None}]}
+    assert profile_text.lines(spent) == [
+        "where the time goes (py-spy, 6 windows after the measurement; sampled time per "
+        "call):", "  f (a.py:1)  1.7 us/call (90%)",
+        "  flame graph (collapsed stacks, ns per call): r.folded"]
+    waited = [(Turn(Counter({(M, A): 50}), 1000, 0.5), Turn(Counter({(M, A): 35 + i % 2}),
+                                                           700, 0.5)) for i in range(6)]
+    assert attribute(waited, 100.0, changed_only(A), per="call").notes == (
+        "the sampled time changed by +0.00714 ms/call while each call took 0.214 ms longer: "
+        "most of the drop is waiting (a lock, the GPU, I/O, another process), which a "
+        "sampling profiler does not see as a function's time",)
+    # an entry recorded before either was: per env-step, its share beside the total
+    older = att.to_json()
+    older["grew"] = [{k: v for k, v in n.items() if k != "self_delta_ms_per_step"}
+                     for n in older["grew"]]
+    assert profile_text.lines(older)[1] == (
+        "  clip (policy.py:10)  100% of the growth; total 0.2 -> 0.45 ms/step (+0.25 [+0.25, "
+        "+0.25]); changed")
 
 
 def test_the_option() -> None:

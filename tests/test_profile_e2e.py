@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -211,6 +212,35 @@ def test_history_mode_profiles_its_own_run_on_request(fake_repo: Path) -> None:
     assert profile["spent"][0]["function"].startswith("clip"), profile
     assert Path(profile["files"]["run"]).is_file()
     assert "where the time goes (py-spy, 6 windows" in done.stdout
+
+
+BENCHMARK_TEST = """
+from policy import act
+
+X = [i / 100.0 for i in range(200)]
+
+
+def test_policy(benchmark):
+    benchmark(act, X)
+"""
+
+
+@pytest.mark.usefixtures("py_spy_attaches")
+def test_a_benchmark_in_calls_is_profiled_per_call(tmp_path: Path) -> None:
+    """pytest-benchmark's ``benchmark`` under perfgate measures calls/s: its profile's times
+    are per call, not per env-step."""
+    repo = project(tmp_path, FAKE_POLICY, FAKE_CLOCK_CONFTEST)
+    (repo / "perf" / "test_policy.py").write_text(BENCHMARK_TEST)
+    done = pytest_run(repo, "--perfgate-profile", "--perfgate-windows=3",
+                      "--perfgate-window-time=0.2")
+    assert done.returncode == 0, done.stdout[-3000:]
+    out = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(out) if "where the time goes" in line)
+    assert out[at].endswith("where the time goes (py-spy, 6 windows after the measurement; "
+                            "sampled time per call):"), out[at]
+    assert re.search(r"s/call \(\d+%\)", out[at + 1]), out[at + 1]
+    assert "flame graph (collapsed stacks, ns per call): " in done.stdout
+    assert "env-step" not in "\n".join(out[at:]) and "/step" not in "\n".join(out[at:])
 
 
 @pytest.mark.slow  # real processes: a profile run started, then stopped from outside

@@ -318,9 +318,10 @@ def test_more_machines_than_a_comment_shows_post_nothing(
 def _profiled(function: str = "normalize_obs") -> Judged:
     j = _judged("test_walk", Outcome.REGRESSION, 0.8)
     j.result.extra["profile"] = {
-        "pairs": 6, "grew": [{"function": function, "where": "perf/policy.py:6",
-                              "base_ms_per_step": 0.02, "head_ms_per_step": 0.35,
-                              "share": 0.95, "changed": True}],
+        "pairs": 6, "per": "call",
+        "grew": [{"function": function, "where": "perf/policy.py:6", "base_ms_per_step": 0.02,
+                  "head_ms_per_step": 0.35, "self_delta_ms_per_step": 0.3, "share": 0.95,
+                  "changed": True}],
         "base_ms_per_step": 1.0, "head_ms_per_step": 1.35}
     return j
 
@@ -332,10 +333,26 @@ def test_the_profile_s_top_functions_are_shown_under_the_table(
     code, _ = _run(tmp_path, api, capsys)
     body = api.calls[-1][2]["body"]
     assert code == 0
-    assert "Why `test_walk` got slower (py-spy" in body
-    assert ("- `normalize_obs @admin [x](http://e) 'y' \\| z (perf/policy.py:6)` 0.02 -> 0.35 "
-            "ms/step (+0.33, 95% of the growth, changed)") in body
+    assert ("Why `test_walk` got slower (py-spy, base and head in alternating turns; time per "
+            "call; self: without the functions named on lines of their own; total: with all it "
+            "calls; shares are of self; flame graphs in the run's artifact ") in body
+    assert ("- `normalize_obs @admin [x](http://e) 'y' \\| z (perf/policy.py:6)` self +0.3 "
+            "ms/call, 95% of the growth; total 0.02 -> 0.35 ms/call (+0.33), changed") in body
     assert "artifact `perfgate-pr-perf-epyc`, profiles/" in body
+
+
+def test_a_profile_recorded_before_self_times_shows_its_share_and_total(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    j = _profiled()
+    del j.result.extra["profile"]["per"], j.result.extra["profile"]["grew"][0][
+        "self_delta_ms_per_step"]
+    _artifact(tmp_path, judged=[j])
+    api = FakeApi()
+    code, _ = _run(tmp_path, api, capsys)
+    body = api.calls[-1][2]["body"]
+    assert code == 0 and "; time per env-step; self: " in body
+    assert ("- `normalize_obs (perf/policy.py:6)` 95% of the growth; total 0.02 -> 0.35 "
+            "ms/step (+0.33), changed") in body
 
 
 @pytest.mark.parametrize(("profile", "says"), [
@@ -344,6 +361,7 @@ def test_the_profile_s_top_functions_are_shown_under_the_table(
     ({"grew": [{"function": 3}]}, "function 0 is not a named function"),
     ({"grew": [{"function": "f", "base_ms_per_step": "1", "head_ms_per_step": 1,
                 "share": 1}]}, "'base_ms_per_step' is '1', not a finite number"),
+    ({"grew": [], "per": "call/s"}, "the profile's 'per' is 'call/s', not a unit of work"),
 ])
 def test_a_malformed_profile_posts_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: Any, says: str) -> None:

@@ -44,6 +44,10 @@ VERDICTS = frozenset({"OK", "REGRESSION", "IMPROVEMENT", "NO BASELINE", "UNSTABL
 GATES = {0: "passed", 1: "REGRESSION", 2: "usage error", 3: "infrastructure error"}
 _MACHINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA = re.compile(r"[0-9a-f]{40}")
+_WORK = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # a unit of work (core/metric.py)
+# what a function's two figures are (profile/text.py says the same)
+PROFILE_KINDS = ("self: without the functions named on lines of their own; total: with all "
+                 "it calls; shares are of self")
 
 
 class Malformed(ValueError):
@@ -58,6 +62,7 @@ class Row:
     ci: tuple[float, float] | None
     fails: bool
     why: tuple[str, ...] = ()  # the profile's top functions that grew, a line each
+    per: str = "env-step"  # the unit of work the profile's times are per
 
 
 @dataclass(frozen=True)
@@ -107,40 +112,48 @@ def _row(entry: Any, where: str) -> Row:
         lo, hi = (_number(x, f"{where}: 'ci'") for x in ci)
         ci = None if lo is None or hi is None else (lo, hi)
     return Row(name, verdict or "SMOKE", _number(entry.get("ratio"), f"{where}: 'ratio'"),
-               ci, fails, _why(entry, where))
+               ci, fails, *_why(entry, where))
 
 
-def _why(entry: dict[str, Any], where: str) -> tuple[str, ...]:
+def _why(entry: dict[str, Any], where: str) -> tuple[tuple[str, ...], str]:
     """The profile's top functions (``result.extra.profile``) as comment lines, every
-    value checked like the rest of the artifact; () when the run took no profile."""
+    value checked like the rest of the artifact, and the unit of work their times are per;
+    () when the run took no profile."""
     result = entry.get("result")
     extra = result.get("extra") if isinstance(result, dict) else None
     profile = extra.get("profile") if isinstance(extra, dict) else None
     if profile is None:
-        return ()
+        return (), "env-step"
     if not isinstance(profile, dict):
         raise Malformed(f"{where}: 'profile' is not an object")
     if "error" in profile:
-        return (f"no profile: {code(str(profile['error']))}",)
+        return (f"no profile: {code(str(profile['error']))}",), "env-step"
     grew = profile.get("grew")
     if not isinstance(grew, list):
         raise Malformed(f"{where}: the profile's 'grew' is not a list")
+    per = profile.get("per", "env-step")
+    if not isinstance(per, str) or not _WORK.fullmatch(per):
+        raise Malformed(f"{where}: the profile's 'per' is {str(per)[:40]!r}, not a unit of "
+                        "work")
+    short = "step" if per == "env-step" else per
     out = []
     for i, n in enumerate(grew[:TOP_FUNCTIONS]):
         at = f"{where}: the profile's function {i}"
         if not isinstance(n, dict) or not isinstance(n.get("function"), str) \
                 or not isinstance(n.get("where", ""), str):
             raise Malformed(f"{at} is not a named function")
-        b, h, share = (_number(n.get(k), f"{at}: {k!r}") for k in
-                       ("base_ms_per_step", "head_ms_per_step", "share"))
+        b, h, share, own = (_number(n.get(k), f"{at}: {k!r}") for k in
+                            ("base_ms_per_step", "head_ms_per_step", "share",
+                             "self_delta_ms_per_step"))
         if b is None or h is None or share is None:
             raise Malformed(f"{at} lacks its times")
         said = n.get("changed")
         changed = ", changed" if said is True else ", unchanged" if said is False else ""
+        first = f"self {own:+.3g} ms/{short}, " if own is not None else ""  # older: none
         out.append(f"{code(n['function'] + ' (' + n.get('where', '') + ')')} "
-                   f"{b:.3g} -> {h:.3g} ms/step ({h - b:+.3g}, {share:.0%} of the growth"
-                   f"{changed})")
-    return tuple(out)
+                   f"{first}{share:.0%} of the growth; total {b:.3g} -> {h:.3g} ms/{short} "
+                   f"({h - b:+.3g}){changed}")
+    return tuple(out), per
 
 
 def read_leg(folder: Path) -> Leg:
@@ -233,8 +246,9 @@ def build_comment(legs: Sequence[Leg], run_url: str) -> str:
         for r in rows[:MAX_ROWS]:
             if r.why:
                 lines += [f"Why {code(r.name)} got slower (py-spy, base and head in "
-                          "alternating turns; time per env-step; flame graphs in the run's "
-                          f"artifact {code(ARTIFACT_PREFIX + leg.machine)}, profiles/):", "",
+                          f"alternating turns; time per {r.per}; {PROFILE_KINDS}; flame "
+                          f"graphs in the run's artifact "
+                          f"{code(ARTIFACT_PREFIX + leg.machine)}, profiles/):", "",
                           *(f"- {w}" for w in r.why), ""]
     return "\n".join(lines)
 

@@ -32,12 +32,12 @@ class Profile(Command):
     description = (
         "Measure BASE and HEAD in interleaved A/B turns (pytest --perfgate --perfgate-ab "
         "BASE --perfgate-profile), then sample both with py-spy in interleaved turns and "
-        "subtract: per function, time per env-step on each side, the difference with an "
-        "interval, and its share of the growth; flame graph files (collapsed stacks) per "
-        "side and their difference. HEAD '.' is the working tree with its uncommitted "
-        "changes. Everything after HEAD goes to pytest (e.g. perfgate profile main . perf/ "
-        "-k walker). Exit 0 when every benchmark measured was profiled, 2 on a usage error, "
-        "3 when nothing was measured or py-spy could not sample.")
+        "subtract: per function, time per unit of work (env-step, call) on each side, its "
+        "self and total growth, and its share of the growth; flame graph files (collapsed "
+        "stacks) per side and their difference. HEAD '.' is the working tree with its "
+        "uncommitted changes. Everything after HEAD goes to pytest (e.g. perfgate profile "
+        "main . perf/ -k walker). Exit 0 when every benchmark measured was profiled, 2 on a "
+        "usage error, 3 when nothing was measured or py-spy could not sample.")
 
     @classmethod
     def setup_arguments(cls, subparsers: Any) -> argparse.ArgumentParser:

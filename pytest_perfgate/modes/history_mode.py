@@ -71,7 +71,8 @@ class HistoryMode:
         m = self.meter(windows=call.windows, window_time=call.window_time).measure(source)
         extra: Mapping[str, Any] = {**recorded_extra(source), **dict(call.extra)}
         if self.profile is not None and self.profile.plan.when == "always" and not self.smoke:
-            extra = {**dict(extra), "profile": self.profile.take_one(source, call.name)}
+            profile = self.profile.take_one(source, call.name, call.unit)
+            extra = {**dict(extra), "profile": profile}
         result = summarize(call.name, m, call.transitions, extra=extra, unit=call.unit)
         if self.remeasure is None or self.smoke:
             j = self.judge(result, call.test_id, call.rule)

@@ -1,12 +1,12 @@
-"""The difference of two profiles, per function and env-step: what grew, by how much, and
-how much of the drop that explains.
+"""The difference of two profiles, per function and unit of work (an env-step, a call): what
+grew, by how much, and how much of the drop that explains.
 
-Each side's turns give sample counts per stack and the env-steps the turn made; a
-function's time per step is the samples whose stack holds it (once, however deep it
-recurses) over the side's steps, at ``1000 / rate`` ms per sample. Summed over the
-workload's processes it is CPU time, like a phase's cores. The interval is a t interval
-over the turn pairs' differences, as the turns were interleaved (base and head in the same
-seconds, so the machine's drift cancels within a pair).
+Each side's turns give sample counts per stack and the units of work the turn made (its
+"steps" below); a function's time per step is the samples whose stack holds it (once,
+however deep it recurses) over the side's steps, at ``1000 / rate`` ms per sample. Summed
+over the workload's processes it is CPU time, like a phase's cores. The interval is a t
+interval over the turn pairs' differences, as the turns were interleaved (base and head in
+the same seconds, so the machine's drift cancels within a pair).
 
 Which functions are named: the call paths where the growth concentrates are found by
 descending into every child that grew by a named share; each is charged to the nearest
@@ -14,6 +14,12 @@ function above it (or itself) that the change touched (:mod:`.changed`), and whe
 time sits below that function (numpy's kernel, a MuJoCo solver) it is shown as ``in``.
 Without a change that explains the growth (a dependency, a data size), the nearest frame
 of the measured tree above it is named, marked unchanged.
+
+Two figures per function named: its total (every sample under it) and its self (the
+samples whose deepest function named it is: its own lines and the callees not named on a
+line of their own). The selves split the samples under the functions named, so a caller's
+total is its self plus what its named callees hold below it, and the shares, of self, add
+up to the share the functions explain together.
 """
 
 from __future__ import annotations
@@ -21,15 +27,15 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_perfgate.profile.stacks import NATIVE, NO_FRAME, UNKNOWN, Frame, Stack
+from pytest_perfgate.profile import text as wording
+from pytest_perfgate.profile.stacks import NATIVE, NO_FRAME, TOP, UNKNOWN, Frame, Stack
 
 MIN_SHARE = 0.05  # of the sampled growth: smaller differences are not named
 NOISE_FLOOR = 0.01  # of the base's time per step: the growth below which MIN_SHARE of it
 # would name the turns' noise
-TOP = 5
 
 
 @dataclass(frozen=True)
@@ -43,15 +49,18 @@ class Turn:
 
 @dataclass(frozen=True)
 class Named:
-    """A function that grew (or shrank) between base and head, per env-step."""
+    """A function that grew (or shrank) between base and head, per step."""
 
     frame: Frame
     base_ms: float
     head_ms: float
     ci: tuple[float, float] | None  # of head - base, ms per step
-    share: float  # of the sampled growth (negative for one that shrank)
+    share: float  # self_ms of the sampled growth (negative for one that shrank)
     changed: bool | None  # its lines differ between base and head (None: unknown)
     inside: Frame | None = None  # the frame below it where most of its growth sits
+    # head - base of its self (the module's docstring), ms per step; base_ms and head_ms are
+    # its total, with all it calls
+    self_ms: float = 0.0
 
     @property
     def delta_ms(self) -> float:
@@ -61,7 +70,8 @@ class Named:
         return {"function": self.frame.name, "where": str(self.frame).split(" (", 1)[-1][:-1]
                 if self.frame.name != NO_FRAME else "", "ours": self.frame.ours,
                 "base_ms_per_step": self.base_ms, "head_ms_per_step": self.head_ms,
-                "delta_ms_per_step": self.delta_ms, "ci": list(self.ci) if self.ci else None,
+                "delta_ms_per_step": self.delta_ms, "self_delta_ms_per_step": self.self_ms,
+                "ci": list(self.ci) if self.ci else None,
                 "share": self.share, "changed": self.changed,
                 "inside": str(self.inside) if self.inside else None}
 
@@ -85,8 +95,9 @@ class Attribution:
 
     @property
     def explained(self) -> float:
-        """The share of the sampled growth the named functions account for (0-1)."""
-        return min(1.0, sum(max(n.share, 0.0) for n in self.grew))
+        """The share of the sampled growth the named functions' selves hold (0-1): the sum
+        of their shares."""
+        return max(0.0, min(1.0, sum(n.share for n in self.grew)))
 
     def to_json(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "base_ms_per_step": self.base_ms,
@@ -174,8 +185,10 @@ def _sites(delta: dict[Stack, float], floor: float, sign: float
 
 
 def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
-              changed: Changed | None = None, top: int = TOP) -> Attribution:
-    """Subtract the base turns' profile from the head's (see the module's docstring)."""
+              changed: Changed | None = None, top: int = TOP, per: str = "env-step"
+              ) -> Attribution:
+    """Subtract the base turns' profile from the head's (see the module's docstring);
+    ``per``: the unit of work a step is, as the notes say it ("env-step", "call")."""
     base_t, head_t = [p[0] for p in pairs], [p[1] for p in pairs]
     inc_b, tot_b = _per_step(base_t, rate)
     inc_h, tot_h = _per_step(head_t, rate)
@@ -216,20 +229,44 @@ def attribute(pairs: Sequence[tuple[Turn, Turn]], rate: float,
             inside = path[-1] if path[-1] != f else _library(path, sign * amount, delta, sign)
             out.append(Named(as_head.get(f, f), inc_b.get(f, 0.0), inc_h.get(f, 0.0),
                              _interval(pairs, f, rate), net[f] / whole, is_changed(f),
-                             inside))
+                             inside, net[f]))
         out.sort(key=lambda n: (_rank(n, sign), -abs(n.share)))
         return out[:top]
 
     grew = named(1.0)
     shrank = [n for n in named(-1.0) if n.changed] if changed else []
+    own = _selves(base_t, head_t, {n.frame for n in (*grew, *shrank)}, rate)
+    whole = max(growth, sum(max(own[n.frame], 0.0) for n in grew), 1e-12)
+    grew, shrank = ([replace(n, share=own[n.frame] / whole, self_ms=own[n.frame]) for n in ns]
+                    for ns in (grew, shrank))
     steps_b = sum(t.steps for t in base_t) or 1
     steps_h = sum(t.steps for t in head_t) or 1
     wall_b = 1000.0 * sum(t.wall_s for t in base_t) / steps_b
     wall_h = 1000.0 * sum(t.wall_s for t in head_t) / steps_h
-    notes = _notes(grew, growth, wall_h - wall_b, _wall_interval(pairs),
-                   blind if blind >= floor else 0.0)
+    notes = wording.notes([n.changed for n in grew], growth, wall_h - wall_b,
+                          _wall_interval(pairs), blind if blind >= floor else 0.0,
+                          wording.short(per))
     return Attribution(len(pairs), tot_b, tot_h, wall_b, wall_h, tuple(grew), tuple(shrank),
                        tuple(notes))
+
+
+def _selves(base: Sequence[Turn], head: Sequence[Turn], named: set[Frame], rate: float
+            ) -> dict[Frame, float]:
+    """Each named function's self, head - base in ms per step: the samples whose deepest
+    named frame it is. The selves split the samples under the functions named, so they
+    add up where the call paths that chose the functions (:func:`_sites`) need not."""
+    def charged(turns: Sequence[Turn]) -> dict[Frame, float]:
+        ms = 1000.0 / rate / (sum(t.steps for t in turns) or 1)
+        out: dict[Frame, float] = defaultdict(float)
+        for t in turns:
+            for stack, n in t.stacks.items():
+                f = next((g for g in reversed(stack) if g in named), None)
+                if f is not None:
+                    out[f] += n * ms
+        return out
+
+    b, h = charged(base), charged(head)
+    return {f: h.get(f, 0.0) - b.get(f, 0.0) for f in named}
 
 
 def _library(path: Stack, amount: float, delta: dict[Stack, float], sign: float
@@ -251,51 +288,3 @@ def _rank(n: Named, sign: float) -> int:
     that moved beyond its interval: a function the change touched is the likelier cause."""
     sure = n.ci is not None and (n.ci[0] > 0 if sign > 0 else n.ci[1] < 0)
     return (0 if sure else 1) if n.changed else (2 if sure else 3)
-
-
-def _notes(grew: list[Named], growth: float, wall_drop: float,
-           wall_ci: tuple[float, float] | None, blind: float) -> list[str]:
-    """What the named functions do not explain, said as what it is."""
-    notes = []
-    if wall_ci is not None and wall_ci[0] <= 0:
-        notes.append(f"these turns did not show the drop beyond their noise (each step "
-                     f"{wall_drop:+.3g} ms [{wall_ci[0]:+.3g}, {wall_ci[1]:+.3g}] in wall "
-                     "time, the sampler slowing both sides): a function is evidence as far "
-                     "as its own interval excludes zero")
-    elif wall_drop > 0 and growth < 0.5 * wall_drop:
-        notes.append(f"the sampled time changed by {growth:+.3g} ms/step while each step "
-                     f"took {wall_drop:.3g} ms longer: most of the drop is waiting (a lock, "
-                     "the GPU, I/O, another process), which a sampling profiler does not see "
-                     "as a function's time")
-    if blind:
-        notes.append(f"{blind:.3g} ms/step of the growth is in native code without symbols "
-                     "or in processes with no Python frame: no function can be named there")
-    if grew and all(n.changed is False for n in grew):
-        notes.append("none of the functions named changed between base and head: the "
-                     "growth is in code the change reaches indirectly (more calls, larger "
-                     "data, a dependency)")
-    return notes
-
-
-def where_time_goes(stacks: Counter[Stack], steps: int, rate: float, top: int = TOP
-                    ) -> list[dict[str, Any]]:
-    """One profile alone: each sample charged to the deepest function of the measured tree
-    on its stack (else its leaf), time per env-step, the biggest first, with the frame below
-    it that holds most of its time."""
-    ms = 1000.0 / rate / max(steps, 1)
-    total = sum(stacks.values()) or 1
-    charged: dict[Frame, float] = defaultdict(float)
-    below: dict[Frame, Counter[Frame]] = defaultdict(Counter)
-    for stack, n in stacks.items():
-        mine = next((f for f in reversed(stack) if f.ours and not f.native), stack[-1])
-        charged[mine] += n
-        if stack[-1] != mine:
-            below[mine][stack[-1]] += n
-    out = []
-    for f, count in sorted(charged.items(), key=lambda x: -x[1])[:top]:
-        inside = next((g for g, _ in below[f].most_common()
-                       if g.name not in (UNKNOWN, NO_FRAME)), None)
-        out.append({"function": f.name, "where": str(f).split(" (", 1)[-1][:-1]
-                    if f.name != NO_FRAME else "", "ms_per_step": count * ms,
-                    "share": count / total, "inside": str(inside) if inside else None})
-    return out

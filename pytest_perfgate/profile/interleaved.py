@@ -19,10 +19,10 @@ from typing import Any
 
 from pytest_perfgate.core.atomic import atomic_write
 from pytest_perfgate.core.window import WindowSource
-from pytest_perfgate.profile.attribute import Turn, attribute, where_time_goes
+from pytest_perfgate.profile.attribute import Turn, attribute
 from pytest_perfgate.profile.changed import Changes
 from pytest_perfgate.profile.spy import ProfilerUnavailable, Recording, SpyConfig
-from pytest_perfgate.profile.stacks import diff_folded, folded, merged, parse
+from pytest_perfgate.profile.stacks import diff_folded, folded, merged, parse, where_time_goes
 
 WHEN = ("regression", "always", "off")
 PROFILE_TURNS = 6  # per side: a t interval over 6 pairs
@@ -63,10 +63,11 @@ def _turn(target: Target, seconds: float, spy: SpyConfig, scratch: Path) -> Turn
 
 
 def profile_pair(base: Target, head: Target, plan: ProfilePlan, out_dir: Path, name: str,
-                 changes: Changes | None) -> dict[str, Any]:
+                 changes: Changes | None, per: str = "env-step") -> dict[str, Any]:
     """Profile ``base`` and ``head`` in ABBA turns and subtract; the report's entry
-    (:meth:`Attribution.to_json`, the flame graph files, the cost) or ``{"error": why}``
-    when py-spy cannot sample here. Side failures (:class:`SideError`) go on up."""
+    (:meth:`Attribution.to_json`, the flame graph files, the cost, ``per``: the benchmark's
+    unit of work its times are per) or ``{"error": why}`` when py-spy cannot sample here.
+    Side failures (:class:`SideError`) go on up."""
     started = time.monotonic()
     pairs: list[tuple[Turn, Turn]] = []
     try:
@@ -86,9 +87,9 @@ def profile_pair(base: Target, head: Target, plan: ProfilePlan, out_dir: Path, n
     if changes is not None and changes.unknown is None:
         def changed(f: Any) -> bool | None:
             return changes.function_changed(f.file, f.line) if f.ours else False
-    att = attribute(pairs, plan.spy.rate, changed)
+    att = attribute(pairs, plan.spy.rate, changed, per=per)
     files = write_files(out_dir, name, pairs, plan.spy.rate)
-    return {**att.to_json(), "rate": plan.spy.rate, "native": plan.spy.native,
+    return {**att.to_json(), "per": per, "rate": plan.spy.rate, "native": plan.spy.native,
             "turn_s": plan.turn_s, "cost_s": round(time.monotonic() - started, 2),
             "files": files}
 
@@ -118,10 +119,10 @@ def write_files(out_dir: Path, name: str, pairs: list[tuple[Turn, Turn]], rate: 
 
 
 
-def profile_one(target: Target, plan: ProfilePlan, out_dir: Path, name: str
-                ) -> dict[str, Any]:
+def profile_one(target: Target, plan: ProfilePlan, out_dir: Path, name: str,
+                per: str = "env-step") -> dict[str, Any]:
     """One side alone (history mode's own run, with nothing to subtract): where its time
-    per env-step goes, charged to the nearest function of the measured tree
+    per ``per`` (its unit of work) goes, charged to the nearest function of the measured tree
     (:func:`where_time_goes`); the flame graph file; or ``{"error": why}``."""
     started = time.monotonic()
     try:
@@ -141,6 +142,7 @@ def profile_one(target: Target, plan: ProfilePlan, out_dir: Path, name: str
         files["run"] = str(folder / "run.folded")
     except OSError:
         pass
-    return {"turns": len(turns), "spent": where_time_goes(stacks, steps, plan.spy.rate),
+    return {"turns": len(turns), "per": per,
+            "spent": where_time_goes(stacks, steps, plan.spy.rate),
             "rate": plan.spy.rate, "native": plan.spy.native, "turn_s": plan.turn_s,
             "cost_s": round(time.monotonic() - started, 2), "files": files}

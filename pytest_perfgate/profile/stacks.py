@@ -5,19 +5,22 @@ function has two absolute paths; a frame's file is made relative to the tree it 
 (``ours``) or shortened to its package (``site-packages/numpy/...``), and native frames at
 an address (no symbol) become ``[unknown]`` in their library, so both sides name alike.
 Process and thread frames are dropped: functions are merged across the workload's tree.
+One profile alone (history mode's own run) is read here too: :func:`where_time_goes`.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 NO_FRAME = "[no Python frame]"  # a sample of a process with nothing py-spy could name
 UNKNOWN = "[unknown]"  # a native frame without a symbol
 NATIVE = "[native code]"  # a library's functions together (attribute.py)
+TOP = 5  # functions a profile names
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r'process \d+:".*?"(?:;|$)')
@@ -130,4 +133,28 @@ def merged(parts: Iterable[Mapping[Stack, int]]) -> Counter[Stack]:
     out: Counter[Stack] = Counter()
     for p in parts:
         out.update(p)
+    return out
+
+
+def where_time_goes(stacks: Counter[Stack], steps: int, rate: float, top: int = TOP
+                    ) -> list[dict[str, Any]]:
+    """One profile alone: each sample charged to the deepest function of the measured tree
+    on its stack (else its leaf), time per unit of work, the biggest first, with the frame below
+    it that holds most of its time."""
+    ms = 1000.0 / rate / max(steps, 1)
+    total = sum(stacks.values()) or 1
+    charged: dict[Frame, float] = defaultdict(float)
+    below: dict[Frame, Counter[Frame]] = defaultdict(Counter)
+    for stack, n in stacks.items():
+        mine = next((f for f in reversed(stack) if f.ours and not f.native), stack[-1])
+        charged[mine] += n
+        if stack[-1] != mine:
+            below[mine][stack[-1]] += n
+    out = []
+    for f, count in sorted(charged.items(), key=lambda x: -x[1])[:top]:
+        inside = next((g for g, _ in below[f].most_common()
+                       if g.name not in (UNKNOWN, NO_FRAME)), None)
+        out.append({"function": f.name, "where": str(f).split(" (", 1)[-1][:-1]
+                    if f.name != NO_FRAME else "", "ms_per_step": count * ms,
+                    "share": count / total, "inside": str(inside) if inside else None})
     return out

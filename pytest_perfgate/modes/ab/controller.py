@@ -26,7 +26,7 @@ from pytest_perfgate.core.gate import (
     unstable,
 )
 from pytest_perfgate.core.judged import Judged, summarize
-from pytest_perfgate.core.metric import Metric, metric_for
+from pytest_perfgate.core.metric import Metric, counted_per, metric_for
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.envs.declarations import DeclarationError
@@ -203,17 +203,18 @@ class Profiling:
     def wanted(self, verdict: Verdict) -> bool:
         return self.plan.wanted(verdict.outcome is Outcome.REGRESSION)
 
-    def take_one(self, source: WindowSource, name: str) -> dict[str, object]:
-        """This process's own run (history mode), profiled alone after it was measured."""
+    def take_one(self, source: WindowSource, name: str, unit: str) -> dict[str, object]:
+        """This process's own run (history mode), profiled alone after it was measured;
+        ``unit``: the benchmark's rate unit, which its times are per ("calls/s": a call)."""
         import os
 
         from pytest_perfgate.profile.interleaved import Target, profile_one
 
         return profile_one(Target(source, os.getpid(), self.root()), self.plan,
-                           self.out_dir(), name)
+                           self.out_dir(), name, counted_per(unit))
 
     def take(self, pair: Pair, base: RemoteSource, head: RemoteSource, name: str,
-             ab: ABSetup) -> dict[str, object]:
+             ab: ABSetup, unit: str) -> dict[str, object]:
         from pytest_perfgate.profile.changed import Changes
         from pytest_perfgate.profile.interleaved import Target, profile_pair
 
@@ -224,7 +225,7 @@ class Profiling:
             self._changes = Changes(root_h, ab.base_commit)
         return profile_pair(Target(base, pair.base.proc.pid, root_b),
                             Target(head, pair.head.proc.pid, root_h), self.plan,
-                            self.out_dir(), name, self._changes)
+                            self.out_dir(), name, self._changes, counted_per(unit))
 
 
 class ABController:
@@ -319,7 +320,8 @@ class ABController:
             if len(pairs) > 1:
                 info["ab_pairs"] = confirm.record([v for _, v in runs])
             if self.profile is not None and self.profile.wanted(verdict):
-                info["profile"] = self.profile.take(pairs[i], *sources[i], call.name, ab)
+                info["profile"] = self.profile.take(pairs[i], *sources[i], call.name, ab,
+                                                    call.unit)
         finally:
             for extra in pairs[1:]:
                 extra.close()
