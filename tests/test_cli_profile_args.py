@@ -76,3 +76,20 @@ def test_a_usage_error_of_the_pytest_run_is_the_commands_usage_error(
     trees = subprocess.run(["git", "worktree", "list"], cwd=two_commits, capture_output=True,
                            text=True, check=True).stdout.strip().splitlines()
     assert len(trees) == 1, trees  # the probe's worktree went with it
+
+
+def test_the_first_line_names_base_then_head(two_commits: Path,
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Base first, head second, as the command line gives them and the A/B mode says it."""
+    base, head = (subprocess.run(["git", "rev-parse", rev], cwd=two_commits, text=True,
+                                 capture_output=True, check=True).stdout.strip()
+                  for rev in ("HEAD~1", "HEAD"))
+    monkeypatch.setenv("PERFGATE_AB_CONFIRM", "garbage")  # pytest stops at its usage error
+    for argv, said in ((["HEAD~1", "."], f"base HEAD~1 ({base[:10]}) -> head the working tree"),
+                       ([base[:12], "HEAD"], f"base {base[:10]} -> head HEAD ({head[:10]})")):
+        with pytest.raises(SystemExit):
+            main(["profile", *argv, "test_perf.py"])
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith(f"perfgate profile: {said}; the report and flame graphs go "
+                                f"to {two_commits / '.perfgate' / 'profiles'}/"), first

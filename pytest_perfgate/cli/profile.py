@@ -77,7 +77,8 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
         raise UsageError(f"HEAD {head!r}: not a commit of this repository; give a "
                          "branch, tag or hash that git rev-parse resolves, or '.' for "
                          "the working tree")
-    if resolve_commit(repo, base) is None:
+    base_commit = resolve_commit(repo, base)
+    if base_commit is None:
         raise UsageError(f"BASE {base!r}: not a commit of this repository; give a "
                          "branch, tag or hash that git rev-parse resolves")
     label = f"{base}..{head if commit is None else commit[:10]}"
@@ -96,8 +97,9 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
     opts = ["--perfgate", f"--perfgate-ab={base}", f"--perfgate-ab-turns={turns}",
             "--perfgate-ab-looks=1", "--perfgate-profile", "--perfgate-record=false",
             f"--perfgate-profile-dir={folder}", f"--perfgate-json={report}"]
-    print(f"perfgate profile: {'the working tree' if commit is None else commit[:10]} "
-          f"against the base {base}; the report and flame graphs go to {folder}", flush=True)
+    print(f"perfgate profile: base {_named(base, base_commit)} -> head "
+          f"{'the working tree' if commit is None else _named(head, commit)}; the report and "
+          f"flame graphs go to {folder}", flush=True)
     if commit is None:
         done = group.run_argv([sys.executable, "-m", "pytest", *opts, *pytest_args],
                               group.NESTED_STOP_S, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -127,6 +129,11 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
         for line in lines(profile) if isinstance(profile, dict) else ["no profile taken"]:
             print(f"  {line}")
     return status
+
+
+def _named(rev: str, commit: str) -> str:
+    """A revision as the user gave it, with its commit unless it is that commit's hash."""
+    return commit[:10] if commit.startswith(rev.lower()) else f"{rev} ({commit[:10]})"
 
 
 def _safe(text: str) -> str:
