@@ -234,3 +234,15 @@ def test_the_record_carries_the_head_sides_own_metadata(pytester: pytest.Pyteste
     assert extra["ring_pair"] == {"learner_updates_per_s": 29.0, "collectors": 1}, extra
     assert extra["mine"] == 1 and extra["ab_base"] == "HEAD~1", extra
     no_leftovers(pytester)
+
+
+def test_an_ok_verdict_prints_its_message_in_the_summary(pytester: pytest.Pytester) -> None:
+    repo(pytester, FAKE_STEP, head_slow=1.02, base_body=FAKE_STEP, fake_clock=True)
+    res = pytester.runpytest_subprocess(*ARGS, timeout=300)
+    res.assert_outcomes(passed=1)
+    summary = res.stdout.str().split("= perfgate =")[1].splitlines()
+    # the fake clock: the head exactly 2% slower, under the 10% threshold
+    assert ("test_perf.test_walk: OK: 2.0% slower over 6 interleaved turns: a real drop, but "
+            "no larger than 2.0% at 99% confidence, within the 10% threshold") in summary, \
+        summary
+    no_leftovers(pytester)

@@ -259,7 +259,8 @@ def test_an_overturned_regression_is_shown_though_it_ends_ok() -> None:
     assert line.startswith("test_walk: OK: env-steps/s ok at 0.998. The first pair's ")
     ctl, log, _ = controller([(1.0, v(OK, 1.0))])
     plain = judge(ctl, log)
-    assert notes([plain]) == [] and not worth_a_line(plain)
+    assert notes([plain]) == ["test_walk: OK: env-steps/s ok at 1.0"]  # every one, shown
+    assert notes([plain], every_verdict=False) == [] and not worth_a_line(plain)  # written
 
 
 def test_ok_is_not_measured_again_an_improvement_is_and_the_switch_turns_it_off() -> None:

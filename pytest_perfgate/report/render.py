@@ -79,20 +79,23 @@ def table(judged: Sequence[Judged]) -> list[str]:
 
 
 def worth_a_line(j: Judged) -> bool:
-    """Whether the verdict's message is shown: any but a plain OK. An OK that fresh pairs of
-    side processes reached against a first pair's called change is not plain, nor one whose
-    baseline ran in another environment (it names the change)."""
+    """Whether a written report (markdown) shows the verdict's message: any but a plain OK,
+    whose table row says it all. An OK that fresh pairs of side processes reached against a
+    first pair's called change is not plain, nor one whose baseline ran in another
+    environment (it names the change)."""
     v, pairs = j.verdict, j.result.extra.get("ab_pairs")
     return v is not None and (v.outcome is not Outcome.OK or bool(j.environment_changes)
                               or (isinstance(pairs, list) and len(pairs) > 1))
 
 
-def notes(judged: Sequence[Judged]) -> list[str]:
-    """One line per verdict that is not a plain OK, plus measurement caveats."""
+def notes(judged: Sequence[Judged], every_verdict: bool = True) -> list[str]:
+    """One line per verdict, its message, plus measurement caveats. The terminal shows every
+    verdict's (an OK's says how close it came and what it could resolve); a written report
+    (``every_verdict`` False) leaves a plain OK to its table row (:func:`worth_a_line`)."""
     out = []
     for j in judged:
         r, v = j.result, j.verdict
-        if v is not None and worth_a_line(j):
+        if v is not None and (every_verdict or worth_a_line(j)):
             out.append(f"{r.name}: {v.outcome.value}: {v.message}")
         workers = r.extra.get("workers")  # perfgate's own key (user extra may not use it)
         for w in workers if isinstance(workers, list) else []:
@@ -271,5 +274,5 @@ def markdown(judged: Sequence[Judged]) -> str:
     sep = "|" + "|".join("---" for _ in cols) + "|"
     body = ["| " + " | ".join(c.replace("|", "\\|") for c in row(j, units)) + " |"
             for j in judged]
-    extra = [f"- {n}" for n in notes(judged)]
+    extra = [f"- {n}" for n in notes(judged, every_verdict=False)]
     return "\n".join(["### perfgate", "", head, sep, *body, "", *extra, ""])
