@@ -150,7 +150,8 @@ def test_a_side_answers_what_its_process_records() -> None:
     steps = Steps()
     src = Recording(steps.step, 2, PhaseRecorder(steps.clock), steps.clock)
     replies = serve_with(ABSide(None), src, ("extra",))
-    assert replies[1] == ("extra", {"ring_pair": {"learner_updates_per_s": 29.0}})
+    assert replies[1][0] == "extra"
+    assert replies[1][1]["ring_pair"] == {"learner_updates_per_s": 29.0}
     src.fail = True
     ctl, conn = Pipe(duplex=True)
     ctl.send(("extra",))

@@ -29,6 +29,7 @@ class PerfgatePlugin:
         self.config = config
         self.session = session
         self.summary = Summary(config, session, where)
+        self.said_unpinned = False  # threads left unpinned: one warning per session
 
     @classmethod
     def start(cls, config: pytest.Config) -> PerfgatePlugin:
@@ -89,6 +90,8 @@ class PerfgatePlugin:
             report.outcome = "failed"
             report.longrepr = "\n\n".join(explain(j, hint) for j in bad)
         _warn_open_verdicts(item, judged)
+        if not self.said_unpinned:
+            self.said_unpinned = _warn_unpinned(item, judged)
         return report
 
     @pytest.hookimpl(wrapper=True)
@@ -123,3 +126,21 @@ def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
         profile = j.result.extra.get("profile")
         if isinstance(profile, dict) and "error" in profile:  # the verdict stands
             item.warn(PerfgateWarning(f"{j.result.name}: no profile: {profile['error']}"))
+
+
+def _warn_unpinned(item: pytest.Item, judged: list[Judged]) -> bool:
+    """Warn when a measured process ran a thread pool larger than its CPUs (the first such
+    benchmark of the session: the setting is the same for the rest); True once warned."""
+    from pytest_perfgate.placement.unpinned import KEY, describe
+    from pytest_perfgate.plugin import PerfgateWarning
+
+    for j in judged:
+        found = j.result.extra.get(KEY)
+        if j.verdict is None or not isinstance(found, list) or not found:
+            continue  # a side or smoke mode measures nothing: nothing to say
+        item.warn(PerfgateWarning(
+            f"{j.result.name}: threads left unpinned: "
+            + "; ".join(describe(f) for f in found)
+            + " (said once per session)"))
+        return True
+    return False

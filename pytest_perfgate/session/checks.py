@@ -29,7 +29,8 @@ def check_name(name: str) -> str:
 
 # Keys of BenchResult.extra that perfgate itself writes and the report reads.
 RESERVED_EXTRA = frozenset({"workers", "placement_warnings", "late_windows", "ab_base",
-                            "ab_base_commit", "ab_base_samples", "ab_pairs", "rounds"})
+                            "ab_base_commit", "ab_base_samples", "ab_pairs", "rounds",
+                            "unpinned_threads"})
 
 
 def check_extra(extra: object, source_keys: frozenset[str] = frozenset()) -> dict[str, Any]:
