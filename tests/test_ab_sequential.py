@@ -298,3 +298,18 @@ def test_looks_flag_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "argument --perfgate-ab-looks: '0' is too small: use a whole number of looks >= 1, " \
         "e.g. 4" in res.stderr.str()
+
+
+def test_an_exact_no_change_says_so_without_a_rise_of_minus_zero() -> None:
+    """A fake clock's A/A measures exactly 1.000: "no drop at all", no "-0.0%" rise."""
+    from pytest_perfgate.core.evidence import Evidence
+    from pytest_perfgate.core.gate import Outcome, Rule, sequential_decide
+
+    v = sequential_decide(Evidence(0.0, 0.0, 10, 24, "paired"), Rule(threshold=0.02),
+                          0.005, final=True)
+    assert v is not None and v.outcome is Outcome.OK
+    assert v.message == ("0.0% slower over 24 interleaved turns: no drop at all at 99% "
+                         "confidence (threshold 2%)"), v.message
+    v = sequential_decide(Evidence(-0.05, 0.001, 10, 24, "paired"), Rule(threshold=0.2),
+                          0.005, final=True)
+    assert v is not None and "no drop at all (a rise of at least 4." in v.message

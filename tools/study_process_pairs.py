@@ -12,9 +12,12 @@ Each trial's JSON lists every pair it measured (``ab_pairs``: a called change is
 again by fresh pairs, docs/ab.md), so the study gives both rates: the verdict's, and the
 first pair's alone.
 
-Workloads: ``numpy`` (a sort, Python around it) and ``mujoco`` (gymnasium's HalfCheetah-v5
-in a SyncVectorEnv of 2: MuJoCo's C code, where the false alarm was seen). Prints per trial
-the ratio and its interval; then the A/A false-alarm share with its exact 95% interval, how
+Workloads: ``numpy`` (a sort, Python around it), ``mujoco`` (gymnasium's HalfCheetah-v5
+in a SyncVectorEnv of 2: MuJoCo's C code, where the false alarm was seen), ``ring`` (a
+learner-bound collector/learner pair over the ring: two processes that meet) and ``tiny``
+(a call of a few microseconds under pytest-benchmark's fixture: a per-process offset).
+Prints per trial the ratio and its interval; then the A/A false-alarm shares (REGRESSION
+and IMPROVEMENT) with their exact 95% intervals, how
 many intervals exclude 1 (honest intervals exclude it about as often as their level allows;
 far more often means a bias between process pairs), and the standard deviation of the
 trials' log ratios beside the median half-width of their intervals.
@@ -25,6 +28,7 @@ trials' log ratios beside the median half-width of their intervals.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -66,6 +70,24 @@ def test_walk(perfgate, envs):
     low, high = envs.action_space.low, envs.action_space.high
     perfgate.measure_vector_env(envs, lambda obs: rng.uniform(low, high).astype(np.float32),
                                 seed=0)
+''',
+    # a learner-bound ring pair: the collector blocks in push while one SAC update a batch
+    # runs on the learner side; its throughput is how the two processes meet
+    "ring": '''
+def test_walk(perfgate, ring_pair):
+    pair = ring_pair(num_envs=16, capacity=4, threads=(1, 1),
+                     learner_kwargs={"hidden": 256, "batch_size": 512})
+    perfgate.measure_source(pair, transitions=16, name="ring_walk")
+''',
+    # a tiny call under pytest-benchmark's own fixture (gated in calls/s): a per-process
+    # offset is the whole story here
+    "tiny": '''
+def small(n=24):
+    return sum(i * i for i in range(n))
+
+
+def test_walk(benchmark):
+    benchmark(small)
 ''',
 }
 
@@ -128,12 +150,15 @@ def main() -> int:
     halves = [(math.log(hi) - math.log(lo)) / 2 for _, lo, hi in judged]
     excl = sum(1 for _, lo, hi in judged if not lo <= 1.0 <= hi)
     alarms = Rate(sum(t["verdict"] == "REGRESSION" for t in trials), len(trials))
+    raised = Rate(sum(t["verdict"] == "IMPROVEMENT" for t in trials), len(trials))
     first = Rate(sum(t.get("first_pair") == "REGRESSION" for t in trials), len(trials))
+    first_up = Rate(sum(t.get("first_pair") == "IMPROVEMENT" for t in trials), len(trials))
     print(f"\n{args.workload}, {len(trials)} A/A trials (fresh processes each), threshold "
-          f"{args.threshold}: REGRESSION {alarms}; first pairs' intervals excluding 1: "
-          f"{excl}/{len(judged)}")
+          f"{args.threshold}: REGRESSION {alarms}, IMPROVEMENT {raised}; verdicts "
+          f"{dict(sorted(collections.Counter(t['verdict'] for t in trials).items()))}; "
+          f"first pairs' intervals excluding 1: {excl}/{len(judged)}")
     print(f"the first pair alone (the verdict before fresh pairs had to measure it too): "
-          f"REGRESSION {first}; called regressions measured again: "
+          f"REGRESSION {first}, IMPROVEMENT {first_up}; called changes measured again: "
           f"{sum(len(t.get('pairs', [])) > 1 for t in trials)}")
     if len(logs) >= 2:
         print(f"trial-to-trial sd of the log ratio {statistics.stdev(logs):.4f}; median "
