@@ -21,6 +21,7 @@ from pytest_perfgate.core.metric import metric_for
 from pytest_perfgate.core.results import BenchResult, RunRecord
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.history.context import HISTORY, HistoryContext, is_history_run
+from pytest_perfgate.modes import bound
 from pytest_perfgate.modes.mode import BenchCall, MeterFactory, Sink, recorded_extra
 
 if TYPE_CHECKING:
@@ -182,6 +183,10 @@ class HistoryMode:
                                                 if p in b.phases) for p in names}
             verdict, changed = environment_note(verdict, [r.metadata for r, _ in base],
                                                 ctx.meta)
+        said = bound.note(result.extra, base_phases,
+                          {n: p.ms_per_call for n, p in result.phases.items()}, rule.threshold)
+        if said is not None:
+            verdict = verdict.noted(said)
         return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases,
                       environment_changes=changed)
 
