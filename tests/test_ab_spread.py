@@ -94,3 +94,47 @@ def test_the_pairs_basis_is_worded_for_pairs() -> None:
     assert v.message.endswith("The cause is the spread between pairs of side processes, which "
                               "more turns in one pair cannot narrow: run again, or raise the "
                               "threshold above it.")
+
+
+def test_two_agreeing_pairs_of_processes_that_meet_get_a_third_pair() -> None:
+    """An A/A ring pair on this machine: two pairs read 0.750 and 0.770, each interval
+    excluding no change, while first pairs of unchanged code scatter with an sd of 0.17 in
+    log ratio. Two pairs that agree say nothing of that spread: a third pair is measured,
+    and the change is held to the spread of the three."""
+    first, second = ve(REG, 0.750, 0.05), ve(REG, 0.770, 0.05)
+    assert not confirm.wanted([first, second], RULE)  # one process a side: decided
+    assert confirm.wanted([first, second], RULE, meets=True)
+    assert confirm.why_more([first, second]) == (
+        "to see the spread between pairs of processes that meet (0.750 (REGRESSION), 0.770 "
+        "(REGRESSION))")
+    third = ve(OK, 0.995, 0.04)
+    assert not confirm.wanted([first, second, third], RULE, meets=True)
+    _i, got = confirm.agreed([first, second, third], rule=RULE)
+    assert got.outcome is Outcome.INCONCLUSIVE
+    # a real slowdown of a pair of processes that meet still stands with the third pair
+    pairs = [ve(REG, 0.50, 0.02), ve(REG, 0.52, 0.02), ve(REG, 0.49, 0.02)]
+    assert confirm.agreed(pairs, rule=RULE)[1].outcome is REG
+
+
+def test_the_controller_measures_a_third_pair_when_the_sides_ran_several_streams() -> None:
+    from test_ab_confirm import FakeLooks, FakeRun, controller, judge
+
+    from pytest_perfgate.core.measure import Measurement
+    from pytest_perfgate.core.window import Window
+
+    def streams(s_per_step: float) -> Measurement:
+        w = Window(8, 8 * s_per_step, 8 * s_per_step, streams=2)
+        return Measurement((w, w, w), True, 0.0, 0)
+
+    ctl, log, _ = controller([(0.75, ve(REG, 0.750, 0.05)), (0.77, ve(REG, 0.770, 0.05)),
+                              (0.995, ve(OK, 0.995, 0.04))])
+    measure = ctl._measure
+
+    def with_streams(*args: object) -> object:
+        _run, verdict = measure(*args)  # type: ignore[arg-type]
+        return FakeRun(streams(0.001), streams(0.001 / verdict.ratio), FakeLooks(24)), verdict
+
+    ctl._measure = with_streams  # type: ignore[assignment]
+    j = judge(ctl, log)
+    assert [x for x in log if x.startswith("start")] == ["start pair2", "start pair3"]
+    assert j.verdict is not None and j.verdict.outcome is Outcome.INCONCLUSIVE

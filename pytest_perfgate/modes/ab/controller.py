@@ -303,7 +303,9 @@ class ABController:
         sources = [(base_src, head_src)]
         failed = None
         try:
-            while self.confirm and confirm.wanted(verdicts := [v for _, v in runs], call.rule):
+            meets = max((w.streams for w in runs[0][0].head.windows), default=1) > 1
+            while self.confirm and confirm.wanted(verdicts := [v for _, v in runs], call.rule,
+                                                  meets):
                 self.meter().progress.pair_started(len(runs) + 1, confirm.why_more(verdicts))
                 try:
                     srcs = self._fresh_pair(call, earlier, pairs)
