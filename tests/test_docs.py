@@ -151,3 +151,21 @@ def test_every_import_the_docs_show_works() -> None:
                    if not hasattr(mod, n) and not (
                        hasattr(mod, "__path__") and importlib.util.find_spec(f"{module}.{n}"))]
     assert shown and broken == []
+
+
+def test_the_design_layer_list_is_the_contracts_layers_in_order() -> None:
+    """docs/design.md §8 lists every layer of the import-linter contract, top to bottom:
+    a layer added to pyproject.toml and not to the design is a map that lies."""
+    import re
+    import tomllib
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contract = next(c for c in conf["tool"]["importlinter"]["contracts"]
+                    if c["type"] == "layers")
+    layers = [[p.strip().removeprefix("pytest_perfgate.") for p in line.split("|")]
+              for line in contract["layers"]]
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("## §8")[1].split("- **Only the plugin")[0]
+    listed = [re.findall(r"`(\w+)` \(", item) for item in
+              re.split(r"\n  \d+\. ", section)[1:]]
+    assert listed == layers
