@@ -103,12 +103,12 @@ def test_two_agreeing_pairs_of_processes_that_meet_get_a_third_pair() -> None:
     and the change is held to the spread of the three."""
     first, second = ve(REG, 0.750, 0.05), ve(REG, 0.770, 0.05)
     assert not confirm.wanted([first, second], RULE)  # one process a side: decided
-    assert confirm.wanted([first, second], RULE, meets=True)
+    assert confirm.wanted([first, second], RULE, varies=True)
     assert confirm.why_more([first, second]) == (
-        "to see the spread between pairs of processes that meet (0.750 (REGRESSION), 0.770 "
+        "to see the spread between pairs of this workload's processes (0.750 (REGRESSION), 0.770 "
         "(REGRESSION))")
     third = ve(OK, 0.995, 0.04)
-    assert not confirm.wanted([first, second, third], RULE, meets=True)
+    assert not confirm.wanted([first, second, third], RULE, varies=True)
     _i, got = confirm.agreed([first, second, third], rule=RULE)
     assert got.outcome is Outcome.INCONCLUSIVE
     # a real slowdown of a pair of processes that meet still stands with the third pair
@@ -138,3 +138,17 @@ def test_the_controller_measures_a_third_pair_when_the_sides_ran_several_streams
     j = judge(ctl, log)
     assert [x for x in log if x.startswith("start")] == ["start pair2", "start pair3"]
     assert j.verdict is not None and j.verdict.outcome is Outcome.INCONCLUSIVE
+
+
+def test_processes_that_meet_and_calls_of_microseconds_vary_by_process() -> None:
+    from pytest_perfgate.core.measure import Measurement
+    from pytest_perfgate.core.window import Window
+
+    def m(wall: float, calls: int, streams: int = 1) -> Measurement:
+        w = Window(8, wall, wall, calls=calls, streams=streams)
+        return Measurement((w, w), True, 0.0, 0)
+
+    assert spread.varies_by_process(m(0.1, 10, streams=2))  # a ring pair's windows
+    assert spread.varies_by_process(m(0.1, 60_000))  # 1.7 us a call: pytest-benchmark's
+    assert not spread.varies_by_process(m(0.1, 50))  # 2 ms a step
+    assert not spread.varies_by_process(m(0.1, 0))

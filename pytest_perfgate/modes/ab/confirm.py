@@ -33,20 +33,21 @@ VOTES = (*CALLS, Outcome.OK)  # the outcomes of a pair that judged
 MOST_PAIRS = 3
 
 
-def wanted(verdicts: Sequence[Verdict], rule: Rule | None = None, meets: bool = False
+def wanted(verdicts: Sequence[Verdict], rule: Rule | None = None, varies: bool = False
            ) -> bool:
     """Whether another fresh pair must measure: the first pair called a change and the
     pairs have not decided it yet, or they did but differ by more than their own noise, or
-    the workload's processes meet (``meets``: a ring pair, several collectors), where two
-    pairs agreeing says too little of the spread between pairs (at most
-    :data:`MOST_PAIRS` pairs in all)."""
+    the workload is one whose speed varies by process (``varies``: processes that meet, as
+    a ring pair's, or a call of microseconds, where a process's own offset is the size of
+    the change), where two pairs agreeing says too little of the spread between pairs (at
+    most :data:`MOST_PAIRS` pairs in all)."""
     if (not verdicts or verdicts[0].outcome not in CALLS
             or len(verdicts) >= MOST_PAIRS):
         return False
     decided = _decided(verdicts)
     if decided is None:
         return True
-    return decided in CALLS and rule is not None and (meets or spread.of(verdicts) is not None)
+    return decided in CALLS and rule is not None and (varies or spread.of(verdicts) is not None)
 
 
 def why_more(verdicts: Sequence[Verdict]) -> str:
@@ -55,7 +56,7 @@ def why_more(verdicts: Sequence[Verdict]) -> str:
         return f"to confirm {saying(verdicts)}"
     if _decided(verdicts) is not None:
         if spread.of(verdicts) is None:
-            return (f"to see the spread between pairs of processes that meet "
+            return (f"to see the spread between pairs of this workload's processes "
                     f"({saying(verdicts)})")
         return f"the pairs differ more than their turns' noise ({saying(verdicts)})"
     return f"to decide between {saying(verdicts)}"

@@ -31,7 +31,7 @@ from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.envs.declarations import DeclarationError
 from pytest_perfgate.modes import bound
-from pytest_perfgate.modes.ab import confirm
+from pytest_perfgate.modes.ab import confirm, spread
 from pytest_perfgate.modes.ab.abba import Paired, measure_sequential
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as base_worktree
@@ -303,9 +303,9 @@ class ABController:
         sources = [(base_src, head_src)]
         failed = None
         try:
-            meets = max((w.streams for w in runs[0][0].head.windows), default=1) > 1
+            varies = spread.varies_by_process(runs[0][0].head)
             while self.confirm and confirm.wanted(verdicts := [v for _, v in runs], call.rule,
-                                                  meets):
+                                                  varies):
                 self.meter().progress.pair_started(len(runs) + 1, confirm.why_more(verdicts))
                 try:
                     srcs = self._fresh_pair(call, earlier, pairs)

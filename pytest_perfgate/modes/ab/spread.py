@@ -18,12 +18,27 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_perfgate.core.evidence import Evidence
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict, decide
 from pytest_perfgate.core.metric import ENV_STEPS, Metric
 
+if TYPE_CHECKING:
+    from pytest_perfgate.core.measure import Measurement
+
 SE_FLOOR = 1e-6  # log units: a pair measured on a fake clock has no noise at all
+TINY_CALL_S = 1e-4  # a call this short carries its process's own offset (docs/ab.md)
+
+
+def varies_by_process(m: Measurement) -> bool:
+    """Whether a workload's speed varies from one pair of processes to the next beyond its
+    turns: several processes met in its windows (a ring pair, several collectors), or one
+    call takes microseconds (where layout, hash seed and alignment are the change's size)."""
+    if any(w.streams > 1 for w in m.windows):
+        return True
+    calls = sum(w.calls for w in m.windows)
+    return calls > 0 and sum(w.wall_s for w in m.windows) / calls < TINY_CALL_S
 
 
 @dataclass(frozen=True)
