@@ -77,7 +77,13 @@ def _closed(cls: type) -> type:
 class Ring:
     """Create with ``Ring(spec)``; hand it to the other process as a spawn argument.
     ``parties``: processes that will attach (2 when the creator only supervises); the
-    name is removed once that many have mapped the segment."""
+    name is removed once that many have mapped the segment.
+
+    Its parts, made once per process that maps the ring: ``_map`` (:class:`Mapping`),
+    ``_producer`` (push, finish), ``_claims`` (the consumer's counters) and ``_reader``
+    (pop, borrow; it reads through the same claims). No part refers back to the ring, so a
+    ring dropped without close() is unlinked by its finalizer at once; close() drops them.
+    """
 
     def __init__(self, spec: RingSpec, parties: int = 1) -> None:
         if (isinstance(parties, bool) or not isinstance(parties, int)
