@@ -1,9 +1,10 @@
 """The consumer's counters: the one wait for steps, the claim, and the frees.
 
 Every read of the ring (ring/reader.py) takes its steps through :meth:`Claims.claim` and
-gives them back through :meth:`Claims.release` (a read in place, done), :meth:`Claims.free`
-(steps copied into the learner's buffers, ring/held.py) or :meth:`Claims.unclaim` (nothing
-read). A claim marks steps being read, so an overwriting producer leaves them alone.
+gives them back through :meth:`Claims.release` (read while claimed: copied out, or
+borrowed), :meth:`Claims.free` (copied into the learner's buffers, ring/held.py) or
+:meth:`Claims.unclaim` (nothing read). A claim marks steps being read, so an overwriting
+producer leaves them alone.
 """
 
 from __future__ import annotations
