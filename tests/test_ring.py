@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ring_steps import episode, obs_step, push_step
 
-from pytest_perfgate.ring.base import CONSUMED, RingClosed
 from pytest_perfgate.ring.layout import RingInputError, RingSpec
+from pytest_perfgate.ring.mapping import CONSUMED, RingClosed
 from pytest_perfgate.ring.shm_ring import Ring
 
 
@@ -125,7 +125,7 @@ def test_pop_into_buffers_copies_steps_as_they_arrive() -> None:
 
         def produce() -> None:
             for t in range(4):
-                freed_before_push.append(int(r._h[CONSUMED]))
+                freed_before_push.append(int(r._map.h[CONSUMED]))
                 r.push(np.full((2, 1), t, np.float32), *rest)
                 time.sleep(0.05)
 
@@ -241,7 +241,7 @@ def test_borrowing_the_last_slot_gives_views_with_next_obs_from_slot_0() -> None
         with r.borrow(timeout=0) as b:
             assert b is not None and b.steps == 1
             assert b.obs[0, 0, 0] == 2 and b.next_obs[0, 0, 0] == 3
-            ring_obs = r._a["obs"]
+            ring_obs = r._map.a["obs"]
             assert np.shares_memory(b.obs, ring_obs) and np.shares_memory(b.next_obs, ring_obs)
 
 
@@ -340,7 +340,7 @@ def test_plain_arrays_shared_by_two_rings_or_skipped_steps_stay_exact() -> None:
 
     spec = RingSpec(4, (3,), (2,), capacity=4)
     with Ring(spec) as r1, Ring(spec) as r2:
-        out = batch.buffers(r1._fields, 2)
+        out = batch.buffers(r1.spec.fields(), 2)
         for t in range(3):
             obs_step(r1, t)
             obs_step(r2, 10 + t)
@@ -390,8 +390,8 @@ def test_a_bad_party_count_is_refused_before_a_segment_exists(parties: object) -
 
 def test_an_entered_lock_outlives_a_close_in_between() -> None:
     ring = Ring(RingSpec(2, (3,), (1,), capacity=2))
-    lock = ring._lock
+    lock = ring._map.lock
     lock.__enter__()
     ring.close()  # another thread's close: the entered lock still holds the mapping
     lock.__exit__(None, None, None)
-    assert not hasattr(ring, "_h")  # closed: hasattr says so instead of raising
+    assert not hasattr(ring, "_map")  # closed: hasattr says so instead of raising

@@ -38,7 +38,7 @@ def test_borrow_copy_copies_each_step_once_and_next_obs_where_an_env_ended(
         for t in range(steps + 1):
             ring.push(obs[t], act[t], rew[t], term[t], no,
                       final_obs=final if term[t].any() else None)
-        dst = _batch.buffers(ring._fields, rows, obs_rows=rows)
+        dst = _batch.buffers(ring.spec.fields(), rows, obs_rows=rows)
         assert _bench().borrow_copy(ring, steps, dst, 1, next_obs=next_obs) == steps
         assert ring.stats()["consumed"] == steps
     finally:

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_perfgate.ring.base import PUBLISHED, SPIN_MISSES, W_CONS
 from pytest_perfgate.ring.layout import MAX_SPIN_US, RingInputError, RingSpec
+from pytest_perfgate.ring.mapping import PUBLISHED, W_CONS
 from pytest_perfgate.ring.shm_ring import Ring
+from pytest_perfgate.ring.waits import SPIN_MISSES
 
 Z = np.zeros((2, 1), np.float32)
 FLAGS = (np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
@@ -52,7 +53,7 @@ def test_the_budget_is_off_by_default_and_reaches_the_other_side() -> None:
     with _ring(50) as ring:
         other = pickle.loads(pickle.dumps(ring))  # what a spawn child unpickles
         try:
-            assert other._spin_ns == ring._spin_ns == 50_000
+            assert other._claims.waits.spin_ns == ring._producer.waits.spin_ns == 50_000
         finally:
             other.close()
 
@@ -66,28 +67,31 @@ def test_a_bad_budget_is_refused_naming_it(bad: Any) -> None:
 
 def test_polling_stops_at_the_budget_the_deadline_and_after_long_waits() -> None:
     with _ring(100) as ring:
-        clock = ring._clock = FakeClock()
+        waits = ring._claims.waits
+        clock = waits.clock = FakeClock()
         t0 = clock.now
-        assert ring._spin_end(t0, None) == t0 + 100_000
-        assert ring._spin_end(t0, 0.0) == 0  # a deadline already passed: no polling
+        assert waits.spin_end(t0, None) == t0 + 100_000
+        assert waits.spin_end(t0, 0.0) == 0  # a deadline already passed: no polling
         # the counter does not move: polling ends when the clock reaches the budget
         clock.now = t0 + 100_000
-        assert ring._spin(PUBLISHED, ring._h[PUBLISHED], t0 + 100_000) == 0
+        assert waits.spin(PUBLISHED, ring._map.h[PUBLISHED], t0 + 100_000) == 0
         for _ in range(SPIN_MISSES):  # waits that each outlasted the budget
-            ring._spun(t0)
-        assert ring._spin_end(clock.now, None) == 0  # sleeps at once now
-        ring._spin_misses -= 1
+            waits.spun(t0)
+        assert waits.spin_end(clock.now, None) == 0  # sleeps at once now
+        assert ring._producer.waits.spin_end(clock.now, None) > 0  # each side its own
+        waits.misses -= 1
         clock.now = t0 + 50_000
-        ring._spun(t0)  # one short wait
-        assert ring._spin_end(clock.now, None) == clock.now + 100_000  # polls again
-        assert ring._spin_misses == 0
+        waits.spun(t0)  # one short wait
+        assert waits.spin_end(clock.now, None) == clock.now + 100_000  # polls again
+        assert waits.misses == 0
 
 
 def test_a_moved_counter_ends_the_poll_at_once() -> None:
     with _ring(100) as ring:
-        ring._clock = FakeClock()
+        waits = ring._claims.waits
+        waits.clock = FakeClock()
         ring.push(Z, Z, *FLAGS)
-        assert ring._spin(PUBLISHED, ring._h[PUBLISHED] - 1, 10**18) == 10**18
+        assert waits.spin(PUBLISHED, ring._map.h[PUBLISHED] - 1, 10**18) == 10**18
 
 
 @pytest.mark.parametrize("spin_us, bells", [(MAX_SPIN_US, 0), (0, 1)])
@@ -95,8 +99,9 @@ def test_a_learner_that_polls_needs_no_bell(spin_us: float, bells: int) -> None:
     """The clock is frozen, so a polling learner polls until the step is there however
     slow this machine is; one that sleeps at once needs the producer's bell."""
     with _ring(spin_us) as ring:
-        ring._clock = FakeClock()
-        bell = ring._data_bell = CountingBell(ring._data_bell)
+        ring._claims.waits.clock = FakeClock()
+        producer = ring._producer
+        bell = producer.data_bell = CountingBell(producer.data_bell)
         got: list[Any] = []
         waiting = threading.Event()
 
@@ -108,7 +113,7 @@ def test_a_learner_that_polls_needs_no_bell(spin_us: float, bells: int) -> None:
         th = threading.Thread(target=learner)
         th.start()
         assert waiting.wait(30)
-        while not (ring._h[W_CONS] or spin_us):  # the sleeper announced itself
+        while not (ring._map.h[W_CONS] or spin_us):  # the sleeper announced itself
             threading.Event().wait(0.001)
         ring.push(np.full((2, 1), 4, np.float32), Z, *FLAGS)
         th.join(30)
@@ -119,8 +124,9 @@ def test_a_learner_that_polls_needs_no_bell(spin_us: float, bells: int) -> None:
 
 def test_a_producer_that_polls_needs_no_free_bell() -> None:
     with _ring(MAX_SPIN_US) as ring:
-        ring._clock = FakeClock()
-        bell = ring._free_bell = CountingBell(ring._free_bell)
+        ring._producer.waits.clock = FakeClock()
+        claims = ring._claims
+        bell = claims.free_bell = CountingBell(claims.free_bell)
         for _ in range(2):
             ring.push(Z, Z, *FLAGS)  # full now
         done = threading.Event()

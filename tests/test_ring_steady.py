@@ -1,5 +1,5 @@
 """The steady state's short paths: ``pop(out=)`` of one held step (one step copied through
-views made once, ring/buffers.py), ``borrow()`` as a class (ring/borrow.py) and the mutex
+views made once, ring/buffers.py), ``borrow()`` as a class (ring/reader.py) and the mutex
 and bells as multiprocessing's C semaphore objects (ring/sync.py). Each must give exactly
 what the general path gives."""
 
@@ -128,10 +128,10 @@ def test_a_borrow_whose_body_raises_releases_its_steps() -> None:
 def test_the_c_semaphores_are_used_on_glibc_and_the_ctypes_ones_elsewhere(
         monkeypatch: pytest.MonkeyPatch) -> None:
     with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
-        assert (r._mutex._c is not None) == bool(_glibc())
+        assert (r._map.mutex._c is not None) == bool(_glibc())
     monkeypatch.setattr(sync.os, "confstr", lambda name: None)  # not glibc
     with Ring(RingSpec(4, (3,), (2,), capacity=2)) as r:
-        assert r._mutex._c is None and r._data_bell._c is None
+        assert r._map.mutex._c is None and r._map.data_bell._c is None
         out = r.buffers(2)
         for t in range(2):
             obs_step(r, t)
@@ -219,10 +219,10 @@ def test_an_interrupt_while_freeing_leaves_the_steps_to_be_copied_again(run: boo
             held = threading.Event()
 
             def hold() -> None:  # the mutex held a moment, as a supervisor's stats() does
-                r._lock.__enter__()
+                r._map.lock.__enter__()
                 held.set()
                 time.sleep(0.6)
-                r._lock.__exit__()
+                r._map.lock.__exit__()
 
             th = threading.Thread(target=hold)
             th.start()

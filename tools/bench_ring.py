@@ -71,14 +71,15 @@ class Spec8(RingSpec):
 class Ring8(Ring):
     def push8(self, obs: Any, action: Any, reward: Any, term: Any, trunc: Any, critic: Any,
               nxt: Any, cnxt: Any) -> None:
-        slot = self._acquire("push", None)
+        p = self._producer
+        slot = p.acquire("push", None)
         assert slot is not None
-        a = self._a
+        a = self._map.a
         for name, v in (("obs", obs), ("critic_obs", critic), ("action", action),
                         ("reward", reward), ("terminated", term), ("truncated", trunc),
                         ("next_obs", nxt), ("next_critic_obs", cnxt)):
             a[name][slot] = v
-        self._publish(closed=False)
+        p.publish(closed=False)
 
 
 def bench_push(turns: int, per_turn: int) -> None:
@@ -216,7 +217,7 @@ class Side:
             # soon as it is copied (ring/held.py), plain ones keep it until its successor
             self.out = (self.ring.buffers(batch or capacity - 1, rows=obs_rows, stream=stream)
                         if not plain
-                        else _batch.buffers(self.ring._fields, batch or capacity - 1,
+                        else _batch.buffers(self.ring.spec.fields(), batch or capacity - 1,
                                             obs_rows=obs_rows))
             self.min_steps = min_steps or max(1, capacity // 2)
 
@@ -444,7 +445,7 @@ def bench_copy(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                     obs_rows=obs_rows, stream=False)  # pop(out=) copying with numpy
     assert ring.ring is not None and ring.out is not None
     hand = HandBuffer(n, d, batch=hand_rows or int(ring.out["obs"].shape[0]))
-    dst = _batch.buffers(ring.ring._fields, hand.batch, obs_rows=hand.batch)
+    dst = _batch.buffers(ring.ring.spec.fields(), hand.batch, obs_rows=hand.batch)
 
     def ring_turn(mode: str) -> float:
         # Held buffers on their own ring; the other read paths on the plain side's ring,
@@ -617,12 +618,13 @@ def bench_timeline(turns: int, steps: int, cap: int, batch: int) -> None:
 def floor_producer(ring: Any, conn: Any, n: int, d: int) -> None:
     """A producer with the least Python on the ring's protocol: wait for a free slot and
     publish under the mutex, ring a waiting side's bell; no checks, no episode ends."""
-    from pytest_perfgate.ring.base import CONSUMED, PUBLISHED, W_CONS, W_PROD
+    from pytest_perfgate.ring.mapping import CONSUMED, PUBLISHED, W_CONS, W_PROD
 
     data = _step_data(n, d)
-    pairs = [(ring._a[k], data[k]) for k in FIELDS5]
-    h, lock, cap = ring._h, ring._lock, ring.spec.capacity
-    ring._claim_role("producer")
+    m, side = ring._map, ring._producer
+    pairs = [(m.a[k], data[k]) for k in FIELDS5]
+    h, lock, cap = m.h, m.lock, ring.spec.capacity
+    m.claim_role("producer")
 
     def push() -> None:
         while True:
@@ -631,7 +633,7 @@ def floor_producer(ring: Any, conn: Any, n: int, d: int) -> None:
                 if pub - con < cap:
                     break
                 h[W_PROD] = 1
-            ring._wait(ring._free_bell, "producer", None)
+            side.waits.sleep(None)
         for dst, src in pairs:
             dst[pub % cap] = src
         with lock:
@@ -639,7 +641,7 @@ def floor_producer(ring: Any, conn: Any, n: int, d: int) -> None:
             bell = h[W_CONS]
             h[W_CONS] = 0
         if bell:
-            ring._data_bell.post()
+            side.data_bell.post()
 
     push()  # priming, as producer() does
     while (msg := conn.recv()) is not None:
@@ -665,14 +667,15 @@ class FloorSide:
         self.ring.watch(self.proc)
         self.dst = {k: np.zeros((rows, *v.shape), v.dtype)
                     for k, v in _step_data(n, d).items()}
-        self.pairs = [(self.dst[k], self.ring._a[k]) for k in FIELDS5]
+        self.pairs = [(self.dst[k], self.ring._map.a[k]) for k in FIELDS5]
         self.rows, self.row = rows, 0
 
     def turn(self, steps: int) -> float:
-        from pytest_perfgate.ring.base import CONSUMED, PUBLISHED, W_CONS, W_PROD
+        from pytest_perfgate.ring.mapping import CONSUMED, PUBLISHED, W_CONS, W_PROD
 
-        ring, h, lock = self.ring, self.ring._h, self.ring._lock
-        ring._claim_role("consumer")
+        m, claims = self.ring._map, self.ring._claims
+        h, lock = m.h, m.lock
+        m.claim_role("consumer")
         t0 = time.perf_counter()
         self.conn.send(steps)
         r = self.row
@@ -683,7 +686,7 @@ class FloorSide:
                     if pub > con:
                         break
                     h[W_CONS] = 1
-                ring._wait(ring._data_bell, "consumer", None)
+                claims.waits.sleep(None)
             for dst, src in self.pairs:
                 dst[r] = src[con % 2]
             with lock:
@@ -691,7 +694,7 @@ class FloorSide:
                 bell = h[W_PROD]
                 h[W_PROD] = 0
             if bell:
-                ring._free_bell.post()
+                claims.free_bell.post()
             r = (r + 1) % self.rows
         self.row = r
         return time.perf_counter() - t0
@@ -751,15 +754,17 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 t.setdefault(name, []).append(time.perf_counter_ns() - t0)
         return wrapped
 
-    saved = (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, Buffers.copy_run,
-             Buffers.deliver, Ring._free)
+    from pytest_perfgate.ring.claims import Claims
+
+    saved = (_batch.copy_rows, _batch.finish, Claims.claim, Claims.release, Buffers.copy_run,
+             Buffers.deliver, Claims.free)
     _batch.copy_rows = timed("ring: copy_rows (steps' fields)", _batch.copy_rows)
     _batch.finish = timed("ring: finish (successor obs row)", _batch.finish)
-    Ring._claim = timed("ring: claim/take (wait + mutex)", Ring._claim)  # type: ignore[method-assign]
-    Ring._release = timed("ring: release (mutex + bell)", Ring._release)  # type: ignore[method-assign]
+    Claims.claim = timed("ring: claim/take (wait + mutex)", Claims.claim)  # type: ignore[method-assign]
+    Claims.release = timed("ring: release (mutex + bell)", Claims.release)  # type: ignore[method-assign]
     Buffers.copy_run = timed("ring: copy_run (whole steps)", Buffers.copy_run)  # type: ignore[method-assign]
     Buffers.deliver = timed("ring: deliver (batch views)", Buffers.deliver)  # type: ignore[method-assign]
-    Ring._free = timed("ring: free (mutex + bell)", Ring._free)  # type: ignore[method-assign]
+    Claims.free = timed("ring: free (mutex + bell)", Claims.free)  # type: ignore[method-assign]
     ring = Side("ring", n, d, capacity=cap, batch=batch, min_steps=min_steps,
                 obs_rows=obs_rows)
     assert ring.out is not None
@@ -797,8 +802,8 @@ def bench_stages(turns: int, steps: int, cap: int, batch: int, min_steps: int,
                 th.append(hand_turn())
                 tr.append(ring.turn(steps)[0])
     finally:
-        (_batch.copy_rows, _batch.finish, Ring._claim, Ring._release, Buffers.copy_run,  # type: ignore[method-assign]
-         Buffers.deliver, Ring._free) = saved  # type: ignore[method-assign]
+        (_batch.copy_rows, _batch.finish, Claims.claim, Claims.release, Buffers.copy_run,  # type: ignore[method-assign]
+         Buffers.deliver, Claims.free) = saved  # type: ignore[method-assign]
         ring.close()
         hand.close()
     total = turns * steps

@@ -5,40 +5,49 @@ arrives needs 3 slots before producer and learner overlap, too many for the cach
 MB-sized steps (docs/ring.md "Where the time goes"). Here each published step is copied
 whole into the learner's buffers (ring/buffers.py) and its slot freed at once, the newest
 step waiting there for its successor: 2 slots overlap like a hand-written double buffer.
-Any other read path first delivers what the buffers hold (:meth:`HeldReads._flush`).
+Any other read path first delivers what the buffers hold (:meth:`HeldReads.flush`).
 """
 
 from __future__ import annotations
 
-from pytest_perfgate.ring.base import CLOSED, CONSUMED, HELD, PUBLISHED, W_PROD
 from pytest_perfgate.ring.batch import Batch
 from pytest_perfgate.ring.buffers import Buffers
 from pytest_perfgate.ring.claims import Claims
+from pytest_perfgate.ring.mapping import Mapping
 
 
-class HeldReads(Claims):
-    """The ring's side of held reads: take published steps, free them, hold the rest."""
+class HeldReads:
+    """Held reads of one mapping: take published steps, free them, hold the newest.
 
-    _held_by: Buffers | None = None  # the buffers holding steps copied but not delivered
+    Its own state: ``held_by``, the buffers holding steps copied but not delivered (None:
+    none; at most one set per ring). Invariant: the header's HELD is what ``held_by``
+    holds, finish()'s observation not counted (written through :class:`Claims`), so
+    ``stats()`` and ``ended`` count held steps as unconsumed.
+    """
 
-    def _pop_held(self, out: Buffers, max_steps: int | None, deadline: float | None,
-                  min_steps: int) -> Batch | None:
+    def __init__(self, claims: Claims, m: Mapping) -> None:
+        self._claims, self._a, self._count, self._cap = claims, m.a, m.count, m.spec.capacity
+        self.held_by: Buffers | None = None
+
+    def pop(self, out: Buffers, max_steps: int | None, deadline: float | None,
+            min_steps: int) -> Batch | None:
         """``pop(out=)`` into this ring's own buffers (block mode): copy published steps,
         each slot freed once copied, until ``min_steps`` transitions are held (fewer only at
         the end), and deliver them; None at the deadline or once the stream is drained."""
+        claims = self._claims
         if (out.held == 1 and not out.finish_held and out.src is self._a
                 and (min_steps == 1 or max_steps == 1 or out.max_steps == 1)):
             # Most pops: one step held, its successor the one new step. The loop below
             # taken once, with nothing else to decide (docs/ring.md "The short paths").
-            got = self._claim(2, deadline, 1, succ=0, held=True)
+            got = claims.claim(2, deadline, 1, succ=0, held=True)
             if got is None:
                 return None  # the held step stays held
             con, m, last = got
             if m == 1 and not last:
                 out.copy_step(con)
-                self._free(con + 1, out, 1)
+                claims.free(con + 1, out, 1)
                 batch = out.deliver(1)
-                self._h[HELD] = 1  # its successor, held by the same buffers
+                claims.hold(1, popped=True)  # its successor, held by the same buffers
                 return batch
         k = out.max_steps if max_steps is None or max_steps > out.max_steps else max_steps
         goal = min_steps if min_steps < k else k
@@ -47,9 +56,9 @@ class HeldReads(Claims):
         rows = k + 1 if k < out.rows else out.rows  # a batch of k spans k + 1 rows
         while out.held <= goal and not out.finish_held:
             room = rows - out.held
-            got = self._claim(room, deadline, 1, succ=0, held=True)
+            got = claims.claim(room, deadline, 1, succ=0, held=True)
             if got is None:  # timeout: what was copied stays held, nothing is lost
-                self._hold(out)
+                self._hold(out, False)
                 return None
             con, m, last = got
             # finish()'s observation after the last step: its successor, copied alone
@@ -60,33 +69,33 @@ class HeldReads(Claims):
                 out.bind(self._a, self._count)
             if m == 1 and not fin:
                 out.copy_step(con)
-                self._free(con + 1, out, 1)
+                claims.free(con + 1, out, 1)
                 continue
-            j, cap = 0, self.spec.capacity
+            j, cap = 0, self._cap
             while j < m:  # in runs of up to half the ring, each slot freed once copied
                 n = min(m - j, max(1, cap // 2), cap - (con + j) % cap,
                         out.rows - (out.base + out.held) % out.rows)
                 out.copy_run(con + j, n, False)
-                self._free(con + j + n, out, n)
+                claims.free(con + j + n, out, n)
                 j += n
             if fin:
                 out.copy_run(con + m, 1, True)
-                self._free(con + m + 1, out, 1, True)
+                claims.free(con + m + 1, out, 1, True)
         if out.held < 2:  # the stream ended: at most finish()'s observation is left
             if out.finish_held:
                 out.clear_hold()
-            self._hold(out)
+            self._hold(out, False)
             return None
         r = out.ready(k)
         if r < goal and r < out.held - 1:
             out.compact()
             r = out.ready(k)
         batch = out.deliver(r)
-        self._hold(out)
+        self._hold(out, True)
         return batch
 
-    def _flush(self, out: Buffers, max_steps: int | None, deadline: float | None
-               ) -> tuple[bool, Batch | None]:
+    def flush(self, out: Buffers, max_steps: int | None, deadline: float | None
+              ) -> tuple[bool, Batch | None]:
         """Deliver what ``out`` holds before another read path reads the ring: (True, batch),
         (True, None) when it held nothing deliverable, (False, None) at timeout."""
         limit = out.max_steps if max_steps is None else max_steps
@@ -98,39 +107,17 @@ class HeldReads(Claims):
         else:
             # One step waits for its successor, still in the ring (a step, or once finished
             # finish()'s observation): copy only its observation, leave it for the next read.
-            got = self._claim(1, deadline, 1, succ=0)
-            self._seen_c = None  # a look, not a claim: the claims look again themselves
-            if got is None:
+            con = self._claims.peek(deadline)
+            if con is None:
                 return False, None
             if out.src is not self._a:
                 out.bind(self._a, self._count)
-            out.hold_successor(got[0])
+            out.hold_successor(con)
             batch = out.deliver(1)
-        self._hold(out)
+        self._hold(out, batch is not None)
         return True, batch
 
-    def _free(self, con: int, out: Buffers, add: int, finish: bool = False) -> None:
-        """Steps before ``con`` are copied into ``out``: free their slots and count the ``add``
-        just copied as held (``finish``: the last is finish()'s observation, whose slot stays
-        unconsumed) in one locked step, so an exception while waiting for the mutex leaves
-        them uncounted and in the ring, to be copied again."""
-        h, lock = self._h, self._lock
-        con -= finish
-        if not lock.take():
-            lock.__enter__()
-        try:
-            h[CONSUMED] = con
-            h[HELD] = out.count_held(add, finish)
-            ring_bell = h[W_PROD]
-            h[W_PROD] = 0
-            self._seen_e = (con, h[PUBLISHED], bool(h[CLOSED]))
-            self._seen_c = None  # consumed moved under the claims' view
-        finally:
-            lock.post()
-        if ring_bell:
-            self._free_bell.post()
-
-    def _hold(self, out: Buffers) -> None:
-        """Record what ``out`` holds (single writer: a plain store, read under the mutex)."""
-        self._held_by = out if out.held else None
-        self._h[HELD] = out.held - out.finish_held if out.held else 0
+    def _hold(self, out: Buffers, popped: bool) -> None:
+        """Record what ``out`` holds (``popped``: after delivering a batch)."""
+        self.held_by = out if out.held else None
+        self._claims.hold(out.held - out.finish_held if out.held else 0, popped)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-HEADER_BYTES = 4096  # counters, one 64-byte line per writer (ring/base.py)
+HEADER_BYTES = 4096  # counters, one 64-byte line per writer (ring/mapping.py)
 ALIGN = 64
 MAX_SPIN_US = 10_000  # polling longer than this only burns the CPU: sleep instead
 

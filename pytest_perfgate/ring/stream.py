@@ -74,7 +74,7 @@ def mode() -> bool | str:
 
 
 def ring_mapped() -> None:
-    """A ring was mapped in this process (ring/base.py): its run records :func:`mode`."""
+    """A ring was mapped in this process (ring/mapping.py): its run records :func:`mode`."""
     global _mapped
     _mapped = True
 
