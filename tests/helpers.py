@@ -84,6 +84,17 @@ def git(p: pytest.Pytester, *args: str) -> None:
 FAKE_STEP = "CLOCK.advance(0.002 * SLOW)"
 
 
+def project_start(p: pytest.Pytester, fake_clock: bool = True) -> None:
+    """A git repository with a committer, an ini keeping history in results/ and, with
+    ``fake_clock``, the fake clock's conftest: where every scratch project starts."""
+    git(p, "init", "-q")
+    git(p, "config", "user.email", "t@example.com")
+    git(p, "config", "user.name", "t")
+    p.makeini("[pytest]\nperfgate_results_dir = results\n")
+    if fake_clock:
+        p.makeconftest(FAKE_CLOCK_CONFTEST)
+
+
 def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
          base_body: str = "time.sleep(0.002 * SLOW)", fake_clock: bool = False) -> None:
     """A git project of two commits, base and head, each with test_perf.py (PERF).
@@ -91,12 +102,7 @@ def repo(p: pytest.Pytester, head_body: str, head_slow: float = 1.0,
     ``fake_clock``: the project's conftest.py is FAKE_CLOCK_CONFTEST (in both commits, so
     the A/B sides and bisect probes of either revision run on it), and the steps may use
     ``CLOCK`` (FAKE_STEP)."""
-    git(p, "init", "-q")
-    git(p, "config", "user.email", "t@example.com")
-    git(p, "config", "user.name", "t")
-    p.makeini("[pytest]\nperfgate_results_dir = results\n")
-    if fake_clock:
-        p.makeconftest(FAKE_CLOCK_CONFTEST)
+    project_start(p, fake_clock)
     p.makepyfile(test_perf=PERF.format(slow=1.0, body=base_body))
     git(p, "add", "-A")
     git(p, "commit", "-qm", "base")

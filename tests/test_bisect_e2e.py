@@ -86,6 +86,18 @@ def bisect(repo: Path, *args: str) -> subprocess.Popen[str]:
                             text=True)
 
 
+def probing(repo: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """A bisect started, once its first probe runs; what it printed until then."""
+    proc = bisect(repo, *args)
+    assert proc.stdout is not None
+    seen = ""
+    while "[probe 1/" not in seen:
+        line = proc.stdout.readline()
+        assert line, seen
+        seen += line
+    return proc, seen
+
+
 def no_leftovers(repo: Path) -> None:
     assert len(git(repo, "worktree", "list").splitlines()) == 1
     kids = [c for c in psutil.Process().children(recursive=True)
@@ -138,13 +150,7 @@ def test_names_the_slow_commit_and_skips_the_broken_one(tmp_path: Path,
 
 def test_a_stopped_run_removes_its_worktrees(tmp_path: Path) -> None:
     c = scratch(tmp_path, [1, 1, 4])
-    proc = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
-    assert proc.stdout is not None
-    seen = ""
-    while "[probe 1/" not in seen:
-        line = proc.stdout.readline()
-        assert line, seen
-        seen += line
+    proc, seen = probing(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
     deadline = time.monotonic() + 120  # the probe's A/B run has made its base worktree
     while len(git(tmp_path, "worktree", "list").splitlines()) < 3:
         assert time.monotonic() < deadline and proc.poll() is None, seen
@@ -191,13 +197,7 @@ def test_a_second_bisect_of_the_repository_is_refused_naming_the_first(tmp_path:
     """Two bisections of one repository would measure each other: the second is a usage
     error naming the first; the lock ends with its holder, even one killed outright."""
     c = scratch(tmp_path, [1, 1, 4])
-    first = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
-    assert first.stdout is not None
-    seen = ""
-    while "[probe 1/" not in seen:
-        line = first.stdout.readline()
-        assert line, seen
-        seen += line
+    first, _ = probing(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
     second = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
     out, _ = second.communicate(timeout=120)
     assert second.returncode == 2, out
@@ -210,13 +210,7 @@ def test_a_second_bisect_of_the_repository_is_refused_naming_the_first(tmp_path:
     first.communicate(timeout=30)
     _gone, alive = psutil.wait_procs(started, timeout=90)  # its probe ends with it
     assert alive == [], [p.pid for p in alive]
-    third = bisect(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
-    assert third.stdout is not None
-    seen = ""
-    while "[probe 1/" not in seen:
-        line = third.stdout.readline()
-        assert line, seen
-        seen += line
+    third, seen = probing(tmp_path, *ARGS, c[0], "HEAD", "test_perf.py")
     os.kill(third.pid, signal.SIGTERM)
     out, _ = third.communicate(timeout=180)
     assert third.returncode == 130, seen + out

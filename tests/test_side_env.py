@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fake_session import FAKE_CLOCK_CONFTEST
-from helpers import ARGS, git
+from helpers import ARGS, git, project_start
 
 from pytest_perfgate.envs import declarations
 from pytest_perfgate.envs.build import EnvBuildError, build, overlay_for
@@ -82,11 +82,7 @@ def head_env(where: Path, wheelhouse: Path, version: str) -> Path:
 
 
 def project(p: pytest.Pytester, base_req: str, head_req: str, head_extra: str = "") -> None:
-    git(p, "init", "-q")
-    git(p, "config", "user.email", "t@example.com")
-    git(p, "config", "user.name", "t")
-    p.makeini("[pytest]\nperfgate_results_dir = results\n")
-    p.makeconftest(FAKE_CLOCK_CONFTEST)
+    project_start(p)
     p.makepyfile(test_perf=PERF)
     (p.path / "requirements.txt").write_text(base_req)
     (p.path / "pyproject.toml").write_text("[project]\nname = 'scratch'\nversion = '0'\n")

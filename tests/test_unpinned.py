@@ -10,8 +10,7 @@ import types
 from typing import Any
 
 import pytest
-from fake_session import FAKE_CLOCK_CONFTEST
-from helpers import ARGS, git
+from helpers import ARGS, git, project_start
 
 from pytest_perfgate.placement.unpinned import Budget, cpu_budget, describe, unpinned
 
@@ -132,11 +131,7 @@ def test_run(perfgate):
 def project(p: pytest.Pytester) -> str:
     """A git project of two equal commits whose perf tests run a torch of 4096 threads; the
     warning's text for this machine's budget."""
-    git(p, "init", "-q")
-    git(p, "config", "user.email", "t@example.com")
-    git(p, "config", "user.name", "t")
-    p.makeini("[pytest]\nperfgate_results_dir = results\n")
-    p.makeconftest(FAKE_CLOCK_CONFTEST)
+    project_start(p)
     p.makepyfile(test_perf=PERF)
     git(p, "add", "-A")
     git(p, "commit", "-qm", "base")
