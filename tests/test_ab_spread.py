@@ -117,7 +117,7 @@ def test_two_agreeing_pairs_of_processes_that_meet_get_a_third_pair() -> None:
 
 
 def test_the_controller_measures_a_third_pair_when_the_sides_ran_several_streams() -> None:
-    from test_ab_confirm import FakeLooks, FakeRun, controller, judge
+    from ab_fakes import FakeLooks, FakeRun, controller, judge
 
     from pytest_perfgate.core.measure import Measurement
     from pytest_perfgate.core.window import Window

@@ -258,7 +258,9 @@ def test_a_stopped_perfgate_profile_leaves_nothing_running(repo: Path,
                              "--turns=96", "HEAD~1", ".", "test_policy.py",
                              "--perfgate-ab-turn-time=0.2"], cwd=repo / "perf", env=clean,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True,  # SIGINT as a terminal delivers it:
+                            # a background runner passes it on ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     kids: list[psutil.Process] = []
     while time.monotonic() < deadline:  # its pytest and both sides run
