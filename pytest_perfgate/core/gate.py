@@ -191,10 +191,13 @@ def sequential_decide(ev: Evidence, rule: Rule, level: float, final: bool,
         if lo > 0:
             return verdict(Outcome.OK, f"{_signed(drop)} {where}: a real drop, but no larger "
                            f"than {worst:.1%} at {conf}, within the {thr} threshold")
-        rise_at_least = math.expm1(-hi)
-        bound = (f"no drop larger than {worst:.1%}" if worst > 0
-                 else f"no drop at all (a rise of at least {rise_at_least:.1%})"
-                 if rise_at_least >= 0.0005 else "no drop at all")
+        least_rise = math.expm1(-hi)  # the least rise the interval shows, if it shows one
+        if worst > 0:
+            bound = f"no drop larger than {worst:.1%}"
+        elif least_rise >= 0.0005:  # shown as at least 0.1%
+            bound = f"no drop at all (a rise of at least {least_rise:.1%})"
+        else:
+            bound = "no drop at all"
         return verdict(Outcome.OK, f"{_signed(drop)} {where}: {bound} at {conf} "
                        f"(threshold {thr})")
     if not final:

@@ -60,13 +60,27 @@ def popen(args: Sequence[str] | str, **kw: Any) -> subprocess.Popen[Any]:
 
 def stop(proc: subprocess.Popen[Any], term_wait: float = TERM_WAIT_S,
          kill_wait: float = KILL_WAIT_S) -> int | None:
-    """End ``proc``'s whole group: SIGTERM, then SIGKILL; its exit status, or None."""
+    """End ``proc``'s whole group: SIGTERM, then SIGKILL; its exit status, or None. Its
+    pipes are read meanwhile: a child that writes while it unwinds would block on a full
+    pipe and never end on SIGTERM."""
     for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            return proc.wait(wait)
+            return _ended(proc, wait)
     return proc.poll()
+
+
+def _ended(proc: subprocess.Popen[Any], wait: float) -> int:
+    """``proc``'s exit status within ``wait`` s, reading (and dropping) what its pipes
+    still carry; TimeoutExpired past it."""
+    if proc.stdout is None and proc.stderr is None:
+        return proc.wait(wait)
+    try:
+        proc.communicate(timeout=wait)
+    except (ValueError, OSError):  # the pipes are closed already: nothing to read
+        return proc.wait(wait)
+    return proc.returncode
 
 
 def reap(proc: subprocess.Popen[Any]) -> None:
@@ -102,25 +116,8 @@ def run_argv(args: Sequence[str], term_wait: float = TERM_WAIT_S, **kw: Any
     try:
         out, err = proc.communicate()
     except BaseException:
-        _drain_stop(proc, term_wait)
+        stop(proc, term_wait)
         raise
     finally:
         reap(proc)
     return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
-
-
-def _drain_stop(proc: subprocess.Popen[Any], term_wait: float) -> None:
-    """:func:`stop`, reading the pipes meanwhile: a child that writes while it unwinds
-    would block on a full pipe and never end on SIGTERM."""
-    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, KILL_WAIT_S)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.communicate(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except (ValueError, OSError):  # pipes already closed: nothing to read
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(wait)
-                return
