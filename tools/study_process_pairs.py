@@ -23,6 +23,13 @@ far more often means a bias between process pairs), and the standard deviation o
 trials' log ratios beside the median half-width of their intervals.
 
     python tools/study_process_pairs.py --workload mujoco --trials 20 --out /tmp/pairs.json
+
+A change instead of A/A (ring only): ``--change 3%`` makes the head's collector (or, with
+``--side learner``, its learner) spend 3% more of its own working time per step, base and
+head two commits; ``--truth 4`` first measures the pair's true throughput change outside
+the gate (fresh base and head pairs, windows alternated), so the verdicts can be held to it:
+
+    python tools/study_process_pairs.py --workload ring --change 3% --truth 4 --trials 20
 """
 
 from __future__ import annotations
@@ -92,17 +99,110 @@ def test_walk(benchmark):
 }
 
 
+# A change for the ring workload: each step of one side spends this share of its own
+# working time more (a spin on the clock: CPU time, the same size at any clock speed). The
+# collector's working time leaves out the time it blocked in push, so +3% is 3% of what the
+# collector itself does; the learner's is its whole step (a learner-bound pair rarely waits).
+CHANGED_SIDE = '''
+import time
+
+from pytest_perfgate.ring import workloads
+
+SHARE = {share!r}
+SIDE = {side!r}
+
+
+def _slower(once, ring=None):
+    if not SHARE:
+        return once
+
+    def step():
+        t0, b0 = time.perf_counter_ns(), ring.blocked_ns if ring is not None else 0
+        n = once()
+        worked = time.perf_counter_ns() - t0 - ((ring.blocked_ns - b0) if ring else 0)
+        end = time.perf_counter_ns() + int(SHARE * worked)
+        while time.perf_counter_ns() < end:
+            pass
+        return n
+
+    return step
+
+
+def collector(ring, rec, **kw):
+    once = workloads.humanoid_collector(ring, rec, **kw)
+    return _slower(once, ring) if SIDE == "collector" else once
+
+
+def learner(ring, rec, **kw):
+    once = workloads.sac_learner(ring, rec, **kw)
+    return _slower(once) if SIDE == "learner" else once
+'''
+
+RING_CHANGED = '''
+def test_walk(perfgate, ring_pair):
+    pair = ring_pair(num_envs=16, capacity=4, threads=(1, 1),
+                     collector="changed_side:collector", learner="changed_side:learner",
+                     learner_kwargs={"hidden": 256, "batch_size": 512})
+    perfgate.measure_source(pair, transitions=16, name="ring_walk")
+'''
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a share such as 3% or 0.03") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share from 0% to under 100%")
+    return v
+
+
+def truth(repo: Path, share: float, side: str, pairs: int, turns: int = 8,
+          window_s: float = 1.0) -> str:
+    """The pair's true change, outside the gate: a base pair and a head pair alive side by
+    side (each parked while the other runs), their windows alternated; the throughput ratio
+    (head/base, env-steps per second from the windows' own counts) per turn, and its median
+    over ``pairs`` fresh pairs of pairs (the spread between pairs is part of the truth)."""
+    sys.path.insert(0, str(repo))
+    (repo / "truth_base.py").write_text(CHANGED_SIDE.format(share=0.0, side=side))
+    (repo / "truth_head.py").write_text(CHANGED_SIDE.format(share=share, side=side))
+    from pytest_perfgate.ring.pair import RingPair
+    from pytest_perfgate.ring.workloads import humanoid_spec
+
+    def pair(module: str) -> RingPair:
+        return RingPair(humanoid_spec(16, 4), threads=(1, 1), collector=f"{module}:collector",
+                        learner=f"{module}:learner",
+                        learner_kwargs={"hidden": 256, "batch_size": 512})
+
+    medians, every = [], []
+    for k in range(pairs):
+        with pair("truth_base") as base, pair("truth_head") as head:
+            for p in (base, head):
+                p.run_window(3.0)  # warm-up
+            ratios = []
+            for t in range(turns):
+                order = (base, head) if (t + k) % 2 == 0 else (head, base)
+                rate = {id(p): (w := p.run_window(window_s)).transitions / w.wall_s
+                        for p in order}
+                ratios.append(rate[id(head)] / rate[id(base)])
+        medians.append(statistics.median(ratios))
+        every += ratios
+    return (f"truth ({side} +{share:.1%}): head/base throughput, median over {len(every)} "
+            f"interleaved turns {statistics.median(every):.3f}; per pair of pairs "
+            + ", ".join(f"{m:.3f}" for m in medians))
+
+
 def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
-def trial(repo: Path, i: int, threshold: str) -> dict[str, Any]:
+def trial(repo: Path, i: int, threshold: str, base: str = "HEAD") -> dict[str, Any]:
     report = repo / f"trial-{i}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
     env["PERFGATE_PROFILE"] = "off"
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "--perfgate", "--perfgate-machine=study", "--perfgate-ab=HEAD",
+                    "--perfgate", "--perfgate-machine=study", f"--perfgate-ab={base}",
                     f"--perfgate-threshold={threshold}", "--perfgate-record=false",
                     f"--perfgate-json={report}", "test_walk.py"], cwd=repo, env=env,
                    capture_output=True, text=True, timeout=900)
@@ -111,7 +211,7 @@ def trial(repo: Path, i: int, threshold: str) -> dict[str, Any]:
         (entry,) = json.loads(report.read_text())["benchmarks"]
     except (OSError, ValueError):
         return {"verdict": "ERROR", "ratio": None, "ci": None, "wall_s": wall}
-    pairs = entry.get("result", {}).get("extra", {}).get("ab_pairs") or [
+    pairs = entry.get("pairs") or entry.get("result", {}).get("extra", {}).get("ab_pairs") or [
         {"ratio": entry.get("ratio"), "ci": entry.get("ci"), "outcome": entry["verdict"]}]
     return {"verdict": entry["verdict"], "ratio": entry.get("ratio"), "ci": entry.get("ci"),
             "first_pair": pairs[0]["outcome"], "pairs": pairs, "wall_s": wall}
@@ -123,7 +223,17 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--threshold", default="2%", help="the A/B mode's default")
     ap.add_argument("--out", type=Path, default=None, help="write every trial as JSON")
+    ap.add_argument("--change", type=_share, default=None, metavar="SHARE",
+                    help="ring only: the head spends SHARE (e.g. 3%%) more of one side's "
+                         "working time per step; base and head are then two commits")
+    ap.add_argument("--side", choices=("collector", "learner"), default="collector",
+                    help="the side --change slows")
+    ap.add_argument("--truth", type=int, default=0, metavar="PAIRS",
+                    help="with --change: first measure the pair's true change outside the "
+                         "gate, PAIRS fresh base/head pairs of pairs, windows interleaved")
     args = ap.parse_args()
+    if args.change is not None and args.workload != "ring":
+        ap.error(f"--change {args.change:.1%}: only the ring workload has a side to change")
     with tempfile.TemporaryDirectory(prefix="perfgate-study-pairs-") as tmp:
         repo = Path(tmp)
         git(repo, "init", "-q")
@@ -131,12 +241,21 @@ def main() -> int:
         git(repo, "config", "user.name", "study")
         (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
         (repo / ".gitignore").write_text("results/\n*.json\n")
-        (repo / "test_walk.py").write_text(WORKLOADS[args.workload])
+        changed = args.change is not None
+        (repo / "test_walk.py").write_text(RING_CHANGED if changed else WORKLOADS[args.workload])
+        if changed:
+            (repo / "changed_side.py").write_text(CHANGED_SIDE.format(share=0.0, side=args.side))
         git(repo, "add", "-A")
         git(repo, "commit", "-qm", "the code")
+        if changed:
+            if args.truth:
+                print(truth(repo, args.change, args.side, args.truth), flush=True)
+            (repo / "changed_side.py").write_text(
+                CHANGED_SIDE.format(share=args.change, side=args.side))
+            git(repo, "commit", "-qam", f"the {args.side} does {args.change:.1%} more")
         trials = []
         for i in range(args.trials):
-            t = trial(repo, i, args.threshold)
+            t = trial(repo, i, args.threshold, "HEAD~1" if changed else "HEAD")
             trials.append(t)
             print(f"[{i + 1}/{args.trials}] {t['verdict']} ratio {t['ratio']} ci {t['ci']} "
                   f"pairs {len(t.get('pairs', []))} ({t['wall_s']:.0f} s)", flush=True)
@@ -153,7 +272,8 @@ def main() -> int:
     raised = Rate(sum(t["verdict"] == "IMPROVEMENT" for t in trials), len(trials))
     first = Rate(sum(t.get("first_pair") == "REGRESSION" for t in trials), len(trials))
     first_up = Rate(sum(t.get("first_pair") == "IMPROVEMENT" for t in trials), len(trials))
-    print(f"\n{args.workload}, {len(trials)} A/A trials (fresh processes each), threshold "
+    what = (f"{args.side} +{args.change:.1%}" if args.change is not None else "A/A")
+    print(f"\n{args.workload}, {len(trials)} {what} trials (fresh processes each), threshold "
           f"{args.threshold}: REGRESSION {alarms}, IMPROVEMENT {raised}; verdicts "
           f"{dict(sorted(collections.Counter(t['verdict'] for t in trials).items()))}; "
           f"first pairs' intervals excluding 1: {excl}/{len(judged)}")
