@@ -214,7 +214,8 @@ def trial(repo: Path, i: int, threshold: str, base: str = "HEAD") -> dict[str, A
     pairs = entry.get("pairs") or entry.get("result", {}).get("extra", {}).get("ab_pairs") or [
         {"ratio": entry.get("ratio"), "ci": entry.get("ci"), "outcome": entry["verdict"]}]
     return {"verdict": entry["verdict"], "ratio": entry.get("ratio"), "ci": entry.get("ci"),
-            "first_pair": pairs[0]["outcome"], "pairs": pairs, "wall_s": wall}
+            "first_pair": pairs[0]["outcome"], "pairs": pairs, "wall_s": wall,
+            "message": entry.get("message")}
 
 
 def main() -> int:
@@ -252,7 +253,8 @@ def main() -> int:
                 print(truth(repo, args.change, args.side, args.truth), flush=True)
             (repo / "changed_side.py").write_text(
                 CHANGED_SIDE.format(share=args.change, side=args.side))
-            git(repo, "commit", "-qam", f"the {args.side} does {args.change:.1%} more")
+            git(repo, "commit", "-qam", f"the {args.side} does {args.change:.1%} more",
+                "--allow-empty")
         trials = []
         for i in range(args.trials):
             t = trial(repo, i, args.threshold, "HEAD~1" if changed else "HEAD")
