@@ -110,6 +110,7 @@ from pytest_perfgate.ring import workloads
 
 SHARE = {share!r}
 SIDE = {side!r}
+LEARNER = {learner!r}
 
 
 def _slower(once, ring=None):
@@ -134,17 +135,72 @@ def collector(ring, rec, **kw):
 
 
 def learner(ring, rec, **kw):
-    once = workloads.sac_learner(ring, rec, **kw)
+    once = (sb3_learner if LEARNER == "sb3" else workloads.sac_learner)(ring, rec, **kw)
     return _slower(once) if SIDE == "learner" else once
+'''
+
+# a third party's learner on the ring: stable-baselines3's own SAC.train() on its own replay
+# buffer, fed with what the ring delivers (no .format here: the code has braces)
+SB3_LEARNER = '''
+
+def sb3_learner(ring, rec, batch_size=256, **_):
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    sp = ring.spec
+    n, ow, aw = sp.num_envs, int(np.prod(sp.obs_shape)), int(np.prod(sp.action_shape))
+
+    class Spaces(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (ow,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (aw,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(ow, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(ow, np.float32), 0.0, False, False, {}
+
+    model = SAC("MlpPolicy", DummyVecEnv([Spaces] * n), batch_size=batch_size,
+                buffer_size=64 * n, learning_starts=0, device="cpu", seed=0)
+    model.set_logger(configure(None, [""]))
+    infos = [{} for _ in range(n)]
+
+    def once():
+        waited0 = ring.waited_ns
+        with rec.phase("drain"):
+            b = ring.pop(max_steps=64, timeout=0.05)
+        rec.add("wait_data", ring.waited_ns - waited0)
+        if b is None:
+            return 0
+        steps = b.transitions // n
+        obs, nxt = b.obs.reshape(steps, n, ow), b.next_obs.reshape(steps, n, ow)
+        act = b.action.reshape(steps, n, aw)
+        rew, done = b.reward.reshape(steps, n), b.terminated.reshape(steps, n)
+        for k in range(steps):
+            model.replay_buffer.add(obs[k], nxt[k], act[k], rew[k], done[k], infos)
+        with rec.phase("update"):
+            model.train(gradient_steps=1, batch_size=batch_size)
+        return b.transitions
+
+    return once
 '''
 
 RING_CHANGED = '''
 def test_walk(perfgate, ring_pair):
     pair = ring_pair(num_envs=16, capacity=4, threads=(1, 1),
                      collector="changed_side:collector", learner="changed_side:learner",
-                     learner_kwargs={"hidden": 256, "batch_size": 512})
+                     learner_kwargs={learner_kwargs})
     perfgate.measure_source(pair, transitions=16, name="ring_walk")
 '''
+LEARNER_KWARGS = {"ours": {"hidden": 256, "batch_size": 512}, "sb3": {"batch_size": 256}}
+
+
+def side_module(share: float, side: str, learner: str) -> str:
+    """The changed side's module text: base (share 0) or head."""
+    return CHANGED_SIDE.format(share=share, side=side, learner=learner) + SB3_LEARNER
 
 
 def _share(text: str) -> float:
@@ -157,22 +213,21 @@ def _share(text: str) -> float:
     return v
 
 
-def truth(repo: Path, share: float, side: str, pairs: int, turns: int = 8,
+def truth(repo: Path, share: float, side: str, learner: str, pairs: int, turns: int = 8,
           window_s: float = 1.0) -> str:
     """The pair's true change, outside the gate: a base pair and a head pair alive side by
     side (each parked while the other runs), their windows alternated; the throughput ratio
     (head/base, env-steps per second from the windows' own counts) per turn, and its median
     over ``pairs`` fresh pairs of pairs (the spread between pairs is part of the truth)."""
     sys.path.insert(0, str(repo))
-    (repo / "truth_base.py").write_text(CHANGED_SIDE.format(share=0.0, side=side))
-    (repo / "truth_head.py").write_text(CHANGED_SIDE.format(share=share, side=side))
+    (repo / "truth_base.py").write_text(side_module(0.0, side, learner))
+    (repo / "truth_head.py").write_text(side_module(share, side, learner))
     from pytest_perfgate.ring.pair import RingPair
     from pytest_perfgate.ring.workloads import humanoid_spec
 
     def pair(module: str) -> RingPair:
         return RingPair(humanoid_spec(16, 4), threads=(1, 1), collector=f"{module}:collector",
-                        learner=f"{module}:learner",
-                        learner_kwargs={"hidden": 256, "batch_size": 512})
+                        learner=f"{module}:learner", learner_kwargs=LEARNER_KWARGS[learner])
 
     medians, every = [], []
     for k in range(pairs):
@@ -229,6 +284,9 @@ def main() -> int:
                          "working time per step; base and head are then two commits")
     ap.add_argument("--side", choices=("collector", "learner"), default="collector",
                     help="the side --change slows")
+    ap.add_argument("--learner", choices=sorted(LEARNER_KWARGS), default="ours",
+                    help="with --change: the learner, ours (sac_learner) or stable-baselines3's "
+                         "SAC.train()")
     ap.add_argument("--truth", type=int, default=0, metavar="PAIRS",
                     help="with --change: first measure the pair's true change outside the "
                          "gate, PAIRS fresh base/head pairs of pairs, windows interleaved")
@@ -243,16 +301,18 @@ def main() -> int:
         (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
         (repo / ".gitignore").write_text("results/\n*.json\n")
         changed = args.change is not None
-        (repo / "test_walk.py").write_text(RING_CHANGED if changed else WORKLOADS[args.workload])
+        (repo / "test_walk.py").write_text(
+            RING_CHANGED.replace("{learner_kwargs}", repr(LEARNER_KWARGS[args.learner]))
+            if changed else WORKLOADS[args.workload])
         if changed:
-            (repo / "changed_side.py").write_text(CHANGED_SIDE.format(share=0.0, side=args.side))
+            (repo / "changed_side.py").write_text(side_module(0.0, args.side, args.learner))
         git(repo, "add", "-A")
         git(repo, "commit", "-qm", "the code")
         if changed:
             if args.truth:
-                print(truth(repo, args.change, args.side, args.truth), flush=True)
+                print(truth(repo, args.change, args.side, args.learner, args.truth), flush=True)
             (repo / "changed_side.py").write_text(
-                CHANGED_SIDE.format(share=args.change, side=args.side))
+                side_module(args.change, args.side, args.learner))
             git(repo, "commit", "-qam", f"the {args.side} does {args.change:.1%} more",
                 "--allow-empty")
         trials = []
@@ -274,7 +334,8 @@ def main() -> int:
     raised = Rate(sum(t["verdict"] == "IMPROVEMENT" for t in trials), len(trials))
     first = Rate(sum(t.get("first_pair") == "REGRESSION" for t in trials), len(trials))
     first_up = Rate(sum(t.get("first_pair") == "IMPROVEMENT" for t in trials), len(trials))
-    what = (f"{args.side} +{args.change:.1%}" if args.change is not None else "A/A")
+    what = (f"{args.side} +{args.change:.1%} ({args.learner} learner)"
+            if args.change is not None else "A/A")
     print(f"\n{args.workload}, {len(trials)} {what} trials (fresh processes each), threshold "
           f"{args.threshold}: REGRESSION {alarms}, IMPROVEMENT {raised}; verdicts "
           f"{dict(sorted(collections.Counter(t['verdict'] for t in trials).items()))}; "
