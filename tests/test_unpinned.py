@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 from helpers import ARGS, git, project_start
 
-from pytest_perfgate.placement.unpinned import Budget, cpu_budget, describe, unpinned
+from pytest_perfgate.placement.unpinned import (
+    Budget,
+    cpu_budget,
+    describe,
+    in_processes,
+    unpinned,
+)
 
 TWO = Budget(2.0, "the CPUs this process may run on: 0-1")
 
@@ -107,6 +113,42 @@ def test_real_torch_with_more_threads_than_the_budget() -> None:
     assert [(f["library"], f["threads"]) for f in found] == [("torch", budget.threads + 1)]
     assert f"torch.set_num_threads({budget.threads}) in the test" in describe(found[0])
     assert within == []
+
+
+# --- the processes a workload starts --------------------------------------------------------
+
+def many_threads_step() -> Any:
+    """Runs in the spawn worker: a torch of 4096 threads in its sys.modules, as a factory's
+    ``import torch`` leaves its default pool."""
+    sys.modules["torch"] = fake_torch(4096)
+    return lambda: None
+
+
+@pytest.mark.slow  # spawns a worker process
+def test_a_worker_process_says_what_it_left_unpinned() -> None:
+    from pytest_perfgate.modes.mode import recorded_extra
+    from pytest_perfgate.placement.spec import WorkerSpec
+    from pytest_perfgate.placement.workers import Timeouts, WorkerGroup
+
+    timeouts = Timeouts(start=60.0, step=5.0, stop=2.0, term=1.0)
+    with WorkerGroup([WorkerSpec(many_threads_step)], timeouts) as group:
+        extra = recorded_extra(group)
+    found = [f for f in extra["unpinned_threads"] if f.get("process")]
+    assert [(f["process"], f["library"], f["threads"]) for f in found] == [
+        ("worker 0", "torch", 4096)]
+    assert describe(found[0]).startswith("in the worker 0 process, torch runs 4096 intra-op "
+                                         "threads on a CPU budget of ")
+
+
+def test_findings_are_gathered_wherever_a_source_keeps_its_processes() -> None:
+    torch = {"library": "torch", "threads": 8, "pool": "intra-op", "budget": 1.0,
+             "budget_is": "the CPUs this process may run on: 1", "setting": "x"}
+    meta = {"ring_pair": {"placement": [
+        {"side": "collector", "unpinned_threads": [{**torch, "process": "collector"}]},
+        {"side": "learner", "pinned": True}]},
+        "workers": [{"worker": 0, "unpinned_threads": "garbage"}, 7, None]}
+    assert in_processes(meta) == [{**torch, "process": "collector"}]
+    assert in_processes({}) == in_processes(None) == in_processes("x") == []
 
 
 # --- the plugin: kept in the record, said once per session -------------------------------------

@@ -57,14 +57,14 @@ class BenchCall:
 def recorded_extra(source: WindowSource) -> dict[str, Any]:
     """What the process that ran ``source`` adds to its record's ``extra``: the source's own
     metadata (a worker group's placement; a ring pair's learner updates/s, ring statistics
-    and placement) and the thread pools it left larger than its CPUs
-    (placement/unpinned.py). History mode asks its own source; an A/B side answers the
+    and placement) and the thread pools it, or a process it started, left larger than
+    their CPUs (placement/unpinned.py). History mode asks its own source; an A/B side answers the
     controller with it (side.py), so both modes record the same keys."""
     from pytest_perfgate.placement import unpinned
 
     meta = getattr(source, "metadata", None)
     out = dict(meta()) if callable(meta) else {}
-    found = unpinned.unpinned()
+    found = unpinned.unpinned() + unpinned.in_processes(out)
     if found:
         out[unpinned.KEY] = found
     return out

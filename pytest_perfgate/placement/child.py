@@ -27,6 +27,7 @@ from pytest_perfgate.core.tree import PeakMemory, ProcessTree
 from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.placement import cpus as _cpus
 from pytest_perfgate.placement import numa as _numa
+from pytest_perfgate.placement import unpinned
 
 if TYPE_CHECKING:
     from pytest_perfgate.gpu.cuda import CudaTimer
@@ -313,6 +314,7 @@ def worker_main(conn: Any, placement: tuple[Any, ...], payload: bytes, index: in
         torch = sys.modules.get("torch")
         if torch is not None and spec.thread_cap:
             torch.set_num_threads(spec.thread_cap)  # the env cap is read only at load time
+        info["unpinned_threads"] = unpinned.unpinned(process=f"worker {index}")
         conn.send(("ready", info))
         rec = PhaseRecorder()
         tree, peak = ProcessTree(), PeakMemory()

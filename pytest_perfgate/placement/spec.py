@@ -71,9 +71,12 @@ class Placement:
     proof: Mapping[str, Any] | None = None  # /proc/self/numa_maps summary
     # What the worker could not set up about itself (e.g. dying with its parent).
     warnings: tuple[str, ...] = ()
+    # thread pools larger than the worker's CPUs (placement/unpinned.py), as it found them
+    unpinned_threads: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "warnings", tuple(self.warnings))  # lists off the pipe
+        object.__setattr__(self, "unpinned_threads", tuple(self.unpinned_threads))
 
     @property
     def verified(self) -> bool:
@@ -86,7 +89,9 @@ class Placement:
                 "actual_cpus": _cpus.format_cpus(self.actual_cpus), "pinned": self.pinned,
                 "node": self.node, "mempolicy": self.mempolicy, "membound": self.membound,
                 "threads": self.threads, "verified": self.verified,
-                "numa_maps": dict(self.proof) if self.proof else None}
+                "numa_maps": dict(self.proof) if self.proof else None,
+                **({"unpinned_threads": [dict(f) for f in self.unpinned_threads]}
+                   if self.unpinned_threads else {})}
 
 
 def placement_line(w: Mapping[str, Any]) -> str:

@@ -8,7 +8,9 @@ becomes a measurement of the scheduler. The probe reads only what the process al
 loaded: torch when something imported it (``sys.modules``; it is never imported here), a
 BLAS through threadpoolctl when that is installed (else the BLAS is not checked). What it
 finds is kept in the benchmark's record (``extra.unpinned_threads``); the plugin warns once
-per session, naming the setting that pins it.
+per session, naming the setting that pins it. Each process a workload starts (a worker, a
+ring pair's side) checks itself once built and says so in its ready reply: its pools are
+the ones that run the step.
 """
 
 from __future__ import annotations
@@ -50,16 +52,32 @@ def cpu_budget(usable: Sequence[int] | None = None, quota: float | None = None,
                   f"{format_cpus(cpus)}")
 
 
-def unpinned(budget: Budget | None = None) -> list[dict[str, Any]]:
+def unpinned(budget: Budget | None = None, process: str | None = None
+             ) -> list[dict[str, Any]]:
     """Each loaded thread pool larger than ``budget`` (default: this process's), as the
-    record keeps it: what it is, its threads, the budget and the setting that pins it."""
+    record keeps it: what it is, its threads, the budget and the setting that pins it;
+    ``process`` names a process the workload started (a worker, a pair's side)."""
     found = [*_torch(), *_blas()]
     if not found:
         return []
     budget = budget or cpu_budget()
-    return [{**f, "budget": budget.cpus, "budget_is": budget.why,
+    named = {"process": process} if process else {}
+    return [{**f, **named, "budget": budget.cpus, "budget_is": budget.why,
              "setting": f["setting"].format(n=budget.threads)}
             for f in found if f["threads"] > budget.cpus]
+
+
+def in_processes(meta: Any) -> list[dict[str, Any]]:
+    """What the processes a source started found about themselves, wherever its metadata
+    keeps their placements (a worker group's ``workers``, a ring pair's sides): each
+    placement entry that carries a finding, at any depth."""
+    if isinstance(meta, Mapping):
+        own = meta.get(KEY)
+        out = [dict(f) for f in own if isinstance(f, Mapping)] if isinstance(own, list) else []
+        return out + [f for k, v in meta.items() if k != KEY for f in in_processes(v)]
+    if isinstance(meta, list | tuple):
+        return [f for v in meta for f in in_processes(v)]
+    return []
 
 
 def _torch() -> list[dict[str, Any]]:
@@ -98,7 +116,8 @@ def _blas() -> list[dict[str, Any]]:
 
 def describe(found: Mapping[str, Any]) -> str:
     """One finding as the warning says it."""
-    return (f"{found['library']} runs {found['threads']} {found['pool']} threads on a CPU "
+    where = f"in the {found['process']} process, " if found.get("process") else ""
+    return (f"{where}{found['library']} runs {found['threads']} {found['pool']} threads on a CPU "
             f"budget of {found['budget']:g} ({found['budget_is']}): they contend for the "
             f"cores, which makes the step slower and noisier than pinned; pin them: "
             f"{found['setting']}")

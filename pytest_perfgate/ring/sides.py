@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock, PhaseRecorder, PhaseStats
+from pytest_perfgate.placement import unpinned
 from pytest_perfgate.placement.child import _die_with_parent, _place, _resolve, placed_like
 from pytest_perfgate.placement.workers import WorkerCrashed, WorkerError, WorkerTimeout
 from pytest_perfgate.ring.sync import describe_status
@@ -98,6 +99,8 @@ def side_main(conn: Any, role: str, placement: tuple[Any, ...], payload: bytes,
         if torch is not None and placement[3]:
             torch.set_num_threads(placement[3])  # the env cap is read only at load time
         info["torch_threads"] = torch.get_num_threads() if torch is not None else None
+        if found := unpinned.unpinned(process=role):
+            info["unpinned_threads"] = found
         conn.send(("ready", info))
         while not conn.poll(1.0):
             if os.getppid() != parent_pid:
