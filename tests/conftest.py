@@ -19,9 +19,7 @@ pytest.register_assert_rewrite("helpers", "gpu_fakes", "ring_steps", "ring_fakes
                                "workflow_sim", "fake_session")
 
 from filelock import FileLock  # noqa: E402
-from helpers import need_tool  # noqa: E402
-
-NODE_DIR = Path(__file__).parent / "node"
+from helpers import NODE_DIR, need_tool  # noqa: E402
 
 
 @pytest.fixture

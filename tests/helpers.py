@@ -34,6 +34,8 @@ from pytest_perfgate.study import trials as cal
 
 # --- external tools the tests need -----------------------------------------------------------
 
+NODE_DIR = Path(__file__).parent / "node"  # the node packages the tests use (package.json)
+
 
 def need_tool(reason: str) -> None:
     """Skip with the reason, or fail where CI installed the tools (PERFGATE_REQUIRE_TOOLS=1)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_perfgate.cli import main
+from pytest_perfgate.cli._out import version
 from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.store import History
 
@@ -93,7 +94,7 @@ def roundtrip(text: str) -> dict:
     output on stdout)."""
     doc = json.loads(text)
     assert json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n" == text
-    assert doc["schema"] == 1 and doc["version"] == main.__globals__["version"]()
+    assert doc["schema"] == 1 and doc["version"] == version()
     return doc
 
 
@@ -144,12 +145,12 @@ def test_an_infrastructure_error_is_a_json_document_too(
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    from importlib.metadata import version
+    from importlib.metadata import version as dist_version
 
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out == f"perfgate {version('pytest-perfgate')}\n"
+    assert capsys.readouterr().out == f"perfgate {dist_version('pytest-perfgate')}\n"
 
 
 def test_policies_show_their_choices_in_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -127,15 +127,6 @@ def test_every_variable_the_code_reads_is_documented() -> None:
     assert names and [n for n in names if f"`{n}`" not in page] == []
 
 
-def test_the_design_map_names_every_module() -> None:
-    """docs/design.md's map of the code has a line for every module, so a new module is
-    placed on it (and a moved one found) when it is written."""
-    text = (ROOT / "docs" / "design.md").read_text()
-    modules = sorted(_rel(p) for p in (ROOT / "pytest_perfgate").rglob("*.py")
-                     if p.name != "__init__.py" and "__pycache__" not in p.parts)
-    assert [m for m in modules if f"`{m}`" not in text] == []
-
-
 def test_every_import_the_docs_show_works() -> None:
     """A page's ``from pytest_perfgate... import ...`` lines are what users copy: each still
     imports, whichever module now holds the names."""
@@ -151,21 +142,3 @@ def test_every_import_the_docs_show_works() -> None:
                    if not hasattr(mod, n) and not (
                        hasattr(mod, "__path__") and importlib.util.find_spec(f"{module}.{n}"))]
     assert shown and broken == []
-
-
-def test_the_design_layer_list_is_the_contracts_layers_in_order() -> None:
-    """docs/design.md §8 lists every layer of the import-linter contract, top to bottom:
-    a layer added to pyproject.toml and not to the design is a map that lies."""
-    import re
-    import tomllib
-
-    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    contract = next(c for c in conf["tool"]["importlinter"]["contracts"]
-                    if c["type"] == "layers")
-    layers = [[p.strip().removeprefix("pytest_perfgate.") for p in line.split("|")]
-              for line in contract["layers"]]
-    text = (ROOT / "docs" / "design.md").read_text()
-    section = text.split("## §8")[1].split("- **Only the plugin")[0]
-    listed = [re.findall(r"`(\w+)` \(", item) for item in
-              re.split(r"\n  \d+\. ", section)[1:]]
-    assert listed == layers

@@ -24,8 +24,9 @@ def modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The package's modules ``name`` imports anywhere in its file; a module importing its
-    own parent package (where shared names live) does not count."""
+    """The package's modules ``name`` imports anywhere in its file, its own parent package
+    included (a package whose ``__init__`` imports a module that imports the package back
+    is a circle too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     deps: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -38,7 +39,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 deps.add(full if full in known else mod)
         elif isinstance(node, ast.Import):
             deps.update(alias.name for alias in node.names)
-    return {d for d in deps if d in known and d != name and not name.startswith(d + ".")}
+    return {d for d in deps if d in known and d != name}
 
 
 def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -83,6 +84,16 @@ def test_a_lazy_import_is_an_edge(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from pkg.other import x\n")
     assert imports("pkg.m", f, {"pkg.m": f, "pkg.other": f}) == {"pkg.other"}
+
+
+def test_a_package_and_its_module_can_be_a_circle(tmp_path: Path) -> None:
+    init, out = tmp_path / "__init__.py", tmp_path / "out.py"
+    init.write_text("def main():\n    from pkg.out import Reply\n")
+    out.write_text("def emit():\n    from pkg import version\n")
+    known = {"pkg": init, "pkg.out": out}
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert graph == {"pkg": {"pkg.out"}, "pkg.out": {"pkg"}}
+    assert circles(graph) == [frozenset(known)]
 
 
 def test_no_import_circle_in_the_package() -> None:

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import NODE_DIR
-from helpers import need_tool
+from helpers import NODE_DIR, need_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted(p for p in (ROOT / ".github" / "workflows").iterdir()

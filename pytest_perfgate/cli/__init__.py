@@ -45,18 +45,9 @@ def commands() -> list[type[Command]]:
     return sorted(Command.__subclasses__(), key=lambda c: c.name)
 
 
-def version() -> str:
-    """The installed pytest-perfgate's version (the plugin and this command are one)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("pytest-perfgate")
-    except PackageNotFoundError:
-        return "unknown (not installed: run from an installed package)"
-
-
 def make_parser() -> argparse.ArgumentParser:
+    from pytest_perfgate.cli._out import version
+
     parser = argparse.ArgumentParser(
         prog="perfgate", description="pytest-perfgate's tools beside the pytest plugin: "
         "how far this runner's verdicts can be trusted, how to size a MuJoCo pool, what "

@@ -77,12 +77,22 @@ class Reply:
                 "; ".join(map(str, problems)) if isinstance(problems, list) and problems
                 else "not judged: see the messages on stderr")
             doc["error"] = {"kind": "infrastructure", "message": problem}
-        from pytest_perfgate.cli import version
-
         doc = {"schema": SCHEMA_VERSION, "command": self.prog.split()[-1], "exit": status,
                "error": None, "version": version(), **doc}
         print(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
         return status
+
+
+def version() -> str:
+    """The installed pytest-perfgate's version (the plugin and this command are one), in
+    ``--version`` and every ``--json`` document."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("pytest-perfgate")
+    except PackageNotFoundError:
+        return "unknown (not installed: run from an installed package)"
 
 
 def number(x: float | None) -> float | None:

@@ -1,8 +1,10 @@
-"""pytest at the edge; this package module holds the hooks pytest-perfgate calls.
+"""pytest at the edge: the entry point, the fixtures, the marker and the hooks of a run that
+measures; the one package that imports pytest.
 
-The hook specs live here, in the package every plugin module already loads, so registering
-them costs a pytest run no module of its own (docs/measurement.md); registered by
-:func:`pytest_perfgate.plugin.hooks.pytest_addhooks`, like pytest-benchmark's hookspec.
+The specs of the hooks pytest-perfgate calls live here, in the package every plugin module
+already loads, so registering them costs a pytest run no module of its own
+(docs/measurement.md); registered by :func:`pytest_perfgate.plugin.hooks.pytest_addhooks`,
+like pytest-benchmark's hookspec.
 Implement them in a ``conftest.py`` (or a plugin) under the same name (docs/fixtures.md).
 """
 
