@@ -1,0 +1,2 @@
+"""The hub of a measuring run: the options, the mode each measurement goes through, the
+recorded run."""
