@@ -1,6 +1,6 @@
 """The recorded runs, for every command that reads them: where the history is (found as
 ``pytest --perfgate`` finds it), the machine's runs, the run asked for, each skipped file
-named once on stderr, and a run judged again as the plugin judged it (modes/history_mode.py,
+named once on stderr, and a run judged again as the plugin judged it (history/judge.py,
 core/gate.py), so ``check``, ``compare`` and ``report`` give the same verdicts.
 """
 
@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pytest_perfgate.cli._out import Reply, UsageError
 from pytest_perfgate.cli.common_args import from_env, parse_repo
@@ -252,8 +252,8 @@ def judge_run(judging: Judging, results: Path, run: RunRecord, baseline: str | N
     --failed-base)."""
     from pytest_perfgate.core.gate import Rule
     from pytest_perfgate.history.context import HistoryContext
+    from pytest_perfgate.history.judge import HistoryJudge
     from pytest_perfgate.history.vcs import NO_COMMIT
-    from pytest_perfgate.modes.history_mode import HistoryMode
 
     ctx = HistoryContext.for_run(results, run, judging.repo, before=before)
     if not ctx.git.available and run.commit != NO_COMMIT:  # a wrong --repo: say what it does
@@ -264,18 +264,17 @@ def judge_run(judging: Judging, results: Path, run: RunRecord, baseline: str | N
     for run_id in serve_anyway:
         ctx.decisions = type(ctx.decisions)(ctx.decisions.accepted | {run_id},
                                             ctx.decisions.forgotten - {run_id})
+    judge = HistoryJudge(lambda: ctx, judging.baseline_runs, baseline, records=None)
     judged: list[Judged] = []
-    mode = HistoryMode(False, no_meter, judged.append, lambda: ctx, judging.baseline_runs,
-                       baseline, records=None)
     for name in sorted(run.benchmarks):
         b = run.benchmarks[name]
         threshold = judging.threshold if judging.threshold is not None else (
             b.threshold if b.threshold is not None else _D.default_threshold())
-        first = len(judged)
-        mode.judge(b, name, Rule(threshold=threshold, alpha=judging.alpha,
-                                 unstable=judging.unstable, inconclusive=judging.inconclusive))
-        for j in judged[first:]:  # its own verdict and its memory's: at its test
-            j.where = b.where
+        j = judge.judge(b, name, Rule(threshold=threshold, alpha=judging.alpha,
+                                      unstable=judging.unstable,
+                                      inconclusive=judging.inconclusive))
+        j.where = b.where  # at its test
+        judged.append(j)
     return judged
 
 
@@ -283,7 +282,3 @@ def describe(run: RunRecord) -> str:
     return (f"run {run.run_id} of machine {run.machine!r}, commit {run.commit[:10]}"
             f"{' (dirty)' if run.dirty else ''}")
 
-
-def no_meter(**_: Any) -> Any:
-    """The meter of a mode that judges recorded runs: it never measures."""
-    raise AssertionError("perfgate judges recorded runs here; it never measures")

@@ -22,6 +22,7 @@ from typing import Any
 
 from pytest_perfgate.core.gate import Outcome, Verdict
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.history.judge import baseline_figure
 from pytest_perfgate.modes.ab.controller import (
     ABController,
     ABSetup,
@@ -214,7 +215,7 @@ def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
     message = (f"re-measured: the record could not resolve the threshold ({record.message}); "
                f"so the baseline commit {commit[:10]} was measured again in alternating "
                f"turns with this tree: {v.message}")
-    base = j.result.rate / v.ratio if v.ratio else None
+    base = baseline_figure(j.result, v.ratio)
     kept = {k: ab.result.extra[k] for k in ("profile", "ab_pairs") if k in ab.result.extra}
     if kept:  # why it got slower (after the paired verdict), and each pair's ratio
         j = dataclasses.replace(j, result=dataclasses.replace(

@@ -30,7 +30,7 @@ from pytest_perfgate.core.metric import Metric, counted_per, metric_for
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.envs.declarations import DeclarationError
-from pytest_perfgate.modes import bound
+from pytest_perfgate.history.judge import baseline_figure, bound_noted
 from pytest_perfgate.modes.ab import confirm, spread
 from pytest_perfgate.modes.ab.abba import Paired, measure_sequential
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
@@ -331,22 +331,17 @@ class ABController:
         pair.done()
         earlier.append(call.name)
         result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
-        base = summarize(call.name, mb, call.transitions, unit=call.unit)
-        # the baseline shown is the one the paired ratio divides by, so the three agree
-        level = result.rate / verdict.ratio if verdict.ratio else base.rate
-        base_phases = {n: p.ms_per_call for n, p in base.phases.items()}
-        said = bound.note(info, base_phases, {n: p.ms_per_call for n, p in result.phases.items()},
-                          call.rule.threshold)
-        if said is not None:
-            verdict = verdict.noted(said)
+        base_phases = {n: p.ms_per_call for n, p in mb.phases.items()}
+        verdict = bound_noted(verdict, result, base_phases, call.rule.threshold)
         changes = ab.environment_changes()
         if changes:
             from pytest_perfgate.history.environment import describe
 
             verdict = verdict.noted(f"since the base: {describe(changes)} (each side ran in "
                                     "the environment its declarations pin)")
-        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], level,
-                   base_phases, environment_changes=tuple(c.to_json() for c in changes))
+        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit],
+                   baseline_figure(result, verdict.ratio, [mb.value]), base_phases,
+                   environment_changes=tuple(c.to_json() for c in changes))
         self.sink(j)
         return j
 
