@@ -9,6 +9,7 @@ import types
 from gpu_fakes import h100
 
 from pytest_perfgate.core.results import BenchRecord, RunRecord
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.gpu.fakes import FakeDevice, FakeNvml
 from pytest_perfgate.gpu.fingerprint import gpu_metadata
 from pytest_perfgate.gpu.nvml import Nvml
@@ -52,7 +53,7 @@ def test_no_baseline_says_the_earlier_runs_were_on_other_gpus() -> None:
     ctx = types.SimpleNamespace(runs=RUNS[:1], fingerprint="fp", machine="box", meta=H100,
                                 git=types.SimpleNamespace(commit=HEAD, available=True,
                                                           dirty=False, reason=""))
-    judge = HistoryJudge(context=None)  # type: ignore[arg-type]
+    judge = HistoryJudge(context=None, settings=Settings())  # type: ignore[arg-type]
     why = judge._why_no_baseline(ctx, "learner", uses_gpu=True)  # type: ignore[arg-type]
     assert why == (
         "no earlier run of learner on machine 'box', fingerprint fp ran on its GPUs: 1 "

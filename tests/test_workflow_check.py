@@ -115,6 +115,32 @@ def test_an_errored_run_is_infrastructure_never_a_regression_nor_a_pass(
     assert code == 3 and "not a perfgate JSON report" in out[0]
 
 
+def test_a_report_read_back_keeps_the_rule_its_verdicts_were_judged_by(
+        tmp_path: Path) -> None:
+    from pytest_perfgate.report.readback import read_report
+
+    inconclusive = Judged(BenchResult("walk", (10.0, 10.2), 1e5),
+                          Verdict(Outcome.INCONCLUSIVE, "noisy", 0.97, (0.9, 1.05), 0.2), Rule(
+                              threshold=0.03, alpha=0.05, unstable="warn",
+                              inconclusive="fail"), "perf/test_x.py::test_walk")
+    ok = _judged("run", Outcome.OK, unstable="warn", inconclusive="fail")
+    (walk, run) = read_report(Path(_report(tmp_path, inconclusive, ok)))
+    assert walk.rule == inconclusive.rule and run.rule == ok.rule  # not guessed from 'fails'
+    assert walk.verdict is not None and walk.verdict.fails(walk.rule)
+    data = json.loads((tmp_path / "report.json").read_text())
+    for e in data["benchmarks"]:  # a report written before the rule was recorded
+        for key in ("alpha", "unstable", "inconclusive"):
+            del e[key]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    (walk, run) = read_report(tmp_path / "old.json")
+    assert walk.rule == Rule(threshold=0.03, inconclusive="fail", unstable="warn")
+    assert run.rule == Rule(threshold=0.02, unstable="warn", inconclusive="warn")
+    data["benchmarks"][0]["unstable"] = "maybe"
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"benchmarks\[0\] \('walk'\): unstable='maybe'"):
+        read_report(tmp_path / "bad.json")
+
+
 def test_no_baseline_is_a_warning_or_with_fail_not_gated(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rep = _report(tmp_path, _judged("walk", Outcome.NO_BASELINE))

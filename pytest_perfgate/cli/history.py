@@ -322,7 +322,7 @@ def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
     if result is None:
         return None
     ctx = HistoryContext.for_run(found.results_dir, run, repo)
-    return HistoryJudge(lambda: ctx, Options().baseline_runs, records=None).noise(result)
+    return HistoryJudge(lambda: ctx, Options().settings(rejudging=True)).noise(result)
 
 
 def render(s: Series, cps: list[Any], where: str, noise: float | None = None,

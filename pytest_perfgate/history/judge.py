@@ -31,6 +31,7 @@ from pytest_perfgate.core.gate import (
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.metric import RATE_SCALE, Metric, metric_for
 from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.history.context import HistoryContext, is_history_run
 
 SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
@@ -70,16 +71,17 @@ class HistoryJudge:
     Only history-mode runs serve as baseline and spread: an A/B run's samples are 0.1 s
     turns taken between turns of another process, a different protocol whose per-window
     noise and level are not comparable with sustained 1 s windows (docs/design.md §3).
-    ``records``: whether the session records this run (the NO BASELINE wording says what
-    becomes of it); None when a command judges a recorded run again.
+    ``settings`` say how many runs set the level, which commit's runs alone may (a person
+    chose it), and whether this run is recorded (the NO BASELINE wording says what becomes
+    of it).
     """
 
-    def __init__(self, context: Callable[[], HistoryContext], baseline_runs: int = 5,
-                 baseline: str | None = None, records: bool | None = True) -> None:
+    def __init__(self, context: Callable[[], HistoryContext],
+                 settings: Settings) -> None:
         self.context = context
-        self.baseline_runs = baseline_runs
-        self.baseline = baseline
-        self.records = records
+        self.baseline_runs = settings.baseline_runs
+        self.baseline = settings.baseline
+        self.records = settings.records
 
     def runs(self, name: str, uses_gpu: bool = False) -> Baseline:
         """The runs that may judge ``name``, newest first (the level takes the first n); a

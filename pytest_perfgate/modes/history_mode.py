@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged, summarize
 from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.history.context import HISTORY, HistoryContext
 from pytest_perfgate.history.judge import HistoryJudge
@@ -31,8 +32,7 @@ class HistoryMode:
     runs_step = True
 
     def __init__(self, smoke: bool, meter: MeterFactory, sink: Sink,
-                 context: Callable[[], HistoryContext], baseline_runs: int = 5,
-                 baseline: str | None = None, records: bool = True,
+                 context: Callable[[], HistoryContext], settings: Settings,
                  remeasure: Remeasure | None = None, profile: Profiling | None = None
                  ) -> None:
         self.smoke = smoke
@@ -42,7 +42,7 @@ class HistoryMode:
         self.meter = meter
         self.sink = sink
         # the history is opened lazily: smoke mode never reads it
-        self.history_judge = HistoryJudge(context, baseline_runs, baseline, records)
+        self.history_judge = HistoryJudge(context, settings)
 
     @property
     def tag(self) -> str | None:
@@ -61,9 +61,8 @@ class HistoryMode:
             j = self.remeasure.decide(self.history_judge.judge(result, call.test_id, call.rule),
                                       call)
             self.sink(j)
-        if call.memory_threshold is not None and not self.smoke:
-            for mj in self.history_judge.memory(j.result, call.test_id,
-                                             Rule(threshold=call.memory_threshold)):
+        if call.memory_rule is not None and not self.smoke:
+            for mj in self.history_judge.memory(j.result, call.test_id, call.memory_rule):
                 self.sink(mj)
         return j
 

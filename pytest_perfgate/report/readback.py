@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_perfgate.core.atomic import load_json
-from pytest_perfgate.core.gate import Outcome, Rule, Verdict
+from pytest_perfgate.core.gate import Outcome, Verdict
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import BenchRecord
+from pytest_perfgate.core.settings import Settings
 
 
 def read_report(path: Path) -> list[Judged]:
@@ -46,11 +47,10 @@ def _entry(e: Any, i: int) -> Judged:
         if not isinstance(fails, bool):
             raise ValueError(f"field 'fails' is {fails!r}, expected true or false")
         verdict = None if e["verdict"] is None else _verdict(e)
-        rule = Rule(threshold=float(e["threshold"]),
-                    unstable="fail" if fails and verdict and
-                    verdict.outcome is Outcome.UNSTABLE else "warn",
-                    inconclusive="fail" if fails and verdict and
-                    verdict.outcome is Outcome.INCONCLUSIVE else "warn")
+        alpha = _num(e.get("alpha"))
+        rule = Settings(float(e["threshold"]), Settings.alpha if alpha is None else alpha,
+                        _policy(e, "unstable", verdict, Outcome.UNSTABLE),
+                        _policy(e, "inconclusive", verdict, Outcome.INCONCLUSIVE)).rule()
         commits = [str(c) for c in e.get("baseline_commits") or []]
         base = _num(e.get("baseline_steps_per_s"))
         return Judged(result, verdict, rule, str(e["test"]), commits, base, where=result.where)
@@ -58,6 +58,16 @@ def _entry(e: Any, i: int) -> Judged:
         raise ValueError(f"{where}: missing key {k}") from None
     except (TypeError, ValueError) as x:
         raise ValueError(f"{where}: {x}") from None
+
+
+def _policy(e: Mapping[str, Any], key: str, verdict: Verdict | None, outcome: Outcome) -> str:
+    """The policy the verdict was judged by, as recorded; a report written before policies
+    were recorded says only whether the verdict failed: "fail" when that verdict, of that
+    outcome, failed, else "warn"."""
+    if key in e:
+        return str(e[key])  # Rule names a bad value
+    failed = e["fails"] and verdict is not None and verdict.outcome is outcome
+    return "fail" if failed else "warn"
 
 
 def _verdict(e: Mapping[str, Any]) -> Verdict:

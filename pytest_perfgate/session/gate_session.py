@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import MeasureConfig
@@ -86,9 +85,9 @@ class GateSession:
                 o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget,
                 o.ab_confirm, o.env_files),
                 profile=self._profiling())
+        self.settings = o.settings()  # what every verdict of this session is judged by
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
-                                        o.baseline_runs, o.baseline, records=o.record,
-                                        remeasure=self.remeasure,
+                                        self.settings, remeasure=self.remeasure,
                                         profile=self._profiling() if o.profile == "always"
                                         and not self.smoke else None)
         self.mode: Mode = self._pick_mode(side, ab)
@@ -180,11 +179,6 @@ class GateSession:
 
         return unavailable()
 
-    def rule(self, threshold: float | None = None) -> Rule:
-        o = self.options
-        return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
-                    alpha=o.alpha, unstable=o.unstable, inconclusive=o.inconclusive)
-
     def note_test_file(self, path: Path | None, has_ini: bool = False) -> Path:
         """The root this session names benchmarks from, resolves relative results paths
         and asks git in; the first perf test's file decides it (:func:`stable_root`):
@@ -236,7 +230,7 @@ class GateSession:
         """Judge a result measured elsewhere (an asv row, a tool's) against history."""
         check_name(result.name)
         self.claim_name(result.name, test_id)
-        return self.history_mode.judge(result, test_id, self.rule(threshold))
+        return self.history_mode.judge(result, test_id, self.settings.rule(threshold))
 
     def finish(self) -> RunRecord | None:
         """Record this run (unless smoke, a side, disabled, or empty). Returns what was
