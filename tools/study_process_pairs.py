@@ -8,7 +8,7 @@ show it, and identical code can be judged REGRESSION. Each trial here is a fresh
 commit), so each trial is a new pair of processes: the spread of the trials' log ratios
 against the intervals each trial claims is the pair-to-pair bias.
 
-Each trial's JSON lists every pair it measured (``ab_pairs``: a called change is measured
+Each trial's JSON lists every pair it measured (``pairs``: a called change is measured
 again by fresh pairs, docs/ab.md), so the study gives both rates: the verdict's, and the
 first pair's alone.
 
@@ -111,7 +111,7 @@ def trial(repo: Path, i: int, threshold: str) -> dict[str, Any]:
         (entry,) = json.loads(report.read_text())["benchmarks"]
     except (OSError, ValueError):
         return {"verdict": "ERROR", "ratio": None, "ci": None, "wall_s": wall}
-    pairs = entry.get("result", {}).get("extra", {}).get("ab_pairs") or [
+    pairs = entry.get("pairs", entry.get("result", {}).get("extra", {}).get("ab_pairs")) or [
         {"ratio": entry.get("ratio"), "ci": entry.get("ci"), "outcome": entry["verdict"]}]
     return {"verdict": entry["verdict"], "ratio": entry.get("ratio"), "ci": entry.get("ci"),
             "first_pair": pairs[0]["outcome"], "pairs": pairs, "wall_s": wall}

@@ -152,30 +152,28 @@ class HistoryJudge:
         what makes a run fall over)."""
         from pytest_perfgate.core.memory import (
             decide_memory,
-            gpu_memory_result,
+            gpu_figure,
             gpu_peak,
-            memory_result,
+            host_figure,
             not_sampled,
         )
 
-        mem = memory_result(result)
-        gpu = gpu_memory_result(result)
+        host, gpu = host_figure(result), gpu_figure(result)
         base: Baseline = []
-        if mem is not None or gpu is not None:
+        if host is not None or gpu is not None:
             base = self.runs(result.name, bool(result.gpu))[:self.baseline_runs]
         commits = [run.commit for run, _ in base]
-        if mem is None:
-            mem, verdict, host_commits = not_sampled(result)
+        if host is not None and host.peak is not None:
+            verdict = decide_memory(host.peak, [float(b.memory.get("peak_rss", 0))
+                                                for _, b in base], rule)
+            out = [Judged(result, verdict, rule, test_id, commits, memory=host)]
         else:
-            host_commits = commits
-            verdict = decide_memory(mem.samples[0],
-                                    [float(b.memory.get("peak_rss", 0)) for _, b in base], rule)
-        out = [Judged(mem, verdict, rule, test_id, host_commits)]
-        if gpu is not None:
-            verdict = decide_memory(gpu.samples[0],
-                                    [float(gpu_peak(b.memory) or 0) for _, b in base], rule,
-                                    what="GPU peak memory")
-            out.append(Judged(gpu, verdict, rule, test_id, commits))
+            host, verdict = not_sampled()
+            out = [Judged(result, verdict, rule, test_id, memory=host)]
+        if gpu is not None and gpu.peak is not None:
+            verdict = decide_memory(gpu.peak, [float(gpu_peak(b.memory) or 0) for _, b in base],
+                                    rule, what="GPU peak memory")
+            out.append(Judged(result, verdict, rule, test_id, commits, memory=gpu))
         return tuple(out)
 
     def _why_no_baseline(self, ctx: HistoryContext, name: str, uses_gpu: bool = False

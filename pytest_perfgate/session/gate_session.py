@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import MeasureConfig
-from pytest_perfgate.core.memory import MEMORY_SOURCE
 from pytest_perfgate.core.progress import Progress
 from pytest_perfgate.core.results import BenchRecord, BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
@@ -242,7 +241,7 @@ class GateSession:
         benches = {j.result.name: BenchRecord.of(
             j.result, j.verdict.outcome.value if j.verdict is not None else None,
             j.rule.threshold if j.verdict is not None else None, j.where)
-            for j in self.judged if j.result.source != MEMORY_SOURCE}
+            for j in self.judged if j.memory is None}
         from pytest_perfgate.ring.stream import run_metadata  # {} unless rings were used
 
         run, self.record_path = self.history().record(

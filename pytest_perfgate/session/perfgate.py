@@ -150,7 +150,7 @@ class PerfGate:
         self.session.mode_for(self.counts).end_test(self.test_id)
 
     def _name(self, name: str | None) -> str:
-        taken = {j.result.name for j in self.results}
+        taken = {j.name for j in self.results}
         if name is not None:
             check_name(name)
             if name in taken:

@@ -221,7 +221,7 @@ class PytestProbe:
                     judged = self.read(report)
                 except (OSError, ValueError) as e:
                     return skipped(f"its JSON report could not be read ({e})")
-        readings = {j.result.name: Reading(j.verdict.outcome.value, j.verdict.ratio,
+        readings = {j.name: Reading(j.verdict.outcome.value, j.verdict.ratio,
                                            j.verdict.ci, j.verdict.message,
                                            _profile(j.result.extra.get("profile")))
                     for j in judged if j.verdict is not None}

@@ -320,8 +320,6 @@ class ABController:
             info = {**sources[i][1].recorded(), **dict(call.extra), "ab_base": ab.base_label,
                     "ab_base_commit": ab.base_commit, "ab_base_samples": mb.samples,
                     "ab_sequential": run.looks.summary()}
-            if len(pairs) > 1:
-                info["ab_pairs"] = confirm.record([v for _, v in runs])
             if self.profile is not None and self.profile.wanted(verdict):
                 info["profile"] = self.profile.take(pairs[i], *sources[i], call.name, ab,
                                                     call.unit)
@@ -341,7 +339,8 @@ class ABController:
                                     "the environment its declarations pin)")
         j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit],
                    baseline_figure(result, verdict.ratio, [mb.value]), base_phases,
-                   environment_changes=tuple(c.to_json() for c in changes))
+                   environment_changes=tuple(c.to_json() for c in changes),
+                   pairs=tuple(v for _, v in runs) if len(runs) > 1 else ())
         self.sink(j)
         return j
 
