@@ -14,8 +14,8 @@ from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.memory import (
     decide_memory,
-    gpu_memory_line,
     gpu_figure,
+    gpu_memory_line,
     memory_line,
 )
 from pytest_perfgate.core.results import BenchRecord, BenchResult, PhaseSummary

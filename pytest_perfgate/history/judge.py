@@ -76,8 +76,7 @@ class HistoryJudge:
     of it).
     """
 
-    def __init__(self, context: Callable[[], HistoryContext],
-                 settings: Settings) -> None:
+    def __init__(self, context: Callable[[], HistoryContext], settings: Settings) -> None:
         self.context = context
         self.baseline_runs = settings.baseline_runs
         self.baseline = settings.baseline
