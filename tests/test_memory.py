@@ -191,3 +191,21 @@ def test_the_memory_gate_end_to_end(pytester: pytest.Pytester,
     second.stdout.fnmatch_lines(["*perfgate REGRESSION: mem.rss",
                                  "*peak memory rose *% (* MiB now vs * MiB, the median of 1 "
                                  "baseline run(s)' peaks), more than the 10% memory threshold"])
+
+
+def test_the_memory_rule_is_the_sessions_rule_at_the_memory_threshold(tmp_path) -> None:
+    """The memory verdict is judged with the session's alpha and policies, like the
+    wall-time one; only its threshold is the marker's memory_threshold."""
+    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.session.options import Options
+    from pytest_perfgate.session.perfgate import PerfGate
+
+    opts = Options(enabled=True, threshold=0.2, alpha=0.05, unstable="warn",
+                   inconclusive="fail")
+    gate = PerfGate(GateSession(opts, tmp_path), "t::x", "x", memory_threshold=0.1)
+    call = gate.call(None, 4, None, {}, "env-steps/s")
+    assert call.rule == Rule(threshold=0.2, alpha=0.05, unstable="warn", inconclusive="fail")
+    assert call.memory_rule == Rule(threshold=0.1, alpha=0.05, unstable="warn",
+                                    inconclusive="fail")
+    assert PerfGate(GateSession(opts, tmp_path), "t::y", "y").call(
+        None, 4, None, {}, "env-steps/s").memory_rule is None  # not memory-gated
