@@ -103,7 +103,7 @@ def test_a_difference_of_one_pairs_processes_is_overturned_by_fresh_pairs(
     res = pytester.runpytest_subprocess(*ARGS, "--perfgate-json=r.json", timeout=300)
     res.assert_outcomes(passed=1)
     (entry,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
-    outcomes = [p["outcome"] for p in entry["result"]["extra"]["ab_pairs"]]
+    outcomes = [p["outcome"] for p in entry["pairs"]]
     # the first pair's 2x is a REGRESSION; both fresh pairs measure the same code the same
     # (the fake clock: exactly), so it is not reproduced and the verdict is OK
     assert outcomes == ["REGRESSION", "OK", "OK"], entry
@@ -124,11 +124,11 @@ def test_a_fresh_pair_passes_the_tests_earlier_measure_calls(
            for e in json.loads((pytester.path / "r.json").read_text())["benchmarks"]}
     assert got["walk"]["verdict"] == "REGRESSION", got["walk"]
     # its fresh pair passed "warm" first, then measured "walk" too
-    assert [p["outcome"] for p in got["walk"]["result"]["extra"]["ab_pairs"]] == [
+    assert [p["outcome"] for p in got["walk"]["pairs"]] == [
         "REGRESSION", "REGRESSION"], got["walk"]
     assert got["walk"]["ratio"] == pytest.approx(0.5), got["walk"]  # the fake clock: exact
     assert got["warm"]["verdict"] == "OK" and got["warm"]["ratio"] == pytest.approx(1.0)
-    assert "ab_pairs" not in got["warm"]["result"]["extra"]  # not a called change
+    assert got["warm"]["pairs"] == []  # not a called change
     for e in got.values():  # one set of figures: steps/s over the baseline shown is the ratio
         assert e["steps_per_s"] / e["baseline_steps_per_s"] == pytest.approx(e["ratio"]), e
     no_leftovers(pytester)

@@ -1,8 +1,8 @@
-"""Which process bounds a collector/learner pair, said with its verdict (modes/bound.py)."""
+"""Which process bounds a collector/learner pair, said with its verdict (core/bound.py)."""
 
 from __future__ import annotations
 
-from pytest_perfgate.modes import bound
+from pytest_perfgate.core import bound
 
 LEARNER_BOUND = {"learner_wait_share": 0.02, "learner_updates_per_s": 29.1,
                  "collector_env_steps_per_s": [812.4]}

@@ -9,12 +9,13 @@ import types
 from gpu_fakes import h100
 
 from pytest_perfgate.core.results import BenchRecord, RunRecord
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.gpu.fakes import FakeDevice, FakeNvml
 from pytest_perfgate.gpu.fingerprint import gpu_metadata
 from pytest_perfgate.gpu.nvml import Nvml
 from pytest_perfgate.history.baseline import select_baseline
+from pytest_perfgate.history.judge import HistoryJudge
 from pytest_perfgate.history.machine_id import gpu_model
-from pytest_perfgate.modes.history_mode import HistoryMode
 
 C1, C2, HEAD = "1" * 40, "2" * 40, "3" * 40
 
@@ -52,8 +53,8 @@ def test_no_baseline_says_the_earlier_runs_were_on_other_gpus() -> None:
     ctx = types.SimpleNamespace(runs=RUNS[:1], fingerprint="fp", machine="box", meta=H100,
                                 git=types.SimpleNamespace(commit=HEAD, available=True,
                                                           dirty=False, reason=""))
-    mode = HistoryMode(False, meter=None, sink=None, context=None)  # type: ignore[arg-type]
-    why = mode._why_no_baseline(ctx, "learner", uses_gpu=True)  # type: ignore[arg-type]
+    judge = HistoryJudge(context=None, settings=Settings())  # type: ignore[arg-type]
+    why = judge._why_no_baseline(ctx, "learner", uses_gpu=True)  # type: ignore[arg-type]
     assert why == (
         "no earlier run of learner on machine 'box', fingerprint fp ran on its GPUs: 1 "
         "run(s) of it were on other GPUs (1 on NVIDIA GeForce RTX 5090 (cc 12.0); this run: "

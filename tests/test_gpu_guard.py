@@ -14,8 +14,8 @@ from pytest_perfgate.core.load import NullProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.memory import (
     decide_memory,
+    gpu_figure,
     gpu_memory_line,
-    gpu_memory_result,
     memory_line,
 )
 from pytest_perfgate.core.results import BenchRecord, BenchResult, PhaseSummary
@@ -200,10 +200,11 @@ def test_gpu_memory_is_recorded_worded_exported_and_can_be_gated() -> None:
                                      "allocated 3072 MiB, reserved 4096 MiB, device used "
                                      "5120 MiB")
     assert memory_line({"gpu_used": 2**30}) == "GPU peak memory: device used 1024 MiB"
-    g = gpu_memory_result(r)
-    assert g is not None and g.name == "learner.gpu_mem" and g.samples == (4.0 * 2**30,)
-    assert gpu_memory_result(gpu_result()) is None
-    v = decide_memory(g.samples[0], [3.0 * 2**30] * 3, Rule(threshold=0.10),
+    g = gpu_figure(r)
+    assert g is not None and g.suffix == ".gpu_mem" and g.peak == 4.0 * 2**30
+    assert set(g.figures) <= {k for k in r.memory if k.startswith("gpu_")}  # what it shows
+    assert gpu_figure(gpu_result()) is None
+    v = decide_memory(g.peak, [3.0 * 2**30] * 3, Rule(threshold=0.10),
                       what="GPU peak memory")
     assert v.outcome is Outcome.REGRESSION and v.message == (
         "GPU peak memory rose 33.3% (4096 MiB now vs 3072 MiB, the median of 3 baseline "

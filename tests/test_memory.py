@@ -9,7 +9,7 @@ from fake_session import FAKE_CLOCK_CONFTEST
 
 from pytest_perfgate.core.gate import Outcome, Rule
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.memory import decide_memory, memory_line, memory_result, not_sampled
+from pytest_perfgate.core.memory import decide_memory, host_figure, memory_line, not_sampled
 from pytest_perfgate.core.results import BenchRecord, RunRecord
 from pytest_perfgate.history.asv import _asv_rows as asv_rows
 from pytest_perfgate.history.asv import asv_entries, rss_series
@@ -46,8 +46,11 @@ def test_the_rule_and_its_words() -> None:
 
 
 def test_a_workload_without_memory_figures_is_named_not_passed() -> None:
-    result, verdict, commits = not_sampled(bench({}))
-    assert result.name == "humanoid.rss" and commits == []
+    assert host_figure(bench({})) is None
+    figure, verdict = not_sampled()
+    j = Judged(bench({}), verdict, Rule(), "t::x", memory=figure)
+    assert j.name == "humanoid.rss" and figure.peak is None and j.baseline_commits == []
+    assert row(j) == ("humanoid.rss", "-", "-", "-", "-", "NO BASELINE", "-")  # not 0 MiB
     assert verdict.outcome is Outcome.NO_BASELINE
     assert verdict.message == ("this workload's memory was not sampled (only perfgate.measure "
                                "steps and worker groups report it), so memory_threshold= "
@@ -88,12 +91,14 @@ def test_the_report_shows_the_memory_and_the_memory_verdict() -> None:
                                 "MiB, pss 240 MiB)")
     assert notes([j]) == ["humanoid: peak memory 300 MiB over 5 processes (at the end: uss "
                           "200 MiB, pss 240 MiB); cores used 1.83"]
-    mem = memory_result(bench())
-    assert mem is not None and mem.name == "humanoid.rss"
+    mem = host_figure(bench())
+    assert mem is not None and mem.peak == 300 * MiB
     rule = Rule(threshold=0.10)
-    v = decide_memory(mem.samples[0], [200 * MiB], rule)
-    mj = Judged(mem, v, rule, "t::x", ["b" * 40])
+    v = decide_memory(mem.peak, [200 * MiB], rule)
+    mj = Judged(bench(), v, rule, "t::x", ["b" * 40], memory=mem)  # on its measurement
+    assert mj.name == "humanoid.rss"
     assert row(mj) == ("humanoid.rss", "300 MiB", "-", "0.667", "-", "REGRESSION", "-")
+    assert notes([mj]) == ["humanoid.rss: REGRESSION: " + v.message]  # its measurement: at j
     assert explain(mj) == "\n".join([
         "perfgate REGRESSION: humanoid.rss",
         "  peak memory rose 50.0% (300 MiB now vs 200 MiB, the median of 1 baseline run(s)' "
@@ -186,3 +191,21 @@ def test_the_memory_gate_end_to_end(pytester: pytest.Pytester,
     second.stdout.fnmatch_lines(["*perfgate REGRESSION: mem.rss",
                                  "*peak memory rose *% (* MiB now vs * MiB, the median of 1 "
                                  "baseline run(s)' peaks), more than the 10% memory threshold"])
+
+
+def test_the_memory_rule_is_the_sessions_rule_at_the_memory_threshold(tmp_path) -> None:
+    """The memory verdict is judged with the session's alpha and policies, like the
+    wall-time one; only its threshold is the marker's memory_threshold."""
+    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.session.options import Options
+    from pytest_perfgate.session.perfgate import PerfGate
+
+    opts = Options(enabled=True, threshold=0.2, alpha=0.05, unstable="warn",
+                   inconclusive="fail")
+    gate = PerfGate(GateSession(opts, tmp_path), "t::x", "x", memory_threshold=0.1)
+    call = gate.call(None, 4, None, {}, "env-steps/s")
+    assert call.rule == Rule(threshold=0.2, alpha=0.05, unstable="warn", inconclusive="fail")
+    assert call.memory_rule == Rule(threshold=0.1, alpha=0.05, unstable="warn",
+                                    inconclusive="fail")
+    assert PerfGate(GateSession(opts, tmp_path), "t::y", "y").call(
+        None, 4, None, {}, "env-steps/s").memory_rule is None  # not memory-gated

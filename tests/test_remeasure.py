@@ -91,7 +91,7 @@ def test_a_twice_as_slow_head_is_a_regression_though_the_record_cannot_tell(
     words = " ".join(out.split())
     assert "re-measured: the record could not resolve the threshold (" in words
     assert f"so the baseline commit {base[:10]} was measured again in alternating turns" in words
-    assert entry["baseline_commits"] == [base]
+    assert entry["baseline_commits"] == [base] and entry["remeasured"] is True
     # one set of figures: steps/s over the baseline shown is the paired ratio
     assert entry["steps_per_s"] / entry["baseline_steps_per_s"] == pytest.approx(  # type: ignore[operator]
         entry["ratio"])
@@ -118,6 +118,7 @@ def test_where_it_cannot_re_measure_the_verdict_names_why(tmp_path: Path, how: s
         (repo / "n.txt").write_text("uncommitted")
     entry, out = verdict(repo, tmp_path / "r.json", *args)
     assert entry["verdict"] == "INCONCLUSIVE", out
+    assert entry["remeasured"] is False, out
     words = " ".join(out.split())
     if how == "dirty":
         assert "Not re-measured: the working tree has uncommitted changes" in words

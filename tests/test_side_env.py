@@ -408,8 +408,8 @@ def test_without_uv_pip_resolves_and_builds_the_same_overlay(
 
 def test_a_reference_checkout_that_is_no_folder_is_refused_naming_the_variable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_perfgate.envs.build import side_envs
     from pytest_perfgate.envs.declarations import DeclarationError
-    from pytest_perfgate.modes.ab.controller import side_envs
 
     monkeypatch.setenv("PERFGATE_ENV_REFERENCE", str(tmp_path / "gone"))
     with pytest.raises(DeclarationError) as e:

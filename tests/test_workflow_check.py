@@ -115,6 +115,65 @@ def test_an_errored_run_is_infrastructure_never_a_regression_nor_a_pass(
     assert code == 3 and "not a perfgate JSON report" in out[0]
 
 
+def test_a_report_read_back_keeps_the_rule_its_verdicts_were_judged_by(
+        tmp_path: Path) -> None:
+    from pytest_perfgate.report.readback import read_report
+
+    inconclusive = Judged(BenchResult("walk", (10.0, 10.2), 1e5),
+                          Verdict(Outcome.INCONCLUSIVE, "noisy", 0.97, (0.9, 1.05), 0.2), Rule(
+                              threshold=0.03, alpha=0.05, unstable="warn",
+                              inconclusive="fail"), "perf/test_x.py::test_walk")
+    ok = _judged("run", Outcome.OK, unstable="warn", inconclusive="fail")
+    (walk, run) = read_report(Path(_report(tmp_path, inconclusive, ok)))
+    assert walk.rule == inconclusive.rule and run.rule == ok.rule  # not guessed from 'fails'
+    assert walk.verdict is not None and walk.verdict.fails(walk.rule)
+    data = json.loads((tmp_path / "report.json").read_text())
+    for e in data["benchmarks"]:  # a report written before the rule was recorded
+        for key in ("alpha", "unstable", "inconclusive"):
+            del e[key]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    (walk, run) = read_report(tmp_path / "old.json")
+    assert walk.rule == Rule(threshold=0.03, inconclusive="fail", unstable="warn")
+    assert run.rule == Rule(threshold=0.02, unstable="warn", inconclusive="warn")
+    data["benchmarks"][0]["unstable"] = "maybe"
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"benchmarks\[0\] \('walk'\): unstable='maybe'"):
+        read_report(tmp_path / "bad.json")
+
+
+def test_pairs_memory_figures_and_re_measuring_read_back_from_the_verdicts_entry(
+        tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from pytest_perfgate.core.memory import host_figure
+    from pytest_perfgate.report.readback import read_report
+
+    walk = _judged("walk", Outcome.REGRESSION)
+    pairs = (Verdict(Outcome.REGRESSION, "", 0.8, (0.7, 0.9)), walk.verdict)
+    paired = replace(walk, pairs=pairs, remeasured=True)  # type: ignore[arg-type]
+    measured = replace(walk.result, memory={"peak_rss": 300 * 2**20, "processes": 2})
+    figure = host_figure(measured)
+    mem = Judged(measured, Verdict(Outcome.OK, "peak memory within 10%", 1.0), Rule(0.1),
+                 walk.test_id, ["a" * 40], memory=figure)
+    entries = json.loads(Path(_report(tmp_path, paired, mem)).read_text())["benchmarks"]
+    assert [e["benchmark"] for e in entries] == ["walk", "walk.rss"]
+    assert [p["outcome"] for p in entries[0]["pairs"]] == ["REGRESSION", "REGRESSION"]
+    assert "ab_pairs" not in entries[0]["result"]["extra"] and entries[0]["remeasured"]
+    assert entries[1]["result"]["samples"] == [300 * 2**20]  # the file keeps its figure
+    (back, back_mem) = read_report(tmp_path / "report.json")
+    assert [(p.outcome, p.ratio, p.ci) for p in back.pairs] == [
+        (p.outcome, p.ratio, p.ci) for p in pairs] and back.remeasured
+    assert back_mem.name == "walk.rss" and back_mem.memory == figure
+    assert render.row(back_mem) == render.row(mem)
+    old = json.loads((tmp_path / "report.json").read_text())  # before "pairs" had its key
+    e = old["benchmarks"][0]
+    e["result"]["extra"]["ab_pairs"] = e.pop("pairs")
+    del e["remeasured"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (back, _) = read_report(tmp_path / "old.json")
+    assert [p.outcome for p in back.pairs] == [Outcome.REGRESSION] * 2 and not back.remeasured
+
+
 def test_no_baseline_is_a_warning_or_with_fail_not_gated(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rep = _report(tmp_path, _judged("walk", Outcome.NO_BASELINE))

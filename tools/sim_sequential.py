@@ -26,7 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from pytest_perfgate.core.gate import Outcome, Rule
+from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import Window
 from pytest_perfgate.modes.ab.abba import run_looks
@@ -54,7 +54,7 @@ def main() -> int:
         print("no steady A/A trials in these studies", file=sys.stderr)
         return 2
     turns, looks = args.turns or cfg.turns, args.looks or cfg.looks
-    rule = Rule(threshold=cfg.threshold, alpha=cfg.alpha)
+    rule = cfg.rule()
     design = plan(turns, looks, rule.alpha)
     rng = random.Random(args.seed)
     print(f"{len(trials)} A/A trials ({sum(len(t.base) for t in trials)} turn pairs) from "

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_perfgate.core.gate import Outcome, Rule, evaluate  # noqa: E402
+from pytest_perfgate.core.settings import Settings  # noqa: E402
 from pytest_perfgate.modes.counts.runner import run_counts  # noqa: E402
 
 SHIPPED = "perf/test_perf_mujoco.py::test_humanoid_batch_256"
@@ -151,7 +152,7 @@ def _print_row(r: dict[str, Any]) -> None:
 
 
 def gate(args: argparse.Namespace) -> None:
-    rule = Rule(threshold=args.threshold)
+    rule = Settings(threshold=args.threshold).rule()
     with tempfile.TemporaryDirectory(prefix="perfgate-study-counts-") as tmp:
         d = Path(tmp)
         (d / "test_study.py").write_text(study_test(

@@ -8,7 +8,7 @@ show it, and identical code can be judged REGRESSION. Each trial here is a fresh
 commit), so each trial is a new pair of processes: the spread of the trials' log ratios
 against the intervals each trial claims is the pair-to-pair bias.
 
-Each trial's JSON lists every pair it measured (``ab_pairs``: a called change is measured
+Each trial's JSON lists every pair it measured (``pairs``: a called change is measured
 again by fresh pairs, docs/ab.md), so the study gives both rates: the verdict's, and the
 first pair's alone.
 

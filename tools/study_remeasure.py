@@ -130,9 +130,11 @@ def trials_in(repo: Path, args: argparse.Namespace) -> int:
             (entry,) = json.loads(report.read_text())["benchmarks"]
         except (OSError, ValueError):
             entry = {"verdict": "ERROR", "message": "no report"}
-        pairs = (entry.get("result") or {}).get("extra", {}).get("ab_pairs") or []
+        pairs = entry.get("pairs", (entry.get("result") or {}).get("extra", {}).get(
+            "ab_pairs")) or []  # reports before "pairs" kept them in the result's extra
         trials.append({"kind": kind, "verdict": entry["verdict"], "ratio": entry.get("ratio"),
-                       "remeasured": str(entry.get("message", "")).startswith("re-measured"),
+                       "remeasured": entry.get("remeasured", str(entry.get(
+                           "message", "")).startswith("re-measured")),
                        "pairs": pairs, "wall_s": wall, "message": entry.get("message")})
         print(f"[{i + 1}/{len(order)}] {kind}: {entry['verdict']} ratio {entry.get('ratio')}"
               f" ({wall:.0f} s){' re-measured' if trials[-1]['remeasured'] else ''}"

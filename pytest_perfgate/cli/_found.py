@@ -1,6 +1,6 @@
 """The recorded runs, for every command that reads them: where the history is (found as
 ``pytest --perfgate`` finds it), the machine's runs, the run asked for, each skipped file
-named once on stderr, and a run judged again as the plugin judged it (modes/history_mode.py,
+named once on stderr, and a run judged again as the plugin judged it (history/judge.py,
 core/gate.py), so ``check``, ``compare`` and ``report`` give the same verdicts.
 """
 
@@ -10,14 +10,15 @@ import argparse
 import sys
 import warnings
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pytest_perfgate.cli._out import Reply, UsageError
 from pytest_perfgate.cli.common_args import from_env, parse_repo
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.results import RunRecord
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.report.series import MachineHistory
 from pytest_perfgate.session.options import (
     Options,
@@ -221,6 +222,14 @@ class Judging:
         return cls(args.repo, args.threshold, args.alpha, args.baseline_runs, args.unstable,
                    args.inconclusive)
 
+    def settings(self, baseline: str | None = None) -> Settings:
+        """The gate's settings, resolved as the plugin resolves them (``baseline``: the
+        commit whose runs alone may judge); --threshold is not among them: it goes over
+        each benchmark's own (:func:`judge_run`)."""
+        return replace(_D, alpha=self.alpha, baseline_runs=self.baseline_runs,
+                       unstable=self.unstable, inconclusive=self.inconclusive,
+                       baseline=baseline).settings(rejudging=True)
+
 
 def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
     """The history's place and :class:`Judging` (the same converters as the options)."""
@@ -230,7 +239,7 @@ def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threshold", type=argparse_type(parse_fraction), default=None,
                     help="throughput drop that fails (default: the threshold each "
                     "benchmark was judged at when it was recorded, i.e. its marker or the "
-                    f"project's perfgate_threshold; {_D.default_threshold():.0%} for a run "
+                    f"project's perfgate_threshold; {_D.settings().threshold:.0%} for a run "
                     "recorded without one)".replace("%", "%%"))
     ap.add_argument("--alpha", type=argparse_type(parse_alpha), default=_D.alpha,
                     help=f"one-sided significance level (default {_D.alpha})")
@@ -250,10 +259,9 @@ def judge_run(judging: Judging, results: Path, run: RunRecord, baseline: str | N
     """Every benchmark of ``run`` judged by the plugin's history rules; the runs
     ``serve_anyway`` serve as a baseline though they failed the gate (compare
     --failed-base)."""
-    from pytest_perfgate.core.gate import Rule
     from pytest_perfgate.history.context import HistoryContext
+    from pytest_perfgate.history.judge import HistoryJudge
     from pytest_perfgate.history.vcs import NO_COMMIT
-    from pytest_perfgate.modes.history_mode import HistoryMode
 
     ctx = HistoryContext.for_run(results, run, judging.repo, before=before)
     if not ctx.git.available and run.commit != NO_COMMIT:  # a wrong --repo: say what it does
@@ -264,18 +272,14 @@ def judge_run(judging: Judging, results: Path, run: RunRecord, baseline: str | N
     for run_id in serve_anyway:
         ctx.decisions = type(ctx.decisions)(ctx.decisions.accepted | {run_id},
                                             ctx.decisions.forgotten - {run_id})
+    settings = judging.settings(baseline)
+    judge = HistoryJudge(lambda: ctx, settings)
     judged: list[Judged] = []
-    mode = HistoryMode(False, no_meter, judged.append, lambda: ctx, judging.baseline_runs,
-                       baseline, records=None)
     for name in sorted(run.benchmarks):
-        b = run.benchmarks[name]
-        threshold = judging.threshold if judging.threshold is not None else (
-            b.threshold if b.threshold is not None else _D.default_threshold())
-        first = len(judged)
-        mode.judge(b, name, Rule(threshold=threshold, alpha=judging.alpha,
-                                 unstable=judging.unstable, inconclusive=judging.inconclusive))
-        for j in judged[first:]:  # its own verdict and its memory's: at its test
-            j.where = b.where
+        b = run.benchmarks[name]  # judged at --threshold, else the threshold it was recorded at
+        j = judge.judge(b, name, settings.rule(judging.threshold, b.threshold))
+        j.where = b.where  # at its test
+        judged.append(j)
     return judged
 
 
@@ -283,7 +287,3 @@ def describe(run: RunRecord) -> str:
     return (f"run {run.run_id} of machine {run.machine!r}, commit {run.commit[:10]}"
             f"{' (dirty)' if run.dirty else ''}")
 
-
-def no_meter(**_: Any) -> Any:
-    """The meter of a mode that judges recorded runs: it never measures."""
-    raise AssertionError("perfgate judges recorded runs here; it never measures")

@@ -113,7 +113,7 @@ def verdict_json(j: Judged, run_id: str | None) -> dict[str, Any]:
     if fails and run_id is not None:
         accept = f"perfgate accept {run_id}"
     return {
-        "benchmark": j.result.name,
+        "benchmark": j.name,
         "outcome": None if v is None else v.outcome.value,
         "fails": fails,
         "message": None if v is None else v.message,

@@ -30,7 +30,6 @@ from pytest_perfgate.cli.common_args import (
     parse_int_list,
     parse_output_file,
 )
-from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.progress import stream_progress
 from pytest_perfgate.session.options import (
     argparse_type,
@@ -264,7 +263,7 @@ def measure(nodeid: str, cfg: cal.StudyConfig, cwd: Path, pin: set[int] | None, 
 def report(cfg: cal.StudyConfig, trials: Sequence[cal.TrialRecord], meta: dict[str, Any],
            estimator: str = "trimmed", levers: Sequence[int] = ()) -> list[str]:
     """The study's output: settings, the table, measured slowdowns, the conclusion."""
-    rule = Rule(threshold=cfg.threshold, alpha=cfg.alpha)
+    rule = cfg.rule()
     seq = ana.analyse_sequential(trials, rule, cfg.turns, cfg.looks)
     fixed = ana.analyse(trials, rule, estimator)
     reps = [seq, fixed]

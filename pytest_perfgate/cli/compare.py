@@ -25,8 +25,8 @@ PROG = "perfgate compare"
 def failed_base_runs(h: MachineHistory, base: RunRecord) -> dict[str, list[str]]:
     """{benchmark: ids of the base commit's runs that failed the gate and wait to be
     accepted}: such runs never serve as a baseline (docs/design.md §2)."""
+    from pytest_perfgate.history.context import is_history_run
     from pytest_perfgate.history.decisions import FAILED_VERDICTS, load_decisions
-    from pytest_perfgate.modes.history_mode import is_history_run
 
     decisions = load_decisions(h.results_dir, base.machine)
     out: dict[str, list[str]] = {}
@@ -102,7 +102,7 @@ def run(base: str, head: str | None = None, *, where: Where | None = None,
     """``perfgate compare``: the exit status; ``reply.body`` gets the --json fields."""
     from pytest_perfgate.cli._found import judge_run, pick_run, read_history, warned
     from pytest_perfgate.cli._out import run_json, verdict_json
-    from pytest_perfgate.modes.history_mode import is_history_run
+    from pytest_perfgate.history.context import is_history_run
     from pytest_perfgate.report import render
 
     judging, reply = judging or Judging(), reply or Reply(PROG)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_perfgate.cli import Command
-from pytest_perfgate.cli._found import Where, add_history_arguments, no_meter
+from pytest_perfgate.cli._found import Where, add_history_arguments
 from pytest_perfgate.cli._out import Reply, UsageError, add_json_argument
 from pytest_perfgate.core.metric import figure
 from pytest_perfgate.report.series import GATED, MachineHistory, Series
@@ -300,7 +300,7 @@ def _test_name(benchmark: str, test_file: str | None) -> str | None:
 def gate_spread(values: Sequence[float]) -> tuple[float, int]:
     """The standard deviation of the log run medians of the newest SPREAD_RUNS runs, and
     how many: the figure shown where the gate has no judgement of the newest run to read."""
-    from pytest_perfgate.modes.history_mode import SPREAD_RUNS
+    from pytest_perfgate.history.judge import SPREAD_RUNS
 
     logs = [math.log(v) for v in values[-SPREAD_RUNS:] if v > 0 and math.isfinite(v)]
     return (statistics.stdev(logs) if len(logs) >= 2 else 0.0), len(logs)
@@ -311,9 +311,8 @@ def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
     judged again as ``perfgate check`` judges it (its baseline, spoiled runs left out, the
     noise inside runs as a floor). None for a series the gate does not judge, or a run
     with no baseline to judge it by."""
-    from pytest_perfgate.core.gate import Rule
     from pytest_perfgate.history.context import HistoryContext
-    from pytest_perfgate.modes.history_mode import HistoryMode
+    from pytest_perfgate.history.judge import HistoryJudge
     from pytest_perfgate.session.options import Options
 
     if s.kind != GATED or not s.points:
@@ -323,13 +322,7 @@ def gate_noise(found: MachineHistory, s: Series, repo: Path) -> float | None:
     if result is None:
         return None
     ctx = HistoryContext.for_run(found.results_dir, run, repo)
-    mode = HistoryMode(False, no_meter, lambda _: None, lambda: ctx, Options().baseline_runs,
-                       None, records=None)
-    verdict = mode.judge(result, s.benchmark, Rule()).verdict
-    ev = verdict.evidence if verdict is not None else None
-    if ev is None or ev.method != "history" or (ev.between is None and ev.within is None):
-        return None
-    return max(ev.between or 0.0, ev.within or 0.0)
+    return HistoryJudge(lambda: ctx, Options().settings(rejudging=True)).noise(result)
 
 
 def render(s: Series, cps: list[Any], where: str, noise: float | None = None,

@@ -121,7 +121,7 @@ def run(base: str, head: str = ".", pytest_args: Sequence[str] = (), *,
     status = EXIT_PROFILED
     for j in judged:
         v = j.verdict
-        print(f"{j.result.name}: {v.outcome.value if v else 'no verdict'}"
+        print(f"{j.name}: {v.outcome.value if v else 'no verdict'}"
               + (f", ratio {v.ratio:.3f}" if v and v.ratio is not None else ""))
         profile = j.result.extra.get("profile")
         if not isinstance(profile, dict) or "error" in profile:

@@ -14,14 +14,19 @@ from typing import Any
 
 from pytest_perfgate.core.gate import Rule, Verdict
 from pytest_perfgate.core.measure import Measurement
+from pytest_perfgate.core.memory import MemoryFigure
 from pytest_perfgate.core.results import BenchResult, PhaseSummary
 
 
 @dataclass
 class Judged:
-    """A benchmark result with its verdict and what the verdict was based on."""
+    """A benchmark result with its verdict and what the verdict was based on.
 
-    result: BenchResult
+    ``result`` is only the measurement; what was decided about it, and on what evidence, is
+    here: the pairs of side processes that measured it, whether its baseline commit was
+    measured again, the memory figure a memory verdict judged."""
+
+    result: BenchResult  # the measurement (a memory verdict's too: its peak was read there)
     verdict: Verdict | None  # None in smoke mode (and on an A/B side, which only serves)
     rule: Rule
     test_id: str
@@ -32,6 +37,19 @@ class Judged:
     # what differs in the environment since the baseline runs ({name, before, after}),
     # history/environment.py; empty when nothing did or nothing is known
     environment_changes: tuple[Mapping[str, str | None], ...] = ()
+    # each pair of side processes' own verdict, in order, when fresh pairs measured a
+    # change one pair called (modes/ab/confirm.py); () for one pair
+    pairs: tuple[Verdict, ...] = ()
+    # the verdict is a re-measurement's: the baseline commit measured again, in A/B turns
+    # with this tree, because the record could not decide (modes/remeasure.py)
+    remeasured: bool = False
+    memory: MemoryFigure | None = None  # a memory verdict: the figure it judged
+
+    @property
+    def name(self) -> str:
+        """The benchmark the verdict is about: the measurement's, or the series of the
+        memory figure a memory verdict judged (``<benchmark>.rss``)."""
+        return self.result.name + (self.memory.suffix if self.memory is not None else "")
 
 
 def summarize(name: str, m: Measurement, transitions: int,

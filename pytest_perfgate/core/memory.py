@@ -5,21 +5,33 @@ deterministic workload barely moves between runs, unlike its speed (docs/design.
 the rule is a plain ratio: REGRESSION when this run's peak exceeds the median of the
 baseline runs' peaks by more than the threshold, IMPROVEMENT when it is below it by as
 much, else OK; NO BASELINE when no baseline run recorded memory (never a pass in
-disguise). The verdict is delivered as its own result ``<benchmark>.rss`` beside the
-wall-time one; the figures themselves are recorded with the wall-time result
-(``BenchResult.memory``) whether or not they are gated.
+disguise). The verdict is delivered as its own verdict ``<benchmark>.rss`` beside the
+wall-time one, on the same measurement, with the figure it judged (:class:`MemoryFigure`);
+the figures themselves are recorded with that measurement (``BenchResult.memory``) whether
+or not they are gated.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from pytest_perfgate.core.gate import Outcome, Rule, Verdict
-from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.results import BenchRecord, BenchResult
 
-MEMORY_SOURCE = "perfgate-memory"  # BenchResult.source of a memory verdict's result
+MEMORY_SOURCE = "perfgate-memory"  # the source of a memory verdict's entry in a JSON report
 SUFFIX = ".rss"  # as the asv series of the figure: <benchmark>.rss
+
+
+@dataclass(frozen=True)
+class MemoryFigure:
+    """What a memory verdict is about: one peak of its measurement, the series
+    ``<benchmark><suffix>``, and the figures the report shows beside it."""
+
+    suffix: str  # SUFFIX (host RSS) or GPU_SUFFIX
+    peak: float | None  # bytes; None: the workload's memory was not sampled
+    figures: Mapping[str, int] = field(default_factory=dict)  # what memory_line shows
 
 
 def mib(n: float) -> str:
@@ -63,37 +75,48 @@ def gpu_peak(memory: Mapping[str, int]) -> int | None:
     return None
 
 
-GPU_SUFFIX = ".gpu_mem"  # the asv series and the verdict's result: <benchmark>.gpu_mem
+GPU_SUFFIX = ".gpu_mem"  # the asv series and the verdict's name: <benchmark>.gpu_mem
 
 
-def gpu_memory_result(result: BenchResult) -> BenchResult | None:
-    """The result a GPU memory verdict is about (None when no GPU memory was read)."""
+def gpu_figure(result: BenchResult) -> MemoryFigure | None:
+    """The GPU peak a memory verdict judges (None when no GPU memory was read)."""
     peak = gpu_peak(result.memory)
     if peak is None:
         return None
-    return BenchResult(name=result.name + GPU_SUFFIX, samples=(float(peak),),
-                       rate=0.0, transitions=result.transitions, source=MEMORY_SOURCE,
-                       memory={k: v for k, v in result.memory.items() if k.startswith("gpu_")})
+    return MemoryFigure(GPU_SUFFIX, float(peak),
+                        {k: v for k, v in result.memory.items() if k.startswith("gpu_")})
 
 
-def memory_result(result: BenchResult) -> BenchResult | None:
-    """The result a memory verdict is about (None when the run sampled no memory)."""
+def host_figure(result: BenchResult) -> MemoryFigure | None:
+    """The host peak a memory verdict judges (None when the run sampled no memory)."""
     peak = result.memory.get("peak_rss")
-    if not peak:
-        return None
-    return BenchResult(name=result.name + SUFFIX, samples=(float(peak),), rate=0.0,
-                       transitions=result.transitions, source=MEMORY_SOURCE,
-                       memory=dict(result.memory))
+    return MemoryFigure(SUFFIX, float(peak), dict(result.memory)) if peak else None
 
 
-def not_sampled(result: BenchResult) -> tuple[BenchResult, Verdict, list[str]]:
+def not_sampled() -> tuple[MemoryFigure, Verdict]:
     """The memory verdict of a workload whose memory was not sampled (a ring pair): named,
     never a silent pass."""
-    placeholder = BenchResult(name=result.name + SUFFIX, samples=(1.0,), rate=0.0,
-                              source=MEMORY_SOURCE)
-    return placeholder, Verdict(Outcome.NO_BASELINE, "this workload's memory was not "
-                                "sampled (only perfgate.measure steps and worker groups "
-                                "report it), so memory_threshold= cannot gate it"), []
+    return MemoryFigure(SUFFIX, None), Verdict(
+        Outcome.NO_BASELINE, "this workload's memory was not sampled (only perfgate.measure "
+        "steps and worker groups report it), so memory_threshold= cannot gate it")
+
+
+def as_record(name: str, figure: MemoryFigure, transitions: int) -> BenchResult:
+    """A memory verdict's entry in a JSON report, as the report has always held it: the
+    peak as its one sample (1.0 when none was sampled), rate 0, :data:`MEMORY_SOURCE`."""
+    return BenchResult(name=name, samples=(figure.peak or 1.0,), rate=0.0,
+                       transitions=transitions, source=MEMORY_SOURCE,
+                       memory=dict(figure.figures))
+
+
+def from_record(record: BenchRecord) -> tuple[str, MemoryFigure] | None:
+    """A JSON report's memory entry read back: its benchmark's name and the figure judged;
+    None for any other entry."""
+    if record.source != MEMORY_SOURCE:
+        return None
+    suffix = GPU_SUFFIX if record.name.endswith(GPU_SUFFIX) else SUFFIX
+    peak = record.samples[0] if record.memory else None
+    return record.name.removesuffix(suffix), MemoryFigure(suffix, peak, dict(record.memory))
 
 
 def decide_memory(peak: float, baseline: Sequence[float], rule: Rule,

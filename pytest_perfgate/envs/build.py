@@ -29,9 +29,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_perfgate.envs import declarations
 from pytest_perfgate.envs.inputs import EnvBuildError, Inputs, inputs, portable
 
-__all__ = ["EnvBuildError", "Inputs", "SideEnv", "build", "inputs", "overlay_for", "side_env"]
+__all__ = ["ENV_REFERENCE", "EnvBuildError", "Inputs", "SideEnv", "build", "inputs",
+           "overlay_for", "side_env", "side_envs"]
 
 RESOLVE_TIMEOUT_S = 600.0
 MARKER = "perfgate-env.json"
@@ -252,3 +254,29 @@ def side_env(tree: Path, changed: Sequence[str], cache: Path, python: str = sys.
     exe, built_with, cached = build(overlay, cache, installed, python)
     return SideEnv(exe, overlay, {n: installed.get(n) for n in overlay},
                    built_with or tool, time.monotonic() - start, cached, tuple(changed))
+
+
+ENV_REFERENCE = "PERFGATE_ENV_REFERENCE"  # the tree whose declarations the env holds
+
+
+def side_envs(root: Path, base_dir: Path, env_files: Sequence[str] | None
+              ) -> tuple[SideEnv | None, SideEnv | None]:
+    """Each side's own environment where its declarations say something else than the
+    reference tree's (the checkout this environment was installed for: ``root``, or the one
+    :data:`ENV_REFERENCE` names, e.g. a bisection's). ``env_files`` () turns it off."""
+    from pytest_perfgate.sim.settled import cache_dir
+
+    patterns = declarations.DEFAULT_PATTERNS if env_files is None else tuple(env_files)
+    if not patterns:
+        return None, None
+    ref = Path(os.environ.get(ENV_REFERENCE) or root)
+    if not ref.is_dir():
+        raise declarations.DeclarationError(
+            f"{ENV_REFERENCE}={str(ref)!r} is not a folder: it names the checkout this "
+            "environment was installed for (perfgate bisect sets it for its probes); unset it")
+    cache = cache_dir() or Path(tempfile.gettempdir()) / "pytest-perfgate"
+    out = []
+    for tree in (base_dir, root):
+        changed = declarations.changed(ref, tree, patterns) if tree != ref else []
+        out.append(side_env(tree, changed, cache) if changed else None)
+    return out[0], out[1]

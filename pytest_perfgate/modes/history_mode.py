@@ -1,54 +1,38 @@
 """The history mode: measure in this process, judge against recorded runs, record the run.
 
 Without ``--perfgate`` the same mode smoke-runs the step (tiny windows, no verdict, nothing
-recorded). It reads the history through what it is given (a
-:class:`~pytest_perfgate.history.context.HistoryContext` opener), measures with the meter
-it is given and hands each verdict to its sink. The gate and the baseline rule:
-docs/design.md §2.
+recorded). It measures with the meter it is given, has each result judged by the
+:class:`~pytest_perfgate.history.judge.HistoryJudge` over the history it is given (a
+:class:`~pytest_perfgate.history.context.HistoryContext` opener) and hands each verdict to
+its sink. The gate and the baseline rule: docs/design.md §2.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_perfgate.core.gate import Outcome, Rule, Verdict, evaluate, no_baseline
+from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged, summarize
-from pytest_perfgate.core.metric import metric_for
-from pytest_perfgate.core.results import BenchResult, RunRecord
+from pytest_perfgate.core.results import BenchResult
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.core.window import WindowSource
-from pytest_perfgate.history.context import HISTORY, HistoryContext, is_history_run
-from pytest_perfgate.modes import bound
+from pytest_perfgate.history.context import HISTORY, HistoryContext
+from pytest_perfgate.history.judge import HistoryJudge
 from pytest_perfgate.modes.mode import BenchCall, MeterFactory, Sink, recorded_extra
 
 if TYPE_CHECKING:
     from pytest_perfgate.modes.ab.controller import Profiling
     from pytest_perfgate.modes.remeasure import Remeasure
 
-SPREAD_RUNS = 20  # runs the run-to-run spread is estimated from (the level: baseline_runs)
-
-
-FIRST_RUN_UNSTABLE = ("there is no baseline yet, so nothing to protect: a warning, not a "
-                      "failure (it is recorded with its UNSTABLE mark and joins no baseline; "
-                      "once a baseline exists, UNSTABLE fails as --perfgate-unstable says)")
-
 
 class HistoryMode:
-    """Measure here; judge against the newest ancestor runs of this machine fingerprint.
-
-    Only history-mode runs serve as baseline and spread: an A/B run's samples are 0.1 s
-    turns taken between turns of another process, a different protocol whose per-window
-    noise and level are not comparable with sustained 1 s windows (docs/design.md §3).
-    """
+    """Measure here; judge against the newest ancestor runs of this machine fingerprint."""
 
     runs_step = True
 
     def __init__(self, smoke: bool, meter: MeterFactory, sink: Sink,
-                 context: Callable[[], HistoryContext], baseline_runs: int = 5,
-                 baseline: str | None = None, records: bool | None = True,
+                 context: Callable[[], HistoryContext], settings: Settings,
                  remeasure: Remeasure | None = None, profile: Profiling | None = None
                  ) -> None:
         self.smoke = smoke
@@ -57,12 +41,8 @@ class HistoryMode:
         self.remeasure = remeasure
         self.meter = meter
         self.sink = sink
-        self.context = context  # opened lazily: smoke mode never reads the history
-        self.baseline_runs = baseline_runs
-        self.baseline = baseline
-        # --perfgate-record: messages never claim a record otherwise; None: re-judging a
-        # run recorded earlier (perfgate check), which records nothing new
-        self.records = records
+        # the history is opened lazily: smoke mode never reads it
+        self.history_judge = HistoryJudge(context, settings)
 
     @property
     def tag(self) -> str | None:
@@ -78,208 +58,20 @@ class HistoryMode:
         if self.remeasure is None or self.smoke:
             j = self.judge(result, call.test_id, call.rule)
         else:
-            j = self.remeasure.decide(self._judge(result, call.rule, call.test_id), call)
+            j = self.remeasure.decide(self.history_judge.judge(result, call.test_id, call.rule),
+                                      call)
             self.sink(j)
-        if call.memory_threshold is not None and not self.smoke:
-            self.judge_memory(j.result, call.test_id, Rule(threshold=call.memory_threshold))
+        if call.memory_rule is not None and not self.smoke:
+            for mj in self.history_judge.memory(j.result, call.test_id, call.memory_rule):
+                self.sink(mj)
         return j
-
-    def judge_memory(self, result: BenchResult, test_id: str, rule: Rule
-                     ) -> tuple[Judged, ...]:
-        """The memory gate (core/memory.py) on ``result``'s peaks against the same baseline
-        runs the wall-time verdict uses: host RSS as ``<name>.rss`` and, where the run read
-        GPU memory, the GPU peak as ``<name>.gpu_mem`` (a learner's device memory growth is
-        what makes a run fall over)."""
-        from pytest_perfgate.core.memory import (
-            decide_memory,
-            gpu_memory_result,
-            gpu_peak,
-            memory_result,
-            not_sampled,
-        )
-
-        mem = memory_result(result)
-        gpu = gpu_memory_result(result)
-        base: list[tuple[RunRecord, BenchResult]] = []
-        if mem is not None or gpu is not None:
-            base = self._baseline(self.context(), result.name,
-                                  bool(result.gpu))[:self.baseline_runs]
-        commits = [run.commit for run, _ in base]
-        if mem is None:
-            mem, verdict, host_commits = not_sampled(result)
-        else:
-            host_commits = commits
-            verdict = decide_memory(mem.samples[0],
-                                    [float(b.memory.get("peak_rss", 0)) for _, b in base], rule)
-        out = [Judged(mem, verdict, rule, test_id, host_commits)]
-        if gpu is not None:
-            verdict = decide_memory(gpu.samples[0],
-                                    [float(gpu_peak(b.memory) or 0) for _, b in base], rule,
-                                    what="GPU peak memory")
-            out.append(Judged(gpu, verdict, rule, test_id, commits))
-        for j in out:
-            self.sink(j)
-        return tuple(out)
-
-    def _baseline(self, ctx: HistoryContext, name: str, uses_gpu: bool = False
-                  ) -> list[tuple[RunRecord, BenchResult]]:
-        """The runs that may judge ``name``, newest first (the level takes the first n); a
-        benchmark that ran on the GPU only by runs on the same GPUs."""
-        from pytest_perfgate.history.baseline import select_baseline
-        from pytest_perfgate.history.machine_id import gpu_model
-
-        wide = select_baseline(
-            [r for r in ctx.runs if is_history_run(r)], name,
-            fingerprint=ctx.fingerprint, head_commit=ctx.git.commit,
-            is_ancestor=ctx.is_ancestor, n=max(self.baseline_runs, SPREAD_RUNS),
-            explicit_commit=self.baseline, head_dirty=ctx.git.dirty, decisions=ctx.decisions,
-            gpu=gpu_model(ctx.meta) if uses_gpu else None)
-        wide.sort(key=lambda rb: rb[0].started_at, reverse=True)
-        return wide
 
     def judge(self, result: BenchResult, test_id: str, rule: Rule) -> Judged:
         """Judge a finished result (also pytest-benchmark's) and deliver the verdict."""
         j = Judged(result, None, rule, test_id) if self.smoke else \
-            self._judge(result, rule, test_id)
+            self.history_judge.judge(result, test_id, rule)
         self.sink(j)
         return j
 
     def end_test(self, test_id: str) -> None:
         pass
-
-    def _judge(self, result: BenchResult, rule: Rule, test_id: str) -> Judged:
-
-        ctx = self.context()
-        n = self.baseline_runs
-        wide = self._baseline(ctx, result.name, bool(result.gpu))
-        base = wide[:n]
-        commits = [run.commit for run, _ in base]
-        metric = metric_for(result.unit)
-        if not result.steady or base:
-            verdict = evaluate(result.samples, [b.samples for _, b in base], rule,
-                               steady=result.steady, spread=[b.samples for _, b in wide],
-                               polluted=result.polluted_kept,
-                               baseline_polluted=[b.polluted_kept for _, b in base],
-                               metric=metric, warmup_load=result.warmup_load,
-                               spread_polluted=[b.polluted_kept for _, b in wide],
-                               load_windows=result.polluted_kept + result.remeasured)
-        else:
-            verdict = no_baseline(self._why_no_baseline(ctx, result.name, bool(result.gpu)),
-                                  metric)
-        if not result.steady and not base and rule.unstable == "fail":
-            rule = replace(rule, unstable="warn")  # a first run: noise alone never fails it
-            verdict = verdict.noted(FIRST_RUN_UNSTABLE)
-        base_sps, base_phases = None, {}
-        ev = verdict.evidence
-        if ev is not None and ev.level_runs:  # the runs that set the level: no other figure
-            base = [base[i] for i in ev.level_runs]
-            commits = [run.commit for run, _ in base]
-        changed: tuple[dict[str, str | None], ...] = ()
-        if base:
-            # the figure the ratio divides by: the geometric mean of the run medians
-            base_sps = 1e6 / math.exp(statistics.fmean(math.log(b.value) for _, b in base))
-            names = {p for _, b in base for p in b.phases}
-            base_phases = {p: statistics.median(b.phases[p].ms_per_call for _, b in base
-                                                if p in b.phases) for p in names}
-            verdict, changed = environment_note(verdict, [r.metadata for r, _ in base],
-                                                ctx.meta)
-        said = bound.note(result.extra, base_phases,
-                          {n: p.ms_per_call for n, p in result.phases.items()}, rule.threshold)
-        if said is not None:
-            verdict = verdict.noted(said)
-        return Judged(result, verdict, rule, test_id, commits, base_sps, base_phases,
-                      environment_changes=changed)
-
-    def _why_no_baseline(self, ctx: HistoryContext, name: str, uses_gpu: bool = False
-                         ) -> str:
-        from pytest_perfgate.history.baseline import describe_other_fingerprints
-
-        kept = ("this run is recorded at the end of the session and becomes the baseline "
-                "of later commits" if self.records else
-                "nothing is recorded (--perfgate-record false)" if self.records is False else
-                "this run is the baseline of later commits")
-        if self.baseline:
-            return (f"no run of commit {self.baseline} on machine {ctx.machine!r} "
-                    f"has {name} (failed runs count once accepted); {kept}")
-        runs = [r for r in ctx.runs if is_history_run(r)]
-        other = describe_other_fingerprints(runs, ctx.fingerprint, name,
-                                                    current_meta=ctx.meta)
-        where = f"machine {ctx.machine!r}, fingerprint {ctx.fingerprint}"
-        if other:
-            return f"{other}; {kept}"
-        git = "" if ctx.git.available else f" (outside git: {ctx.git.reason})"
-        ab = sum(1 for r in ctx.runs if not is_history_run(r) and name in r.benchmarks)
-        skipped = (f" ({ab} A/B run(s) of it are not used as history baselines)"
-                   if ab else "")
-        mine = [r for r in runs if r.fingerprint == ctx.fingerprint and name in r.benchmarks]
-        if uses_gpu and (elsewhere := _other_gpus(mine, ctx.meta)):
-            return f"no earlier run of {name} on {where} ran on its GPUs: {elsewhere}; {kept}"
-        held = _held_back(mine, name, ctx)
-        return (f"no earlier run of {name} on {where} at an ancestor commit{git}{skipped}"
-                f"{held}{_shallow(mine, ctx)}; {kept}")
-
-
-def environment_note(verdict: Verdict, baseline: list[Mapping[str, Any]],
-                     meta: Mapping[str, Any]
-                     ) -> tuple[Verdict, tuple[dict[str, str | None], ...]]:
-    """``verdict`` naming what changed in the environment since its baseline runs (a
-    dependency bump is part of the change: it is judged, and named, never a new baseline),
-    and the changes for the report's ``environment_changes``."""
-    from pytest_perfgate.history import environment
-
-    found = environment.since_baseline(baseline, environment.of_run(meta))
-    if not found:
-        return verdict, ()
-    note = environment.sentence(found)
-    if verdict.outcome is Outcome.REGRESSION:
-        note += " (the drop may come with them: the gate fails it as any other)"
-    return verdict.noted(note), tuple(c.to_json() for c in found)
-
-
-def _shallow(runs: list[RunRecord], ctx: HistoryContext) -> str:
-    """Runs of other commits exist, but this clone is shallow: git cannot say whether
-    they are ancestors, so every later run would be NO BASELINE, silently."""
-    from pytest_perfgate.history.vcs import SHALLOW_FIX, is_shallow
-
-    others = {r.commit for r in runs if r.commit != ctx.git.commit}
-    if not others or not ctx.git.available or not is_shallow(ctx.rootdir):
-        return ""
-    return (f". This clone is shallow, so the runs of {len(others)} other commit(s) cannot "
-            f"be placed in its history: {SHALLOW_FIX}")
-
-
-def _other_gpus(runs: list[RunRecord], meta: Mapping[str, Any]) -> str | None:
-    """The runs of this machine that ran on other GPUs, which never judge a benchmark that
-    used the GPU; None when there are none."""
-    from pytest_perfgate.history.machine_id import gpu_model
-
-    ours = gpu_model(meta)
-    models: dict[str, int] = {}
-    for r in runs:
-        model = gpu_model(r.metadata)
-        if model != ours:
-            key = model or "no GPU"
-            models[key] = models.get(key, 0) + 1
-    if not models:
-        return None
-    listed = ", ".join(f"{n} on {m}" for m, n in models.items())
-    return (f"{sum(models.values())} run(s) of it were on other GPUs ({listed}; this run: "
-            f"{ours or 'no GPU'}), and a benchmark that used the GPU is compared only with "
-            "runs on the same GPUs")
-
-
-def _held_back(runs: list[RunRecord], name: str, ctx: HistoryContext) -> str:
-    """Why runs that exist were not used: the commit under test, or failed and not accepted."""
-    from pytest_perfgate.history.decisions import FAILED_VERDICTS
-
-    same = sum(1 for r in runs if r.commit == ctx.git.commit and ctx.git.available)
-    failed = [r.run_id for r in runs if r.benchmarks[name].verdict in FAILED_VERDICTS
-              and r.run_id not in ctx.decisions.accepted]
-    parts = []
-    if same:
-        parts.append(f"{same} run(s) of the commit under test never judge it (commit a "
-                     "change, or edit the working tree, to compare with them)")
-    if failed:
-        parts.append(f"{len(failed)} run(s) that failed the gate wait to be accepted "
-                     f"(perfgate accept {failed[-1]})")
-    return f" ({'; '.join(parts)})" if parts else ""

@@ -46,7 +46,7 @@ class BenchCall:
     window_time: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # workload metadata to record
     counts: bool = False  # also count instructions under callgrind (docs/design.md §10)
-    memory_threshold: float | None = None  # gate peak memory too (core/memory.py)
+    memory_rule: Rule | None = None  # gate peak memory too, by this rule (core/memory.py)
     unit: str = "env-steps/s"  # what one transition is, as a rate (core/metric.py)
     # the test's file and what follows it in the node id ("::test_walk[8]"): a run of
     # another revision selects the test by these (a node id need not name its file)

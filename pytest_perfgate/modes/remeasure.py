@@ -22,6 +22,7 @@ from typing import Any
 
 from pytest_perfgate.core.gate import Outcome, Verdict
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.history.judge import baseline_figure
 from pytest_perfgate.modes.ab.controller import (
     ABController,
     ABSetup,
@@ -202,7 +203,7 @@ def _who_moved(j: Judged, ab: Judged, commit: str, record: Verdict, call: BenchC
             f"machine's speed moved ({speed_figures()}). UNSTABLE, which fails as "
             "--perfgate-unstable says: a drop this size is not passed as INCONCLUSIVE; "
             "re-run on the machine at its usual speed, or re-seed the history"))
-    return dataclasses.replace(j, verdict=verdict, baseline_commits=j.baseline_commits)
+    return dataclasses.replace(j, verdict=verdict, remeasured=True)
 
 
 def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
@@ -214,12 +215,12 @@ def _paired(j: Judged, ab: Judged, commit: str, record: Verdict) -> Judged:
     message = (f"re-measured: the record could not resolve the threshold ({record.message}); "
                f"so the baseline commit {commit[:10]} was measured again in alternating "
                f"turns with this tree: {v.message}")
-    base = j.result.rate / v.ratio if v.ratio else None
-    kept = {k: ab.result.extra[k] for k in ("profile", "ab_pairs") if k in ab.result.extra}
-    if kept:  # why it got slower (after the paired verdict), and each pair's ratio
+    if "profile" in ab.result.extra:  # why it got slower, profiled after the paired verdict
         j = dataclasses.replace(j, result=dataclasses.replace(
-            j.result, extra={**j.result.extra, **kept}))
+            j.result, extra={**j.result.extra, "profile": ab.result.extra["profile"]}))
     return dataclasses.replace(j, verdict=dataclasses.replace(v, message=message),
-                               baseline_commits=[commit], baseline_rate=base,
+                               baseline_commits=[commit],
+                               baseline_rate=baseline_figure(j.result, v.ratio),
                                baseline_phases=ab.baseline_phases,
-                               environment_changes=ab.environment_changes)
+                               environment_changes=ab.environment_changes, pairs=ab.pairs,
+                               remeasured=True)

@@ -40,7 +40,10 @@ def pytest_perfgate_machine_info(config: pytest.Config, info: dict[str, Any]) ->
 def pytest_perfgate_verdict(config: pytest.Config, judged: Judged) -> None:
     """Called once for every benchmark the session judges, as soon as it is judged.
 
-    ``judged.result`` is what is recorded, ``judged.verdict`` the verdict (None in smoke
-    mode) and ``judged.rule`` its threshold and policies; in the A/B mode it is called in
-    the controlling process only. Use it to post results elsewhere.
+    ``judged.name`` is the benchmark it is about, ``judged.result`` the measurement
+    recorded, ``judged.verdict`` the verdict (None in smoke mode) and ``judged.rule`` its
+    threshold and policies; a memory verdict (``<name>.rss``, ``<name>.gpu_mem``) is about
+    its benchmark's measurement and holds the figure it judged in ``judged.memory``. In the
+    A/B mode it is called in the controlling process only. Use it to post results
+    elsewhere.
     """

@@ -119,11 +119,11 @@ def _warn_open_verdicts(item: pytest.Item, judged: list[Judged]) -> None:
         v = j.verdict
         if v is None:
             continue
-        text = f"{j.result.name}: {v.outcome.value}: {v.message}"
+        text = f"{j.name}: {v.outcome.value}: {v.message}"
         item.user_properties.append(("perfgate", text))  # junit XML reads teardown's copy
         if v.outcome in (Outcome.INCONCLUSIVE, Outcome.NO_BASELINE) and not v.fails(j.rule):
             item.warn(PerfgateWarning(text))
-        profile = j.result.extra.get("profile")
+        profile = j.result.extra.get("profile") if j.memory is None else None
         if isinstance(profile, dict) and "error" in profile:  # the verdict stands
             item.warn(PerfgateWarning(f"{j.result.name}: no profile: {profile['error']}"))
 

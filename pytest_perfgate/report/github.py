@@ -58,7 +58,7 @@ class GateResult:
             return "INFRASTRUCTURE ERROR: not judged (this is not a regression and not a pass)"
         if self.status == USAGE:
             return "USAGE ERROR: not judged"
-        open_ = [j.result.name for j in self.judged if j.verdict is not None
+        open_ = [j.name for j in self.judged if j.verdict is not None
                  and j.verdict.outcome is Outcome.INCONCLUSIVE]
         judged = len(self.judged) - len(self.not_gated) - len(open_)
         # what passed first; the benchmarks left undecided after it, never as a count of 0
@@ -77,7 +77,7 @@ def annotation_lines(outcome: GateResult, context: str = "") -> list[str]:
     lines = []
     where = f" ({context})" if context else ""
     for j in outcome.judged:
-        v, r = j.verdict, j.result
+        v = j.verdict
         if v is None:
             continue
         if v.fails(j.rule):
@@ -86,7 +86,7 @@ def annotation_lines(outcome: GateResult, context: str = "") -> list[str]:
             level = "warning"
         else:
             continue
-        lines.append(annotation(level, f"{r.name}: {v.outcome.value}: {v.message}",
+        lines.append(annotation(level, f"{j.name}: {v.outcome.value}: {v.message}",
                                 file=j.where[0] if j.where else None,
                                 line=j.where[1] if j.where else None,
                                 title=f"perfgate {v.outcome.value}{where}"))
@@ -111,5 +111,5 @@ def summary(outcome: GateResult, title: str) -> str:
 
 
 def not_gated(judged: Sequence[Judged]) -> list[str]:
-    return [j.result.name for j in judged
+    return [j.name for j in judged
             if j.verdict is not None and j.verdict.outcome is Outcome.NO_BASELINE]

@@ -64,7 +64,7 @@ def verdict_table(entries: Sequence[Entry]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for e in entries:
         j, v = e.judged, e.judged.verdict
-        row = [f"`{j.result.name}`", "SMOKE" if v is None else v.outcome.value, change(j),
+        row = [f"`{j.name}`", "SMOKE" if v is None else v.outcome.value, change(j),
                figure(j.result.rate), figure(j.baseline_rate)]
         row += [figure(e.counts)] if counts else []
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
@@ -97,7 +97,7 @@ def notes(entries: Sequence[Entry]) -> list[str]:
     for e in entries:
         v = e.judged.verdict
         if v is not None and v.message and worth_a_line(e.judged):
-            out.append(f"- `{e.judged.result.name}`: {v.outcome.value}: {_cell(v.message)}")
+            out.append(f"- `{e.judged.name}`: {v.outcome.value}: {_cell(v.message)}")
         if len(e.series.points) < 4:
             out.append(f"- `{e.series.benchmark}`: {len(e.series.points)} run(s) in the "
                        "history: change points need at least 4")
@@ -106,7 +106,7 @@ def notes(entries: Sequence[Entry]) -> list[str]:
 
 def accept_line(run: RunRecord, entries: Sequence[Entry]) -> list[str]:
     """What pytest and ``perfgate check`` print under a failed run: how to accept it."""
-    failed = [e.judged.result.name for e in entries
+    failed = [e.judged.name for e in entries
               if e.judged.verdict is not None and e.judged.verdict.fails(e.judged.rule)]
     if not failed:
         return []

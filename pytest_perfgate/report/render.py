@@ -11,7 +11,7 @@ from typing import Any
 
 from pytest_perfgate.core.gate import Outcome
 from pytest_perfgate.core.judged import Judged
-from pytest_perfgate.core.memory import MEMORY_SOURCE, memory_line, mib
+from pytest_perfgate.core.memory import as_record, memory_line, mib
 from pytest_perfgate.core.metric import ENV_STEPS, figure, metric_for
 from pytest_perfgate.core.results import BenchRecord, BenchResult
 from pytest_perfgate.history.asv import counts_phases
@@ -22,7 +22,9 @@ COLUMNS = ("benchmark", "steps/s", "baseline", "ratio [CI]", "p", "verdict", "to
 
 def top_phase(j: Judged) -> str:
     """The phase that grew most against the baseline, else the biggest phase (for a counts
-    result: the phase with the most instructions)."""
+    result: the phase with the most instructions); "-" for a memory verdict."""
+    if j.memory is not None:
+        return "-"
     phases = j.result.phases
     if not phases:
         counted = counts_phases(j.result.extra)
@@ -53,8 +55,9 @@ def row(j: Judged, units: bool = False) -> tuple[str, ...]:
         if v.ci is not None:
             ratio += f" [{v.ci[0]:.3f}-{v.ci[1]:.3f}]"
         p = f"{v.p_value:.2g}" if v.p_value is not None else "-"
-    if j.result.source == MEMORY_SOURCE:  # a memory verdict: peak memory in place of steps/s
-        return (j.result.name, mib(j.result.samples[0]), "-", ratio, p, verdict, "-")
+    if j.memory is not None:  # a memory verdict: peak memory in place of steps/s
+        peak = j.memory.peak
+        return (j.name, "-" if peak is None else mib(peak), "-", ratio, p, verdict, "-")
     now, base = (figure(metric.shown(x)) for x in (j.result.rate, j.baseline_rate))
     if units:
         now += f" {metric.unit}"
@@ -83,9 +86,9 @@ def worth_a_line(j: Judged) -> bool:
     whose table row says it all. An OK that fresh pairs of side processes reached against a
     first pair's called change is not plain, nor one whose baseline ran in another
     environment (it names the change)."""
-    v, pairs = j.verdict, j.result.extra.get("ab_pairs")
+    v = j.verdict
     return v is not None and (v.outcome is not Outcome.OK or bool(j.environment_changes)
-                              or (isinstance(pairs, list) and len(pairs) > 1))
+                              or len(j.pairs) > 1)
 
 
 def notes(judged: Sequence[Judged], every_verdict: bool = True) -> list[str]:
@@ -96,7 +99,9 @@ def notes(judged: Sequence[Judged], every_verdict: bool = True) -> list[str]:
     for j in judged:
         r, v = j.result, j.verdict
         if v is not None and (every_verdict or worth_a_line(j)):
-            out.append(f"{r.name}: {v.outcome.value}: {v.message}")
+            out.append(f"{j.name}: {v.outcome.value}: {v.message}")
+        if j.memory is not None:  # its measurement's caveats are said with its own verdict
+            continue
         workers = r.extra.get("workers")  # perfgate's own key (user extra may not use it)
         for w in workers if isinstance(workers, list) else []:
             if isinstance(w, dict):
@@ -107,7 +112,7 @@ def notes(judged: Sequence[Judged], every_verdict: bool = True) -> list[str]:
         by_phase = counts_phases(r.extra)
         if by_phase:
             out.append(f"{r.name}: {phase_line(by_phase)}")
-        mem = memory_line(r.memory) if r.source != MEMORY_SOURCE else None
+        mem = memory_line(r.memory)
         if mem:
             out.append(f"{r.name}: {mem}; cores used {r.cores:.2f}")
         out.extend(f"{r.name}: {line}" for line in gpu_lines(r))
@@ -162,10 +167,10 @@ def explain(j: Judged, run_id: str | None = None) -> str:
     v, r = j.verdict, j.result
     assert v is not None
     metric = metric_for(r.unit)
-    lines = [f"perfgate {v.outcome.value}: {r.name}", f"  {v.message}"]
-    if r.source == MEMORY_SOURCE:
+    lines = [f"perfgate {v.outcome.value}: {j.name}", f"  {v.message}"]
+    if j.memory is not None:
         shown = ", ".join(c[:10] for c in j.baseline_commits)
-        return "\n".join([*lines, f"  {memory_line(r.memory) or 'no memory sampled'}",
+        return "\n".join([*lines, f"  {memory_line(j.memory.figures) or 'no memory sampled'}",
                           *([f"  baseline: {len(j.baseline_commits)} run(s) at {shown}"]
                             if shown else [])])
     if v.ratio is not None:
@@ -227,12 +232,17 @@ def explain(j: Judged, run_id: str | None = None) -> str:
 
 
 def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON report (report/readback.py reads it back): per benchmark its verdict, the
+    rule it was judged by, what it rests on (``pairs``: each pair of side processes' ratio,
+    interval and outcome, when fresh pairs measured it) and the measurement as recorded (a
+    memory verdict's: its figure, as :func:`~pytest_perfgate.core.memory.as_record`)."""
     out = []
     for j in judged:
         v = j.verdict
+        r = j.result if j.memory is None else as_record(j.name, j.memory, j.result.transitions)
         out.append({
-            "benchmark": j.result.name, "test": j.test_id,
-            "steps_per_s": j.result.rate,
+            "benchmark": j.name, "test": j.test_id,
+            "steps_per_s": r.rate,
             "baseline_steps_per_s": j.baseline_rate,
             "verdict": None if v is None else v.outcome.value,
             "message": None if v is None else v.message,
@@ -240,10 +250,15 @@ def to_json(judged: Sequence[Judged], meta: dict[str, Any] | None = None) -> dic
             "ci": None if v is None or v.ci is None else list(v.ci),
             "p_value": None if v is None else v.p_value,
             "resolvable_drop": None if v is None else v.resolvable,
-            "threshold": j.rule.threshold, "fails": bool(v and v.fails(j.rule)),
+            "threshold": j.rule.threshold, "alpha": j.rule.alpha,
+            "unstable": j.rule.unstable, "inconclusive": j.rule.inconclusive,
+            "fails": bool(v and v.fails(j.rule)),
             "baseline_commits": j.baseline_commits, "top_phase": top_phase(j),
             "environment_changes": [dict(c) for c in j.environment_changes],
-            "result": BenchRecord.of(j.result, None if v is None else v.outcome.value,
+            "pairs": [{"ratio": p.ratio, "ci": None if p.ci is None else list(p.ci),
+                       "outcome": p.outcome.value} for p in j.pairs],
+            "remeasured": j.remeasured,
+            "result": BenchRecord.of(r, None if v is None else v.outcome.value,
                                      None if v is None else j.rule.threshold,
                                      j.where).to_json(),
         })

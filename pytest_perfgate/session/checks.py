@@ -27,7 +27,8 @@ def check_name(name: str) -> str:
         raise PerfgateUsageError(str(e)) from None
 
 
-# Keys of BenchResult.extra that perfgate itself writes and the report reads.
+# Keys of BenchResult.extra that perfgate itself writes and the report reads (ab_pairs:
+# where reports written before the pairs had a key of their own kept them).
 RESERVED_EXTRA = frozenset({"workers", "placement_warnings", "late_windows", "ab_base",
                             "ab_base_commit", "ab_base_samples", "ab_pairs", "rounds",
                             "unpinned_threads"})

@@ -15,11 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import MeasureConfig
-from pytest_perfgate.core.memory import MEMORY_SOURCE
 from pytest_perfgate.core.progress import Progress
 from pytest_perfgate.core.results import BenchRecord, BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
@@ -86,9 +84,9 @@ class GateSession:
                 o.ab_turns, o.ab_turn_time, o.ab_looks, o.ab_setup, o.remeasure_budget,
                 o.ab_confirm, o.env_files),
                 profile=self._profiling())
+        self.settings = o.settings()  # what every verdict of this session is judged by
         self.history_mode = HistoryMode(self.smoke, self.meters, self.verdicts, self.history,
-                                        o.baseline_runs, o.baseline, records=o.record,
-                                        remeasure=self.remeasure,
+                                        self.settings, remeasure=self.remeasure,
                                         profile=self._profiling() if o.profile == "always"
                                         and not self.smoke else None)
         self.mode: Mode = self._pick_mode(side, ab)
@@ -180,11 +178,6 @@ class GateSession:
 
         return unavailable()
 
-    def rule(self, threshold: float | None = None) -> Rule:
-        o = self.options
-        return Rule(threshold=threshold if threshold is not None else o.default_threshold(),
-                    alpha=o.alpha, unstable=o.unstable, inconclusive=o.inconclusive)
-
     def note_test_file(self, path: Path | None, has_ini: bool = False) -> Path:
         """The root this session names benchmarks from, resolves relative results paths
         and asks git in; the first perf test's file decides it (:func:`stable_root`):
@@ -236,7 +229,7 @@ class GateSession:
         """Judge a result measured elsewhere (an asv row, a tool's) against history."""
         check_name(result.name)
         self.claim_name(result.name, test_id)
-        return self.history_mode.judge(result, test_id, self.rule(threshold))
+        return self.history_mode.judge(result, test_id, self.settings.rule(threshold))
 
     def finish(self) -> RunRecord | None:
         """Record this run (unless smoke, a side, disabled, or empty). Returns what was
@@ -248,7 +241,7 @@ class GateSession:
         benches = {j.result.name: BenchRecord.of(
             j.result, j.verdict.outcome.value if j.verdict is not None else None,
             j.rule.threshold if j.verdict is not None else None, j.where)
-            for j in self.judged if j.result.source != MEMORY_SOURCE}
+            for j in self.judged if j.memory is None}
         from pytest_perfgate.ring.stream import run_metadata  # {} unless rings were used
 
         run, self.record_path = self.history().record(

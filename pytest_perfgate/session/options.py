@@ -14,7 +14,10 @@ import re
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_perfgate.core.settings import Settings
 
 CUDA_SYNC_ENV = "PERFGATE_CUDA_SYNC"  # gpu/cuda.py SYNC_ENV: read where windows are timed
 HISTORY_THRESHOLD = 0.05
@@ -453,6 +456,15 @@ class Options:
         if self.threshold is not None:
             return self.threshold
         return AB_THRESHOLD if self.ab else HISTORY_THRESHOLD
+
+    def settings(self, rejudging: bool = False) -> Settings:
+        """What the gate judges by, resolved once (every Rule is built from it);
+        ``rejudging``: for a command judging recorded runs again, which records nothing."""
+        from pytest_perfgate.core.settings import Settings
+
+        return Settings(self.default_threshold(), self.alpha, self.unstable,
+                        self.inconclusive, self.baseline_runs, self.baseline,
+                        None if rejudging else self.record)
 
     def results_path(self, rootdir: Path) -> Path:
         from pytest_perfgate.history.files import default_results_dir

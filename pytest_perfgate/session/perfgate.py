@@ -118,9 +118,12 @@ class PerfGate:
         """The benchmark a ``measure()`` call names, with its rule; its name claimed."""
         bench = self._name(name)
         self.session.claim_name(bench, self.test_id)
-        rule = self.session.rule(threshold if threshold is not None else self._threshold)
-        return BenchCall(bench, self.test_id, transitions, rule, windows, window_time, extra,
-                         counts=self.counts, memory_threshold=self.memory_threshold,
+        settings = self.session.settings
+        memory = self.memory_threshold
+        return BenchCall(bench, self.test_id, transitions,
+                         settings.rule(threshold, self._threshold), windows, window_time, extra,
+                         counts=self.counts,
+                         memory_rule=None if memory is None else settings.rule(memory),
                          unit=unit, test_file=self.test_file, asked_threshold=threshold)
 
     def deliver(self, call: BenchCall, measure: Callable[[BenchCall], Judged]) -> Judged:
@@ -147,7 +150,7 @@ class PerfGate:
         self.session.mode_for(self.counts).end_test(self.test_id)
 
     def _name(self, name: str | None) -> str:
-        taken = {j.result.name for j in self.results}
+        taken = {j.name for j in self.results}
         if name is not None:
             check_name(name)
             if name in taken:

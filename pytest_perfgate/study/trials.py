@@ -33,6 +33,7 @@ from pytest_perfgate.core.load import LoadProbe
 from pytest_perfgate.core.measure import MeasureConfig, Meter
 from pytest_perfgate.core.progress import Progress
 from pytest_perfgate.core.sequential import MAX_LOOKS, Design, plan
+from pytest_perfgate.core.settings import Settings
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 from pytest_perfgate.core.window import RawWindow, WindowSource
 
@@ -92,13 +93,17 @@ class StudyConfig:
         for name in ("turn_s", "history_window_s", "warmup_window_s"):
             if not getattr(self, name) > 0:
                 raise StudyError(f"{name}={getattr(self, name)!r} must be > 0 seconds")
-        Rule(threshold=self.threshold, alpha=self.alpha)  # validates, naming the value
+        self.rule()  # validates, naming the value
         if isinstance(self.looks, bool) or not isinstance(self.looks, int) \
                 or not 1 <= self.looks <= MAX_LOOKS:
             raise StudyError(f"looks={self.looks!r} must be a whole number from 1 to "
                              f"{MAX_LOOKS}, e.g. --looks 4")
         if self.load not in LOADS:
             raise StudyError(f"load={self.load!r}: use one of {', '.join(LOADS)}")
+
+    def rule(self) -> Rule:
+        """What every trial's verdict is judged by: the study's threshold and alpha."""
+        return Settings(threshold=self.threshold, alpha=self.alpha).rule()
 
     def design(self) -> Design:
         """The sequential design every trial runs (the shipped A/B gate's)."""
@@ -182,7 +187,7 @@ def run_trial(index: int, slowdown: float, base: Injectable, head: Injectable,
     h_src: WindowSource = head
     if probe is not None:
         b_src, h_src = _Probed(base, probe, probes), _Probed(head, probe, probes)
-    rule = Rule(threshold=cfg.threshold, alpha=cfg.alpha)
+    rule = cfg.rule()
     looks = run_looks(lambda i: turn_pair(b_src, h_src, i, cfg.turn_s, meter), cfg.design(),
                       rule, meter.config.load_limit * LOAD_CHANGE_SHARE,
                       progress=meter.progress)

@@ -20,6 +20,7 @@ from pytest_perfgate.cli._out import UsageError
 from pytest_perfgate.cli.common_args import parse_count
 from pytest_perfgate.session.options import (
     AB_THRESHOLD,
+    Options,
     argparse_type,
     parse_command,
     parse_fraction,
@@ -120,7 +121,7 @@ def _bisect(repo: Path, good: str, bad: str, commits: list[str], good_rev: str,
     from pytest_perfgate.report.readback import read_report
 
     labels = {good: good_rev, bad: bad_rev}
-    threshold = threshold if threshold is not None else AB_THRESHOLD
+    threshold = Options(threshold=threshold, ab=good).settings().threshold  # A/B's default
     total, tests = estimate_probes(len(commits)), list(pytest_args)
     print(f"perfgate bisect: {len(commits)} first-parent commits after GOOD "
           f"{wording.short(good, labels)} up to BAD {wording.short(bad, labels)}; each probe "

@@ -29,9 +29,10 @@ from pytest_perfgate.cli._out import (
 from pytest_perfgate.cli.bisect.search import Probe, Reading
 from pytest_perfgate.core import group
 from pytest_perfgate.core.judged import Judged
+from pytest_perfgate.envs.build import ENV_REFERENCE
 from pytest_perfgate.modes.ab.checkout import BISECT_PREFIX, term_as_interrupt
 from pytest_perfgate.modes.ab.checkout import worktree as _worktree
-from pytest_perfgate.modes.ab.controller import ENV_REFERENCE, PLUGIN_ROOT
+from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT
 from pytest_perfgate.modes.place import Place
 
 TAIL_CHARS = 800
@@ -221,7 +222,7 @@ class PytestProbe:
                     judged = self.read(report)
                 except (OSError, ValueError) as e:
                     return skipped(f"its JSON report could not be read ({e})")
-        readings = {j.result.name: Reading(j.verdict.outcome.value, j.verdict.ratio,
+        readings = {j.name: Reading(j.verdict.outcome.value, j.verdict.ratio,
                                            j.verdict.ci, j.verdict.message,
                                            _profile(j.result.extra.get("profile")))
                     for j in judged if j.verdict is not None}

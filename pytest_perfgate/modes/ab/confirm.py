@@ -103,12 +103,6 @@ def agreed(verdicts: Sequence[Verdict], failed: str | None = None,
         f"pair's figures stand: {own}"))
 
 
-def record(verdicts: Sequence[Verdict]) -> list[dict[str, object]]:
-    """Each pair's ratio, interval and outcome, in order, for the run's metadata."""
-    return [{"ratio": v.ratio, "ci": None if v.ci is None else list(v.ci),
-             "outcome": v.outcome.value} for v in verdicts]
-
-
 def saying(verdicts: Sequence[Verdict]) -> str:
     """What the pairs measured, in order: "0.887 (REGRESSION), UNSTABLE"."""
     return ", ".join(v.outcome.value if v.ratio is None else f"{v.ratio:.3f} ({v.outcome.value})"

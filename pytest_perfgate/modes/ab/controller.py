@@ -11,7 +11,6 @@ the working tree); the plugin calls it at configure time and shows its
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from pytest_perfgate.core.metric import Metric, counted_per, metric_for
 from pytest_perfgate.core.sequential import plan
 from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.envs.declarations import DeclarationError
-from pytest_perfgate.modes import bound
+from pytest_perfgate.history.judge import baseline_figure, bound_noted
 from pytest_perfgate.modes.ab import confirm, spread
 from pytest_perfgate.modes.ab.abba import Paired, measure_sequential
 from pytest_perfgate.modes.ab.checkout import WorktreeError, term_as_interrupt
@@ -78,19 +77,18 @@ class ABSetup:
     def environment_changes(self) -> list[Change]:
         """What the head runs on that the base does not: the packages either side's own
         environment holds, base version -> head version."""
-        from pytest_perfgate.history.environment import Change
+        from pytest_perfgate.history.environment import changes
 
-        names = sorted(set(self.base_env.overlay if self.base_env else {})
-                       | set(self.head_env.overlay if self.head_env else {}))
+        names = set(self.base_env.overlay if self.base_env else {}) | set(
+            self.head_env.overlay if self.head_env else {})
 
-        def version(env: SideEnv | None, other: SideEnv | None, n: str) -> str | None:
-            if env is not None and n in env.overlay:
-                return env.overlay[n]
-            return other.replaced.get(n) if other is not None else None
+        def packages(env: SideEnv | None, other: SideEnv | None) -> dict[str, str | None]:
+            # a side's own version, else the reference's (the other side's replaced one)
+            return {n: env.overlay[n] if env is not None and n in env.overlay else
+                    other.replaced.get(n) if other is not None else None for n in names}
 
-        out = [Change(n, version(self.base_env, self.head_env, n),
-                      version(self.head_env, self.base_env, n)) for n in names]
-        return [c for c in out if c.before != c.after]
+        return changes({"packages": packages(self.base_env, self.head_env)},
+                       {"packages": packages(self.head_env, self.base_env)})
 
 
 # The sides import the controller's copy of pytest_perfgate: the folder holding the package.
@@ -119,36 +117,6 @@ def worktree(repo: Path, rev: str, source: str = "--perfgate-ab") -> Iterator[Pa
                            f"{e}") from None
 
 
-ENV_REFERENCE = "PERFGATE_ENV_REFERENCE"  # the tree whose declarations the env holds
-
-
-def side_envs(root: Path, base_dir: Path, env_files: Sequence[str] | None
-              ) -> tuple[SideEnv | None, SideEnv | None]:
-    """Each side's own environment where its declarations say something else than the
-    reference tree's (the checkout this environment was installed for: ``root``, or the one
-    :data:`ENV_REFERENCE` names, e.g. a bisection's). ``env_files`` () turns it off."""
-    import os
-
-    from pytest_perfgate.envs import declarations
-    from pytest_perfgate.envs.build import side_env
-    from pytest_perfgate.sim.settled import cache_dir
-
-    patterns = declarations.DEFAULT_PATTERNS if env_files is None else tuple(env_files)
-    if not patterns:
-        return None, None
-    ref = Path(os.environ.get(ENV_REFERENCE) or root)
-    if not ref.is_dir():
-        raise DeclarationError(f"{ENV_REFERENCE}={str(ref)!r} is not a folder: it names the "
-                               "checkout this environment was installed for (perfgate bisect "
-                               "sets it for its probes); unset it")
-    cache = cache_dir() or Path(tempfile.gettempdir()) / "pytest-perfgate"
-    out = []
-    for tree in (base_dir, root):
-        changed = declarations.changed(ref, tree, patterns) if tree != ref else []
-        out.append(side_env(tree, changed, cache) if changed else None)
-    return out[0], out[1]
-
-
 def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.ExitStack,
              source: str = "--perfgate-ab", setup_source: str = "--perfgate-ab-setup",
              env_files: Sequence[str] | None = None) -> ABSetup:
@@ -158,6 +126,7 @@ def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.Ex
     the sides end and the worktree is removed. ``source``, ``setup_source``: where the
     revision and the set-up command were set (a flag, an ini option, a variable), for
     messages."""
+    from pytest_perfgate.envs.build import side_envs
     from pytest_perfgate.history.vcs import git_info, resolve_commit
 
     root = place.top
@@ -168,17 +137,14 @@ def start_ab(place: Place, rev: str, setup_cmd: str | None, stack: contextlib.Ex
     base_dir = stack.enter_context(worktree(root, rev, source))
     try:
         place.prepare(base_dir)
-    except PlaceError as e:
-        raise ABSetupError(f"{source} {rev}: {e}") from None
-    if setup_cmd:
-        proc = group.run(setup_cmd, base_dir)
-        if proc.returncode != 0:
-            raise ABSetupError(
-                f"{setup_source} {setup_cmd!r} failed in the base worktree "
-                f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    try:
+        if setup_cmd:
+            proc = group.run(setup_cmd, base_dir)
+            if proc.returncode != 0:
+                raise ABSetupError(
+                    f"{setup_source} {setup_cmd!r} failed in the base worktree "
+                    f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         base_env, head_env = side_envs(root, base_dir, env_files)
-    except DeclarationError as e:
+    except (PlaceError, DeclarationError) as e:
         raise ABSetupError(f"{source} {rev}: {e}") from None
     base = SideSpec("base", place.at(place.cwd, base_dir),
                     (str(base_dir / "src"), str(base_dir)), pytest_args=place.args(base_dir),
@@ -230,11 +196,7 @@ class Profiling:
 
 
 class ABController:
-    """The controlling process's mode: start both sides per test, interleave, judge.
-
-    The controller runs the test body but never the step (the sides do), so a test may skip
-    expensive set-up when ``perfgate.runs_step`` is false.
-    """
+    """The controlling process's mode: start both sides per test, interleave, judge."""
 
     tag = AB
     runs_step = False
@@ -260,11 +222,8 @@ class ABController:
         try:  # a pair started here for a later call passes the test's earlier ones first
             base_src, head_src = self._bring(pair, self._calls.get(call.test_id, []) if new
                                              else [], call.name)
-        except SideError:
-            why = self._absent_from_base(pair.base, call)
-            if why is None:
-                raise
-            return self._new_in_head(pair, call, why)
+        except SideError as e:
+            return self._new_in_head(pair, call, e)
         return self._judge(pair, base_src, head_src, call)
 
     def after(self, test_id: str, names: Sequence[str]) -> None:
@@ -278,11 +237,8 @@ class ABController:
         :mod:`.by_sides`): the base must reach it too, or it is new in the head."""
         try:
             reach(pair.base, call.name)
-        except SideError:
-            why = self._absent_from_base(pair.base, call)
-            if why is None:
-                raise
-            return self._new_in_head(pair, call, why, head_reached=True)
+        except SideError as e:
+            return self._new_in_head(pair, call, e, head_reached=True)
         return self._judge(pair, RemoteSource(pair.base), RemoteSource(pair.head), call)
 
     def pair_for(self, test_id: str, test_file: tuple[str, str] | None) -> Pair:
@@ -320,8 +276,6 @@ class ABController:
             info = {**sources[i][1].recorded(), **dict(call.extra), "ab_base": ab.base_label,
                     "ab_base_commit": ab.base_commit, "ab_base_samples": mb.samples,
                     "ab_sequential": run.looks.summary()}
-            if len(pairs) > 1:
-                info["ab_pairs"] = confirm.record([v for _, v in runs])
             if self.profile is not None and self.profile.wanted(verdict):
                 info["profile"] = self.profile.take(pairs[i], *sources[i], call.name, ab,
                                                     call.unit)
@@ -331,22 +285,18 @@ class ABController:
         pair.done()
         earlier.append(call.name)
         result = summarize(call.name, mh, call.transitions, extra=info, unit=call.unit)
-        base = summarize(call.name, mb, call.transitions, unit=call.unit)
-        # the baseline shown is the one the paired ratio divides by, so the three agree
-        level = result.rate / verdict.ratio if verdict.ratio else base.rate
-        base_phases = {n: p.ms_per_call for n, p in base.phases.items()}
-        said = bound.note(info, base_phases, {n: p.ms_per_call for n, p in result.phases.items()},
-                          call.rule.threshold)
-        if said is not None:
-            verdict = verdict.noted(said)
+        base_phases = {n: p.ms_per_call for n, p in mb.phases.items()}
+        verdict = bound_noted(verdict, result, base_phases, call.rule.threshold)
         changes = ab.environment_changes()
         if changes:
             from pytest_perfgate.history.environment import describe
 
             verdict = verdict.noted(f"since the base: {describe(changes)} (each side ran in "
                                     "the environment its declarations pin)")
-        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit], level,
-                   base_phases, environment_changes=tuple(c.to_json() for c in changes))
+        j = Judged(result, verdict, call.rule, call.test_id, [ab.base_commit],
+                   baseline_figure(result, verdict.ratio, [mb.value]), base_phases,
+                   environment_changes=tuple(c.to_json() for c in changes),
+                   pairs=tuple(v for _, v in runs) if len(runs) > 1 else ())
         self.sink(j)
         return j
 
@@ -410,10 +360,14 @@ class ABController:
             return "the test does not measure it there: not a perf test in that revision"
         return None
 
-    def _new_in_head(self, pair: Pair, call: BenchCall, why: str, head_reached: bool = False
-                     ) -> Judged:
+    def _new_in_head(self, pair: Pair, call: BenchCall, error: SideError,
+                     head_reached: bool = False) -> Judged:
         """A test the base revision does not have (a new file, function or parameter): the
-        head is measured alone and recorded, NO BASELINE, never a regression or an error."""
+        head is measured alone and recorded, NO BASELINE, never a regression or an error;
+        ``error`` (the base side's) is raised when the base has the test."""
+        why = self._absent_from_base(pair.base, call)
+        if why is None:
+            raise error
         ab = self.setup
         if not head_reached:
             reach(pair.head, call.name)
