@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pytest_perfgate.core.measure import MeasureConfig, Measurement, Meter
     from pytest_perfgate.core.timing import PhaseRecorder, phase
     from pytest_perfgate.core.window import RawWindow, WindowSource
-    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.session.gating import GateSession
     from pytest_perfgate.session.options import Options
     from pytest_perfgate.session.perfgate import PerfGate
 
@@ -31,7 +31,7 @@ _HOME = {
     "WindowSource": "core.window",
     "PhaseRecorder": "core.timing", "phase": "core.timing",
     "Options": "session.options",
-    "GateSession": "session.gate_session", "PerfGate": "session.perfgate",
+    "GateSession": "session.gating", "PerfGate": "session.perfgate",
 }
 
 __all__ = [

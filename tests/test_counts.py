@@ -19,10 +19,10 @@ from pytest_perfgate.core.timing import FakeClock
 from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.history.asv import asv_entries
 from pytest_perfgate.modes.counts import client
-from pytest_perfgate.modes.counts.counts_mode import FORMULA, CountsMode, counts_result
+from pytest_perfgate.modes.counts.counting import FORMULA, CountsMode, counts_result
 from pytest_perfgate.modes.counts.runner import Counts, CountsError, collect, est_cycles, read_dump
-from pytest_perfgate.modes.counts.worker_mode import label
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.modes.counts.worker import label
+from pytest_perfgate.session.gating import GateSession
 from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.perfgate import PerfGate
 

@@ -16,10 +16,10 @@ from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.core.timing import PhaseRecorder, phase
 from pytest_perfgate.history.asv import _asv_rows, asv_entries, counts_phases
 from pytest_perfgate.modes.counts import phases
-from pytest_perfgate.modes.counts.counts_mode import counts_result
+from pytest_perfgate.modes.counts.counting import counts_result
 from pytest_perfgate.modes.counts.phases import OTHER, PhaseCounts, read_dumps, split_call
 from pytest_perfgate.modes.counts.runner import Counts, collect, read_dump
-from pytest_perfgate.modes.counts.worker_mode import label
+from pytest_perfgate.modes.counts.worker import label
 from pytest_perfgate.report.render import notes, top_phase
 
 EVENTS = "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw"

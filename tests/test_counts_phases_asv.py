@@ -18,7 +18,7 @@ from pytest_perfgate.core.results import RunRecord
 from pytest_perfgate.history.files import default_results_dir
 from pytest_perfgate.history.store import History
 from pytest_perfgate.history.vcs import git_info
-from pytest_perfgate.modes.counts.counts_mode import counts_result
+from pytest_perfgate.modes.counts.counting import counts_result
 from pytest_perfgate.modes.counts.runner import Counts
 
 pytest.importorskip("asv")

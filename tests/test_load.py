@@ -17,7 +17,7 @@ import pytest
 
 MAX_MODULES = 8
 HEAVY = ("numpy", "scipy", "statistics", "fractions", "psutil", "asv", "filelock",
-         "mujoco", "torch", "multiprocessing", "ctypes", "pytest_perfgate.session.gate_session",
+         "mujoco", "torch", "multiprocessing", "ctypes", "pytest_perfgate.session.gating",
          "pytest_perfgate.core.gate")
 PROBE = """
 import json, sys, pytest
@@ -56,7 +56,7 @@ def test_a_smoke_perf_test_sets_the_session_up_on_first_use(tmp_path: Path) -> N
         "def test_walk(perfgate):\n    perfgate.measure(lambda: None, transitions=1)\n")
     rc, mods = _loaded(tmp_path)
     assert rc == 0
-    assert "pytest_perfgate.plugin.session_plugin" in mods  # registered when the fixture ran
+    assert "pytest_perfgate.plugin.measuring" in mods  # registered when the fixture ran
 
 
 def test_the_entry_point_knows_the_side_processes_by_their_variables() -> None:
@@ -64,7 +64,7 @@ def test_the_entry_point_knows_the_side_processes_by_their_variables() -> None:
     tests use no perfgate fixture): the entry point names their variables without importing
     the modules that own them, so the two must agree."""
     from pytest_perfgate.modes.ab.remote import ENV_FD
-    from pytest_perfgate.modes.counts.worker_mode import ENV_OUT
+    from pytest_perfgate.modes.counts.worker import ENV_OUT
     from pytest_perfgate.plugin.hooks import SIDE_ENVS
 
     assert SIDE_ENVS == (ENV_FD, ENV_OUT)

@@ -196,7 +196,7 @@ def test_the_memory_gate_end_to_end(pytester: pytest.Pytester,
 def test_the_memory_rule_is_the_sessions_rule_at_the_memory_threshold(tmp_path) -> None:
     """The memory verdict is judged with the session's alpha and policies, like the
     wall-time one; only its threshold is the marker's memory_threshold."""
-    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.session.gating import GateSession
     from pytest_perfgate.session.options import Options
     from pytest_perfgate.session.perfgate import PerfGate
 

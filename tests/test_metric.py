@@ -126,7 +126,7 @@ def test_benchmark_names_stay_unique_and_short() -> None:
 
 
 def test_counts_of_a_call_are_per_call() -> None:
-    from pytest_perfgate.modes.counts.counts_mode import counts_result
+    from pytest_perfgate.modes.counts.counting import counts_result
     from pytest_perfgate.modes.counts.runner import Counts
 
     c = Counts("f", 1, (1200,), (1500,), {"Ir": 1200})

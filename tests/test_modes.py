@@ -22,10 +22,10 @@ from pytest_perfgate.core.window import RawWindow
 from pytest_perfgate.modes.ab.controller import PLUGIN_ROOT, ABSetupError, start_ab
 from pytest_perfgate.modes.ab.remote import ENV_CALIBRATION, ENV_FD, Side, SideError, SideSpec
 from pytest_perfgate.modes.ab.side import NOT_A_LOOP, NOT_CALIBRATING, ABSide
-from pytest_perfgate.modes.history_mode import HistoryMode
 from pytest_perfgate.modes.mode import BenchCall
 from pytest_perfgate.modes.place import Place
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.modes.recorded import HistoryMode
+from pytest_perfgate.session.gating import GateSession
 from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.perfgate import PerfGate
 
@@ -286,7 +286,7 @@ def test_a_counts_variable_outside_a_counting_worker_is_no_worker(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str) -> None:
     """PERFGATE_COUNTS_OUT inherited by a nested pytest, or set by hand: a process that
     valgrind does not run is no counting worker (it measured nothing and exited early)."""
-    from pytest_perfgate.modes.counts.worker_mode import (
+    from pytest_perfgate.modes.counts.worker import (
         ENV_OUT,
         is_counts_side,
         stray_counts_variable,

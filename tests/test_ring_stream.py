@@ -224,7 +224,7 @@ def test_a_recorded_run_says_which_copy_its_rings_used(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mapped: bool) -> None:
     from pytest_perfgate.core.results import BenchResult
     from pytest_perfgate.core.timing import FakeClock
-    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.session.gating import GateSession
     from pytest_perfgate.session.options import Options
 
     monkeypatch.setattr(stream, "_mapped", mapped)

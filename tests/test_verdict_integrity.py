@@ -27,7 +27,7 @@ from pytest_perfgate.history.decisions import (
     load_decisions,
 )
 from pytest_perfgate.history.files import HistoryWarning
-from pytest_perfgate.session.gate_session import GateSession, PerfgateUsageError, stable_root
+from pytest_perfgate.session.gating import GateSession, PerfgateUsageError, stable_root
 from pytest_perfgate.session.naming import derive_name, stable_nodeid
 from pytest_perfgate.session.options import Options
 from pytest_perfgate.session.perfgate import PerfGate

@@ -6,7 +6,7 @@ is computed: the figures an architecture change is judged by, before and after.
 It prints four things:
 
 1. The walk of one call of the history mode's ``measure()`` (``--entry``, default
-   ``pytest_perfgate.modes.history_mode:HistoryMode.measure``; after a rename, name the new
+   ``pytest_perfgate.modes.recorded:HistoryMode.measure``; after a rename, name the new
    one: a method, or a function looked up through its module when called), traced with
    :func:`sys.setprofile` in a real ``pytest --perfgate`` session run in this process, on a
    scratch git project on the fake clock (tests/fake_session.py: exact and instant), in two
@@ -68,7 +68,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "pytest_perfgate"
-ENTRY = "pytest_perfgate.modes.history_mode:HistoryMode.measure"
+ENTRY = "pytest_perfgate.modes.recorded:HistoryMode.measure"
 SCAFFOLD = ("FakeClock.",)  # qualname prefixes of frames not counted (test scaffolding)
 
 

@@ -1,7 +1,7 @@
 """``perfgate check [RUN_ID]``: judge a recorded run against its history, for CI.
 
 The plugin judges while it measures; ``check`` judges a run already recorded (the newest,
-or a given id) with the same rules and verdicts (modes/history_mode.py, core/gate.py), so a CI
+or a given id) with the same rules and verdicts (modes/recorded.py, core/gate.py), so a CI
 step can gate separately from the step that measured. Exit statuses tell the cases apart:
 0 pass, 1 regression (or a verdict the policy fails), 2 usage error, 3 infrastructure error
 (no history, unreadable history): an infrastructure error is never a regression.

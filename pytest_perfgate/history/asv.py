@@ -60,7 +60,7 @@ GATED_SUFFIX = ENV_STEPS.asv_suffix.lstrip(".")  # "track_s_per_step"
 # environment.get_env_name): our rows go into the same file, so a commit has one file.
 ASV_ENV_TYPE = "virtualenv"
 OLD_ENV_PREFIX = "perfgate-py"  # perfgate-1's own env name
-# A result of the counts mode (modes/counts/counts_mode.py) names itself by this source; its unit
+# A result of the counts mode (modes/counts/counting.py) names itself by this source; its unit
 # (instructions per env-step, core/metric.py) makes it a "track" series where lower is
 # better as asv assumes, beside the estimated cycles from the cache simulation
 # (docs/design.md §10).

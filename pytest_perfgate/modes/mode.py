@@ -3,7 +3,7 @@
 A perf test calls ``perfgate.measure(...)``; what happens next depends on how the session
 runs, and the session picks that once (:meth:`GateSession` picks a mode):
 
-- :class:`~pytest_perfgate.modes.history_mode.HistoryMode` measures in-process and judges the
+- :class:`~pytest_perfgate.modes.recorded.HistoryMode` measures in-process and judges the
   result against recorded runs (or, without ``--perfgate``, only smoke-runs the step);
 - :class:`~pytest_perfgate.modes.ab.controller.ABController` measures a base and a head
   side process in alternating turns and judges the paired ratio;

@@ -20,7 +20,7 @@ import pytest
 from pytest_perfgate.core.metric import CALLS
 from pytest_perfgate.core.timing import Clock
 from pytest_perfgate.core.window import RawWindow
-from pytest_perfgate.session.gate_session import GateSession, PerfgateUsageError
+from pytest_perfgate.session.gating import GateSession, PerfgateUsageError
 from pytest_perfgate.session.naming import readable_name, stable_nodeid
 from pytest_perfgate.session.perfgate import PerfGate
 

@@ -23,7 +23,7 @@ from pytest_perfgate.modes.mode import BenchCall
 from pytest_perfgate.plugin.benchmark_compat import benchmark_name
 from pytest_perfgate.plugin.open_gate import open_gate
 from pytest_perfgate.session.checks import check_unit
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.gating import GateSession
 from pytest_perfgate.session.perfgate import PerfGate
 
 

@@ -3,7 +3,7 @@
 It costs a pytest run that does not measure next to nothing (docs/measurement.md): this
 module imports only the option table and the fixture modules (whose bodies import what they
 drive when a test asks for them). The session, a plugin object
-(:class:`pytest_perfgate.plugin.session_plugin.PerfgatePlugin`), is registered by
+(:class:`pytest_perfgate.plugin.measuring.PerfgatePlugin`), is registered by
 :func:`pytest_configure` when ``--perfgate`` (or any perfgate flag) is given, else on first
 use: a perf fixture, a ``perfgate`` marker, ``perfgate_select`` in the ini file.
 """
@@ -24,8 +24,8 @@ from pytest_perfgate.plugin.fixtures_ring import ring_pair  # noqa: F401
 from pytest_perfgate.session.options import SPECS, OptionError, Options, argparse_type
 
 if TYPE_CHECKING:
-    from pytest_perfgate.plugin.session_plugin import PerfgatePlugin
-    from pytest_perfgate.session.gate_session import GateSession
+    from pytest_perfgate.plugin.measuring import PerfgatePlugin
+    from pytest_perfgate.session.gating import GateSession
     from pytest_perfgate.session.perfgate import PerfGate
 
 PLUGIN = "perfgate-session"  # the session plugin's name in pytest's plugin manager
@@ -107,7 +107,7 @@ def session_plugin(config: pytest.Config) -> PerfgatePlugin:
     found = config.pluginmanager.get_plugin(PLUGIN)
     if found is not None:
         return found
-    from pytest_perfgate.plugin.session_plugin import PerfgatePlugin
+    from pytest_perfgate.plugin.measuring import PerfgatePlugin
 
     plugin = PerfgatePlugin.start(config)
     config.pluginmanager.register(plugin, PLUGIN)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.gating import GateSession
 from pytest_perfgate.session.naming import derive_name, find_repo_root, stable_nodeid
 
 

@@ -12,7 +12,7 @@ import pytest
 from pytest_perfgate.core.judged import Judged
 from pytest_perfgate.plugin import markers
 from pytest_perfgate.plugin.locate import default_name, note_location, test_file
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.gating import GateSession
 from pytest_perfgate.session.perfgate import PerfGate
 
 JUDGED = pytest.StashKey[list[Judged]]()  # a test's verdicts, for its report

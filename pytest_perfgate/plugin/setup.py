@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def build_options(config: pytest.Config) -> tuple[Options, dict[str, str]]:
     """The options, and where each set one came from (for messages)."""
     from pytest_perfgate.modes.ab.side import is_side_process, stray_side_variable
-    from pytest_perfgate.modes.counts.worker_mode import stray_counts_variable
+    from pytest_perfgate.modes.counts.worker import stray_counts_variable
     from pytest_perfgate.session import preflight
 
     counts = stray_counts_variable()

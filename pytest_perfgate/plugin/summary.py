@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.gating import GateSession
 
 #: The exit status of a run whose reports or history could not be written.
 INFRA_EXIT = pytest.ExitCode.INTERNAL_ERROR

@@ -35,7 +35,7 @@ COUNTS = "counts"
 PHASE = "phase."
 CYCLES = "counts.est_cycles"
 COUNTS_PHASE = "counts.phase."
-COUNTS_SUFFIX = ".counts"  # modes/counts/counts_mode.py names a counts result so
+COUNTS_SUFFIX = ".counts"  # modes/counts/counting.py names a counts result so
 STEPS_PER_SAMPLE_UNIT = 1e6  # BenchResult.samples are seconds per million env-steps
 
 

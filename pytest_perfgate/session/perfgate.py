@@ -25,7 +25,7 @@ from pytest_perfgate.session.checks import (
     check_unit,
     check_windows,
 )
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.gating import GateSession
 
 
 class PerfGate:

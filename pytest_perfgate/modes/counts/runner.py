@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_perfgate.core import group
 from pytest_perfgate.modes.counts import client, phases
-from pytest_perfgate.modes.counts.worker_mode import ENV_OUT
+from pytest_perfgate.modes.counts.worker import ENV_OUT
 from pytest_perfgate.sim.settled import CACHE_ENV, cache_dir
 
 TIMEOUT_S = 600.0  # start-up under valgrind, the test's own set-up, 3 calls of the step

@@ -24,9 +24,9 @@ from pytest_perfgate.core.window import WindowSource
 from pytest_perfgate.history.asv import COUNTS_PHASES_KEY, COUNTS_SOURCE  # asv series
 from pytest_perfgate.modes.counts import phases
 from pytest_perfgate.modes.counts.runner import L1_MISS_CYCLES, LL_MISS_CYCLES, Counts, CountsError
-from pytest_perfgate.modes.counts.worker_mode import NOT_A_LOOP
-from pytest_perfgate.modes.history_mode import HistoryMode
+from pytest_perfgate.modes.counts.worker import NOT_A_LOOP
 from pytest_perfgate.modes.mode import BenchCall
+from pytest_perfgate.modes.recorded import HistoryMode
 
 SUFFIX = ".counts"
 FORMULA = f"Ir + {L1_MISS_CYCLES}*(I1mr+D1mr+D1mw) + {LL_MISS_CYCLES}*(ILmr+DLmr+DLmw)"

@@ -2,7 +2,7 @@
 ``DSession`` and pytest-benchmark's ``BenchmarkSession`` are.
 
 Registered by :func:`pytest_perfgate.plugin.hooks.session_plugin`, it holds the
-:class:`~pytest_perfgate.session.gate_session.GateSession` and implements the hooks of a run
+:class:`~pytest_perfgate.session.gating.GateSession` and implements the hooks of a run
 that measures: each a few lines calling plain classes (docs/design.md §8).
 """
 
@@ -17,7 +17,7 @@ from pytest_perfgate.core.judged import Judged, failing
 from pytest_perfgate.plugin import markers, select, status_line
 from pytest_perfgate.plugin.open_gate import JUDGED
 from pytest_perfgate.plugin.summary import Summary
-from pytest_perfgate.session.gate_session import GateSession
+from pytest_perfgate.session.gating import GateSession
 from pytest_perfgate.session.perfgate import PerfGate
 
 

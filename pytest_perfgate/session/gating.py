@@ -22,8 +22,8 @@ from pytest_perfgate.core.progress import Progress
 from pytest_perfgate.core.results import BenchRecord, BenchResult, RunRecord
 from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 from pytest_perfgate.history.context import HistoryOpener
-from pytest_perfgate.modes.history_mode import HistoryMode
 from pytest_perfgate.modes.mode import Meters, Mode, Verdicts
+from pytest_perfgate.modes.recorded import HistoryMode
 from pytest_perfgate.session.checks import (
     PerfgateUsageError,
     check_name,
@@ -55,7 +55,7 @@ class GateSession:
                  machine_info: Callable[[dict[str, Any]], None] | None = None,
                  place: Place | None = None) -> None:
         from pytest_perfgate.modes.ab.side import is_side_process
-        from pytest_perfgate.modes.counts.worker_mode import is_counts_side
+        from pytest_perfgate.modes.counts.worker import is_counts_side
 
         self.options = options
         self.rootdir = Path(rootdir)
@@ -124,7 +124,7 @@ class GateSession:
 
     def _pick_mode(self, side: bool, ab: ABSetup | None) -> Mode:
         if self.counts_side:
-            from pytest_perfgate.modes.counts.worker_mode import CountsSide
+            from pytest_perfgate.modes.counts.worker import CountsSide
 
             return CountsSide.from_env()
         if side:
@@ -164,7 +164,7 @@ class GateSession:
         if not counts or self.smoke or self.mode is not self.history_mode:
             return self.mode
         if self._counts_mode is None:
-            from pytest_perfgate.modes.counts.counts_mode import CountsMode
+            from pytest_perfgate.modes.counts.counting import CountsMode
 
             self._counts_mode = CountsMode(self.history_mode, self.rootdir)
         return self._counts_mode
