@@ -31,6 +31,11 @@ from pytest_perfgate.core.timing import SYSTEM_CLOCK, Clock
 from pytest_perfgate.core.window import WindowSource
 
 Sink = Callable[[Judged], None]  # where a mode delivers each verdict (GateSession.add)
+
+
+def discard(judged: Judged) -> None:
+    """The sink of a verdict that is not delivered: a re-measurement's own A/B verdict,
+    which its caller turns into the record's verdict."""
 MeterFactory = Callable[..., Meter]  # meter(windows=None, window_time=None) -> Meter
 
 

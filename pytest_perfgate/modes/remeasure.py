@@ -31,7 +31,7 @@ from pytest_perfgate.modes.ab.controller import (
     start_ab,
 )
 from pytest_perfgate.modes.ab.remote import SideError
-from pytest_perfgate.modes.mode import BenchCall, MeterFactory
+from pytest_perfgate.modes.mode import BenchCall, MeterFactory, discard
 from pytest_perfgate.modes.place import Place
 
 
@@ -86,7 +86,7 @@ class Remeasure:
         if isinstance(setup, str):
             return _note(j, f"not re-measured: {setup}")
         t0 = self._monotonic()
-        ctl = ABController(setup, self.meters, lambda _: None, self.plan.turns,
+        ctl = ABController(setup, self.meters, discard, self.plan.turns,
                            self.plan.turn_s, self.plan.looks, self.profile,
                            self.plan.confirm)
         ctl.after(call.test_id, earlier)  # its sides pass the test's earlier calls first

@@ -100,8 +100,8 @@ def write_files(out_dir: Path, name: str, pairs: list[tuple[Turn, Turn]], rate: 
     columns), under ``out_dir/<name>``; the paths written. A folder that cannot be
     written leaves the profile without files, never the verdict without its profile."""
     folder = out_dir / re.sub(r"[^\w.-]+", "_", name)[:120]
-    b = merged(p[0].stacks for p in pairs)
-    h = merged(p[1].stacks for p in pairs)
+    b = merged([p[0].stacks for p in pairs])
+    h = merged([p[1].stacks for p in pairs])
     scale_b = 1e9 / rate / max(1, sum(p[0].steps for p in pairs))
     scale_h = 1e9 / rate / max(1, sum(p[1].steps for p in pairs))
     texts = {"base": folded(b, scale_b), "head": folded(h, scale_h),
@@ -131,7 +131,7 @@ def profile_one(target: Target, plan: ProfilePlan, out_dir: Path, name: str,
                      for _ in range(plan.turns)]
     except ProfilerUnavailable as e:
         return {"error": str(e)}
-    stacks = merged(t.stacks for t in turns)
+    stacks = merged([t.stacks for t in turns])
     steps = max(1, sum(t.steps for t in turns))
     folder = out_dir / re.sub(r"[^\w.-]+", "_", name)[:120]
     files: dict[str, str] = {}
