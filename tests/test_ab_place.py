@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_session import FAKE_CLOCK_CONFTEST
+from fake_session import FAKE_CLOCK_CONFTEST, SLOW_STEP
 
 from pytest_perfgate.core.gate import Rule
 from pytest_perfgate.modes.ab import ABController, ABSetup, Side, SideError, SideSpec
@@ -25,12 +25,7 @@ from pytest_perfgate.modes.place import Place
 
 pytestmark = pytest.mark.slow
 
-STEP = """
-from conftest import CLOCK
-SLOW = {slow}
-def test_s(perfgate):
-    perfgate.measure(lambda: CLOCK.advance(0.002 * SLOW), transitions=8)
-"""
+STEP = SLOW_STEP
 AB = ["--perfgate", "--perfgate-ab=HEAD~1", "--perfgate-record=false",
       "--perfgate-threshold=10%", "--perfgate-ab-turns=6", "--perfgate-ab-turn-time=0.05",
       "--perfgate-warmup-max=5", "-p", "no:cacheprovider", "-p", "no:randomly"]

@@ -13,16 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_session import FAKE_CLOCK_CONFTEST
+from fake_session import SLOW_STEP, scratch_repo
 
 pytestmark = pytest.mark.slow  # real side processes and worktrees (on the fake clock)
 
-STEP = """
-from conftest import CLOCK
-SLOW = {slow}
-def test_s(perfgate):
-    perfgate.measure(lambda: CLOCK.advance(0.002 * SLOW), transitions=8)
-"""
+STEP = SLOW_STEP
 # a perf test with two measure() calls: "warm" the same everywhere, "walk" SLOW times slower
 TWO_CALLS = """
 from conftest import CLOCK
@@ -55,17 +50,7 @@ def pytest_in(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def scratch(tmp_path: Path, head_slow: float, step: str = STEP) -> Path:
     """A base commit with one recorded run (too few to resolve anything), then the head
     (``step``: the test file, formatted with the head's ``slow``)."""
-    repo = tmp_path / "repo"
-    (repo / "perf").mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
-    (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
-    (repo / ".gitignore").write_text("results/\n__pycache__/\n")
-    (repo / "conftest.py").write_text(FAKE_CLOCK_CONFTEST)
-    (repo / "perf" / "test_s.py").write_text(step.format(slow=1.0))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
+    repo = scratch_repo(tmp_path, step)
     done = pytest_in(repo, "perf")
     assert done.returncode == 0, done.stdout + done.stderr
     (repo / "perf" / "test_s.py").write_text(step.format(slow=head_slow))

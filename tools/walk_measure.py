@@ -96,12 +96,6 @@ FACTS = (
     Fact("made-up results (rate=0.0)", r"\brate\s*=\s*0\.0\b"),
 )
 
-STEP = """
-from conftest import CLOCK
-SLOW = {slow}
-def test_s(perfgate):
-    perfgate.measure(lambda: CLOCK.advance(0.002 * SLOW), transitions=8)
-"""
 RUN = ["--perfgate", "--perfgate-machine=box", "--perfgate-threshold=10%",
        "--perfgate-windows=4", "--perfgate-window-time=0.1", "--perfgate-warmup-max=5",
        "--perfgate-ab-turns=8", "--perfgate-ab-turn-time=0.05", "-p", "no:cacheprovider",
@@ -220,15 +214,14 @@ def traced(entry: str) -> tuple[Tracer, Callable[[], None]]:
 
 # --- the scratch project and its sessions --------------------------------------------------
 
-def fake_clock_conftest() -> str:
-    """The tests' fake-clock conftest (kept in step with the package by the tests)."""
+def fake_session() -> Any:
+    """The tests' fake-clock project maker (kept in step with the package by the tests)."""
     spec = importlib.util.spec_from_file_location("fake_session", ROOT / "tests" /
                                                   "fake_session.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    text: str = mod.FAKE_CLOCK_CONFTEST
-    return text
+    return mod
 
 
 def clean_env() -> dict[str, str]:
@@ -246,24 +239,15 @@ def git(repo: Path, *args: str) -> str:
 def scratch(where: Path, base_runs: int, head_slow: float) -> Path:
     """A base commit with ``base_runs`` recorded history runs, then the head commit whose
     step is ``head_slow`` times as slow."""
-    repo = where / "repo"
-    (repo / "perf").mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
-    (repo / "pytest.ini").write_text("[pytest]\nperfgate_results_dir = results\n")
-    (repo / ".gitignore").write_text("results/\n__pycache__/\n")
-    (repo / "conftest.py").write_text(fake_clock_conftest())
-    (repo / "perf" / "test_s.py").write_text(STEP.format(slow=1.0))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
+    made = fake_session()
+    repo: Path = made.scratch_repo(where)
     for _ in range(base_runs):
         done = subprocess.run([sys.executable, "-m", "pytest", *RUN, "--perfgate-record=true",
                                "perf"], cwd=repo, env=clean_env(), capture_output=True,
                               text=True, timeout=600)
         if done.returncode != 0:
             raise SystemExit(f"recording a base run failed:\n{done.stdout}\n{done.stderr}")
-    (repo / "perf" / "test_s.py").write_text(STEP.format(slow=head_slow))
+    (repo / "perf" / "test_s.py").write_text(made.SLOW_STEP.format(slow=head_slow))
     (repo / "n.txt").write_text("head")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "head")
