@@ -103,6 +103,8 @@ def test_walk(benchmark):
 # working time more (a spin on the clock: CPU time, the same size at any clock speed). The
 # collector's working time leaves out the time it blocked in push, so +3% is 3% of what the
 # collector itself does; the learner's is its whole step (a learner-bound pair rarely waits).
+# With --inside the collector's change is spent inside its simulation step instead (the
+# env_step phase, most of its work), where a slower simulation would show in the record.
 CHANGED_SIDE = '''
 import time
 
@@ -111,6 +113,7 @@ from pytest_perfgate.ring import workloads
 SHARE = {share!r}
 SIDE = {side!r}
 LEARNER = {learner!r}
+INSIDE = {inside!r}
 
 
 def _slower(once, ring=None):
@@ -129,9 +132,27 @@ def _slower(once, ring=None):
     return step
 
 
+def _slower_env_step():
+    from pytest_perfgate.sim.pool import MujocoPool
+
+    step = MujocoPool.step
+
+    def slower(self, actions):
+        t0 = time.perf_counter_ns()
+        out = step(self, actions)
+        end = time.perf_counter_ns() + int(SHARE * (time.perf_counter_ns() - t0))
+        while time.perf_counter_ns() < end:
+            pass
+        return out
+
+    MujocoPool.step = slower
+
+
 def collector(ring, rec, **kw):
+    if SIDE == "collector" and SHARE and INSIDE:
+        _slower_env_step()  # inside the env_step phase, as a slower simulation would be
     once = workloads.humanoid_collector(ring, rec, **kw)
-    return _slower(once, ring) if SIDE == "collector" else once
+    return _slower(once, ring) if SIDE == "collector" and not INSIDE else once
 
 
 def learner(ring, rec, **kw):
@@ -198,9 +219,11 @@ def test_walk(perfgate, ring_pair):
 LEARNER_KWARGS = {"ours": {"hidden": 256, "batch_size": 512}, "sb3": {"batch_size": 256}}
 
 
-def side_module(share: float, side: str, learner: str) -> str:
-    """The changed side's module text: base (share 0) or head."""
-    return CHANGED_SIDE.format(share=share, side=side, learner=learner) + SB3_LEARNER
+def side_module(share: float, side: str, learner: str, inside: bool = False) -> str:
+    """The changed side's module text: base (share 0) or head; ``inside``: the collector's
+    change is spent in its simulation step (phase env_step), else after its whole step."""
+    return (CHANGED_SIDE.format(share=share, side=side, learner=learner, inside=inside)
+            + SB3_LEARNER)
 
 
 def _share(text: str) -> float:
@@ -213,15 +236,15 @@ def _share(text: str) -> float:
     return v
 
 
-def truth(repo: Path, share: float, side: str, learner: str, pairs: int, turns: int = 8,
-          window_s: float = 1.0) -> str:
+def truth(repo: Path, share: float, side: str, learner: str, pairs: int,
+          inside: bool = False, turns: int = 8, window_s: float = 1.0) -> str:
     """The pair's true change, outside the gate: a base pair and a head pair alive side by
     side (each parked while the other runs), their windows alternated; the throughput ratio
     (head/base, env-steps per second from the windows' own counts) per turn, and its median
     over ``pairs`` fresh pairs of pairs (the spread between pairs is part of the truth)."""
     sys.path.insert(0, str(repo))
-    (repo / "truth_base.py").write_text(side_module(0.0, side, learner))
-    (repo / "truth_head.py").write_text(side_module(share, side, learner))
+    (repo / "truth_base.py").write_text(side_module(0.0, side, learner, inside))
+    (repo / "truth_head.py").write_text(side_module(share, side, learner, inside))
     from pytest_perfgate.ring.pair import RingPair
     from pytest_perfgate.ring.workloads import humanoid_spec
 
@@ -284,6 +307,9 @@ def main() -> int:
                          "working time per step; base and head are then two commits")
     ap.add_argument("--side", choices=("collector", "learner"), default="collector",
                     help="the side --change slows")
+    ap.add_argument("--inside", action="store_true",
+                    help="with --change on the collector: spend it inside the simulation "
+                         "step (phase env_step) rather than after the whole step")
     ap.add_argument("--learner", choices=sorted(LEARNER_KWARGS), default="ours",
                     help="with --change: the learner, ours (sac_learner) or stable-baselines3's "
                          "SAC.train()")
@@ -305,14 +331,16 @@ def main() -> int:
             RING_CHANGED.replace("{learner_kwargs}", repr(LEARNER_KWARGS[args.learner]))
             if changed else WORKLOADS[args.workload])
         if changed:
-            (repo / "changed_side.py").write_text(side_module(0.0, args.side, args.learner))
+            (repo / "changed_side.py").write_text(
+                side_module(0.0, args.side, args.learner, args.inside))
         git(repo, "add", "-A")
         git(repo, "commit", "-qm", "the code")
         if changed:
             if args.truth:
-                print(truth(repo, args.change, args.side, args.learner, args.truth), flush=True)
+                print(truth(repo, args.change, args.side, args.learner, args.truth, args.inside),
+                      flush=True)
             (repo / "changed_side.py").write_text(
-                side_module(args.change, args.side, args.learner))
+                side_module(args.change, args.side, args.learner, args.inside))
             git(repo, "commit", "-qam", f"the {args.side} does {args.change:.1%} more",
                 "--allow-empty")
         trials = []
