@@ -265,7 +265,8 @@ def truth(repo: Path, share: float, side: str, learner: str, pairs: int,
                 ratios.append(rate[id(head)] / rate[id(base)])
         medians.append(statistics.median(ratios))
         every += ratios
-    return (f"truth ({side} +{share:.1%}): head/base throughput, median over {len(every)} "
+    return (f"truth ({side} +{share:.1%}, {window_s:g} s windows): head/base throughput, "
+            f"median over {len(every)} "
             f"interleaved turns {statistics.median(every):.3f}; per pair of pairs "
             + ", ".join(f"{m:.3f}" for m in medians))
 
@@ -310,6 +311,8 @@ def main() -> int:
     ap.add_argument("--inside", action="store_true",
                     help="with --change on the collector: spend it inside the simulation "
                          "step (phase env_step) rather than after the whole step")
+    ap.add_argument("--truth-window", type=float, default=1.0, metavar="S",
+                    help="the truth's window, seconds (the A/B mode's turns are 0.1 s)")
     ap.add_argument("--learner", choices=sorted(LEARNER_KWARGS), default="ours",
                     help="with --change: the learner, ours (sac_learner) or stable-baselines3's "
                          "SAC.train()")
@@ -337,7 +340,9 @@ def main() -> int:
         git(repo, "commit", "-qm", "the code")
         if changed:
             if args.truth:
-                print(truth(repo, args.change, args.side, args.learner, args.truth, args.inside),
+                print(truth(repo, args.change, args.side, args.learner, args.truth, args.inside,
+                            turns=max(8, round(8 / args.truth_window)),
+                            window_s=args.truth_window),
                       flush=True)
             (repo / "changed_side.py").write_text(
                 side_module(args.change, args.side, args.learner, args.inside))
