@@ -35,8 +35,9 @@ def fake_configure(config):  # a test's conftest may redefine this
 
 
 def scratch_repo(where: Path, step: str = SLOW_STEP) -> Path:
-    """A git project at ``where/repo`` on the fake clock with a perf test ``test_s.py`` in ``perf`` (``step``
-    formatted with ``slow=1.0``) committed as its base; results go to ``results/``."""
+    """A git project at ``where/repo`` on the fake clock, its perf test ``test_s.py`` in
+    ``perf`` (``step`` formatted with ``slow=1.0``) committed as its base; results go to
+    ``results/``."""
     repo = where / "repo"
     (repo / "perf").mkdir(parents=True)
 
