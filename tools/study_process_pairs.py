@@ -275,7 +275,8 @@ def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
-def trial(repo: Path, i: int, threshold: str, base: str = "HEAD") -> dict[str, Any]:
+def trial(repo: Path, i: int, threshold: str, base: str = "HEAD",
+          extra: tuple[str, ...] = ()) -> dict[str, Any]:
     report = repo / f"trial-{i}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
     env["PERFGATE_PROFILE"] = "off"
@@ -283,7 +284,7 @@ def trial(repo: Path, i: int, threshold: str, base: str = "HEAD") -> dict[str, A
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     "--perfgate", "--perfgate-machine=study", f"--perfgate-ab={base}",
                     f"--perfgate-threshold={threshold}", "--perfgate-record=false",
-                    f"--perfgate-json={report}", "test_walk.py"], cwd=repo, env=env,
+                    f"--perfgate-json={report}", *extra, "test_walk.py"], cwd=repo, env=env,
                    capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - t0
     try:
@@ -311,6 +312,9 @@ def main() -> int:
     ap.add_argument("--inside", action="store_true",
                     help="with --change on the collector: spend it inside the simulation "
                          "step (phase env_step) rather than after the whole step")
+    ap.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for each trial's pytest (repeat it), e.g. "
+                         "--pytest-arg=--perfgate-load-limit=16")
     ap.add_argument("--truth-window", type=float, default=1.0, metavar="S",
                     help="the truth's window, seconds (the A/B mode's turns are 0.1 s)")
     ap.add_argument("--learner", choices=sorted(LEARNER_KWARGS), default="ours",
@@ -352,7 +356,8 @@ def main() -> int:
             return 0  # the truth alone
         trials = []
         for i in range(args.trials):
-            t = trial(repo, i, args.threshold, "HEAD~1" if changed else "HEAD")
+            t = trial(repo, i, args.threshold, "HEAD~1" if changed else "HEAD",
+                      tuple(args.pytest_arg))
             trials.append(t)
             print(f"[{i + 1}/{args.trials}] {t['verdict']} ratio {t['ratio']} ci {t['ci']} "
                   f"pairs {len(t.get('pairs', []))} ({t['wall_s']:.0f} s)", flush=True)
