@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from pytest_perfgate.core.load import LoadSample, NullProbe, ProcStatProbe
@@ -207,6 +210,69 @@ def test_polluted_windows_are_remeasured_then_kept() -> None:
     assert res.polluted_kept == 1
     assert [w.polluted for w in res.windows] == [True, False, False]
     assert res.windows[1].other_load == pytest.approx(0.0)
+
+
+class SidesProbe:
+    """1 s windows of 100 ticks per CPU, two busy cores in each, all of them our own
+    processes' (``ours``: the CPU seconds our tree used per window; None: unknown)."""
+
+    def __init__(self, ours: float | None) -> None:
+        self.ours, self.n = ours, 0
+
+    def sample(self) -> LoadSample:
+        self.n += 1
+        done = self.n // 2  # windows completed at this sample
+        return LoadSample(200 * done, 200 * done, 2,
+                          None if self.ours is None else self.ours * done)
+
+
+class SnapshotSource:
+    """Two side processes that count only 0.4 CPU seconds between their snapshots: the rest
+    of their work falls outside the window's edges (answering the snapshot after a step)."""
+
+    def run_window(self, duration_s: float) -> RawWindow:
+        return RawWindow(1000, duration_s, 0.4 * duration_s, streams=2)
+
+
+@pytest.mark.parametrize(("ours", "polluted", "other"), [(2.0, False, 0.0), (None, True, 1.6)])
+def test_our_own_processes_outside_the_window_are_not_outside_load(
+        ours: float | None, polluted: bool, other: float) -> None:
+    cfg = MeasureConfig(windows=1, window_s=1.0, warmup_window_s=0.1, warmup_span=1,
+                        load_limit=0.5)
+    w = Meter(cfg, clock=FakeClock(), load_probe=SidesProbe(ours)).window(SnapshotSource(), 1.0)
+    assert w.polluted is polluted and w.other_load == pytest.approx(other)
+
+
+def test_our_cores_need_both_samples_and_elapsed_ticks() -> None:
+    a, b = LoadSample(0, 0, 2, 1.0), LoadSample(100, 2 * os.sysconf("SC_CLK_TCK"), 2, 2.5)
+    assert LoadSample.our_cores(a, b) == pytest.approx(1.5)  # 1.5 CPU s in 1 s
+    assert LoadSample.our_cores(a, LoadSample(100, 200, 2)) is None
+    assert LoadSample.our_cores(b, b) is None
+
+
+@pytest.mark.timing  # a real child process burns CPU
+def test_the_probe_counts_the_cpu_of_our_child_processes() -> None:
+    import subprocess
+    import sys
+
+    probe = ProcStatProbe()
+    before = probe.sample()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.5: pass\n"
+                              "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        after = probe.sample()
+        while (after is not None and before is not None and after.ours_s is not None
+               and before.ours_s is not None and after.ours_s - before.ours_s < 0.5
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+            after = probe.sample()
+    finally:
+        child.communicate(b"", timeout=60)
+    assert before is not None and after is not None
+    assert before.ours_s is not None and after.ours_s is not None
+    assert after.ours_s - before.ours_s >= 0.5  # the live child's CPU, read before it ended
 
 
 def test_proc_stat_probe(tmp_path) -> None:

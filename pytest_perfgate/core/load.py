@@ -13,11 +13,25 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class LoadSample:
-    """Cumulative CPU ticks of the whole machine at one instant."""
+    """Cumulative CPU ticks of the whole machine at one instant, and the CPU seconds this
+    process and its descendants have used by then (None where they cannot be read)."""
 
     busy: int
     total: int
     ncpu: int
+    ours_s: float | None = None
+
+    @staticmethod
+    def our_cores(before: LoadSample, after: LoadSample) -> float | None:
+        """Average number of CPUs this process tree kept busy between two samples, over the
+        same interval as :meth:`busy_cores`: a workload's side processes run while the
+        window's edges are being agreed on too, and that is not outside load. None where
+        either sample lacks the figure."""
+        dt = after.total - before.total
+        if dt <= 0 or before.ours_s is None or after.ours_s is None:
+            return None
+        elapsed_s = dt / after.ncpu / _CLK_TCK
+        return max(0.0, after.ours_s - before.ours_s) / elapsed_s
 
     @staticmethod
     def busy_cores(before: LoadSample, after: LoadSample) -> float | None:
@@ -54,7 +68,31 @@ class ProcStatProbe:
         total = sum(ticks[:8])
         idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
         steal = ticks[7] if len(ticks) > 7 else 0
-        return LoadSample(busy=total - idle - steal, total=total, ncpu=_ncpu())
+        return LoadSample(busy=total - idle - steal, total=total, ncpu=_ncpu(),
+                          ours_s=_our_cpu_s())
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _our_cpu_s() -> float | None:
+    """CPU seconds of this process (its reaped children included) and of every live
+    descendant (psutil); None where psutil cannot say."""
+    try:
+        import psutil
+
+        me = psutil.Process()
+        t = me.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in me.children(recursive=True):
+            try:
+                c = child.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue  # gone: its time joins its parent's children_* once reaped
+            total += c.user + c.system
+        return float(total)
+    except Exception:  # no psutil, or /proc unreadable: the window's own figure stands
+        return None
 
 
 def _ncpu() -> int:

@@ -287,7 +287,8 @@ class Meter:
         busy = LoadSample.busy_cores(before, after)
         if busy is None:
             return None
-        other = max(0.0, busy - own_cpu / own_wall)
+        ours = LoadSample.our_cores(before, after)
+        other = max(0.0, busy - (own_cpu / own_wall if ours is None else ours))
         return other if other > self.config.load_limit else None
 
     def window(self, source: WindowSource, duration_s: float) -> Window:
@@ -335,9 +336,12 @@ class Meter:
         polluted = False
         if before is not None and after is not None:
             busy = LoadSample.busy_cores(before, after)
-            if busy is not None:
-                other = max(0.0, busy - raw.cpu_s / raw.wall_s) if raw.wall_s > 0 else None
-                polluted = other is not None and other > self.config.load_limit
+            ours = LoadSample.our_cores(before, after)
+            if ours is None and raw.wall_s > 0:
+                ours = raw.cpu_s / raw.wall_s
+            if busy is not None and ours is not None:
+                other = max(0.0, busy - ours)
+                polluted = other > self.config.load_limit
         memory, gpu_info = dict(raw.memory), dict(raw.gpu)
         spoiled = None
         if gpu is not None and g0 is not None and g1 is not None:
