@@ -275,6 +275,22 @@ def test_the_probe_counts_the_cpu_of_our_child_processes() -> None:
     assert after.ours_s - before.ours_s >= 0.5  # the live child's CPU, read before it ended
 
 
+def test_without_children_files_psutil_counts_our_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from pytest_perfgate.core import load
+
+    def no_files(pid: int) -> list[int]:
+        raise FileNotFoundError(f"/proc/{pid}/task/{pid}/children")
+
+    monkeypatch.setattr(load, "_children", no_files)
+    t = os.times()
+    got = load._our_cpu_s()
+    assert got is not None and got >= t.user + t.system - 0.05
+    monkeypatch.setitem(sys.modules, "psutil", None)  # not installed either
+    assert load._our_cpu_s() is None
+
+
 def test_proc_stat_probe(tmp_path) -> None:
     f = tmp_path / "stat"
     f.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")

@@ -77,7 +77,37 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def _our_cpu_s() -> float | None:
     """CPU seconds of this process (its reaped children included) and of every live
-    descendant (psutil); None where psutil cannot say."""
+    descendant (theirs included), walked through ``/proc/<pid>/task/<tid>/children``:
+    20 us, where psutil's ``children(recursive=True)`` reads every process's stat on the
+    machine (1.5 ms); psutil where the kernel has no children files; None where neither
+    can say."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    try:
+        todo = _children(os.getpid())
+    except OSError:
+        return _psutil_cpu_s()
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / _CLK_TCK  # utime stime cutime cstime
+            todo += _children(pid)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile: its time joins its parent's children times once reaped
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
+def _psutil_cpu_s() -> float | None:
     try:
         import psutil
 
@@ -88,8 +118,8 @@ def _our_cpu_s() -> float | None:
             try:
                 c = child.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue  # gone: its time joins its parent's children_* once reaped
-            total += c.user + c.system
+                continue
+            total += c.user + c.system + c.children_user + c.children_system
         return float(total)
     except Exception:  # no psutil, or /proc unreadable: the window's own figure stands
         return None
